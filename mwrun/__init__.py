@@ -1,0 +1,44 @@
+"""mwrun: several independent PyTorch process groups ("worlds") per job.
+
+The command line (``mwrun launch``) plans, starts and supervises a job; the library
+(``import mwrun``) joins the worlds a process belongs to. The library names below are
+loaded on first use so that ``import mwrun`` — and with it the CLI — never imports
+torch unless a script actually asks for a world.
+"""
+
+from mwrun.errors import BrokenWorldError, MwrunError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BrokenWorldError",
+    "Job",
+    "MwrunError",
+    "ReduceOp",
+    "Work",
+    "World",
+    "WorldSpec",
+    "__version__",
+    "init",
+]
+
+_LAZY = {
+    "init": "mwrun.job",
+    "Job": "mwrun.job",
+    "WorldSpec": "mwrun.spec",
+    "World": "mwrun.world",
+    "Work": "mwrun.work",
+}
+
+
+def __getattr__(name: str):
+    if name == "ReduceOp":
+        import torch.distributed
+
+        return torch.distributed.ReduceOp
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mwrun' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

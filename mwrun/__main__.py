@@ -1,0 +1,3 @@
+from mwrun.cli import main
+
+main(prog_name="mwrun")

@@ -1,0 +1,80 @@
+"""The environment of a launched process: a pure function of the plan.
+
+A process sees its primary world (the first world listing it) under the names plain
+PyTorch reads, so a script written for torchrun runs unchanged, and every world it
+belongs to in ``MWRUN_WORLDS`` for the mwrun library.
+
+``TORCHELASTIC_RESTART_COUNT`` is the primary world's *generation*, not the process's
+own restart count: torch names a rendezvous attempt by it, so every member of one
+generation must agree on it, while ``MWRUN_RESTART_COUNT`` counts this process's
+restarts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from mwrun.placement import Plan, ProcessPlan
+
+# Variables mwrun sets; a copy of the supervisor's own values must never leak through.
+OWNED_PREFIXES = ("MWRUN_", "TORCHELASTIC_")
+OWNED = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+         "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+         "CUDA_VISIBLE_DEVICES")
+
+
+def worlds_json(plan: Plan, proc: ProcessPlan, generations: Mapping[str, int]) -> str:
+    worlds = {}
+    for name, rank in proc.worlds.items():
+        world = plan.worlds[name]
+        worlds[name] = {"rank": rank, "size": world.size, "backend": world.backend,
+                        "addr": world.addr, "port": world.port,
+                        "generation": generations.get(name, 0), "timeout": world.timeout}
+    return json.dumps(worlds, separators=(",", ":"))
+
+
+def mwrun_env(plan: Plan, name: str, *, run_id: str, control: str,
+              generations: Mapping[str, int] | None = None, restart_count: int = 0) -> dict:
+    """Every variable mwrun gives process ``name`` (without the inherited ones)."""
+    generations = generations or {}
+    proc = plan.processes[name]
+    primary = plan.worlds[proc.primary]
+    env = {
+        "MASTER_ADDR": primary.addr,
+        "MASTER_PORT": str(primary.port),
+        "RANK": str(proc.worlds[primary.name]),
+        "WORLD_SIZE": str(primary.size),
+        "LOCAL_RANK": str(proc.local_rank),
+        "LOCAL_WORLD_SIZE": str(proc.local_world_size),
+        "GROUP_RANK": "0",
+        "ROLE_RANK": str(proc.worlds[primary.name]),
+        "ROLE_WORLD_SIZE": str(primary.size),
+        "ROLE_NAME": proc.replica_of or proc.name,
+        # Like torchrun's agent: the store exists already; connect as a client.
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCHELASTIC_RESTART_COUNT": str(generations.get(primary.name, 0)),
+        "TORCHELASTIC_MAX_RESTARTS": str(proc.max_restarts),
+        "TORCHELASTIC_RUN_ID": run_id,
+        "MWRUN_WORLDS": worlds_json(plan, proc, generations),
+        "MWRUN_PROCESS": proc.name,
+        "MWRUN_RUN_ID": run_id,
+        "MWRUN_RESTART_COUNT": str(restart_count),
+        "MWRUN_CONTROL": control,
+        "MWRUN_HOST_ADDR": proc.addr,
+        # Exclusive GPUs: a process that asked for none sees none.
+        "CUDA_VISIBLE_DEVICES": ",".join(proc.gpus),
+    }
+    if proc.cpus is not None and "OMP_NUM_THREADS" not in proc.env:
+        # torch sizes its thread pools by the machine, not the affinity mask.
+        env["OMP_NUM_THREADS"] = str(len(proc.cpus))
+    return env
+
+
+def process_env(plan: Plan, name: str, inherited: Mapping[str, str], **kwargs) -> dict:
+    """The full environment: inherited, minus mwrun's own names, plus the user's, plus ours."""
+    env = {k: v for k, v in inherited.items()
+           if k not in OWNED and not k.startswith(OWNED_PREFIXES)}
+    env.update(plan.processes[name].env)
+    env.update(mwrun_env(plan, name, **kwargs))
+    return env

@@ -1,0 +1,225 @@
+"""Placement: topology + host inventory -> a plan per process and per world.
+
+Pure: the host inventory and the way free ports are found are passed in, so every
+rule (exclusive GPUs and CPUs, ports that never clash, where the stores live) is
+tested without touching the machine. Mistakes are reported like parse errors, at the
+position of the node that asked for the impossible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mwrun.errors import Diagnostic, TopologyError
+from mwrun.inventory import HostInventory
+from mwrun.topology import Process, Topology
+from mwrun.yamlread import Pos
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    name: str
+    host: str
+    addr: str  # the host's address, which the process's own sockets use
+    netns: str | None
+    cmd: tuple[str, ...]
+    cwd: str
+    env: dict[str, str]  # the user's variables only; see environment.py for the rest
+    gpus: tuple[str, ...]  # device ids -> CUDA_VISIBLE_DEVICES
+    cpus: tuple[int, ...] | None  # CPU affinity; None: not pinned
+    worlds: dict[str, int]  # world -> rank, primary world first
+    local_rank: int  # within the primary world, among members on the same host
+    local_world_size: int
+    restart: str
+    max_restarts: int
+    restart_backoff: float
+    replica_of: str | None = None
+
+    @property
+    def primary(self) -> str:
+        return next(iter(self.worlds))
+
+
+@dataclass(frozen=True)
+class WorldPlan:
+    name: str
+    members: tuple[str, ...]
+    backend: str
+    timeout: float
+    addr: str  # where the supervisor hosts the world's store
+    port: int
+    port_auto: bool  # chosen at launch rather than written in the topology
+    on_failure: str
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    source: str
+    store_host: str  # the host the supervisor (and every world's store) runs on
+    processes: dict[str, ProcessPlan]
+    worlds: dict[str, WorldPlan]
+
+
+PortChooser = Callable[[str, set[int]], int]
+
+
+class _Pool:
+    """Exclusive resources of one kind (CPUs or GPUs) on one host."""
+
+    def __init__(self, kind: str, host: str, items: tuple | None):
+        self.kind, self.host, self.items = kind, host, items
+        self.owner: dict = {}
+
+    def take_explicit(self, proc: Process, wanted: tuple, at: Pos, errors: list) -> tuple:
+        label = "GPU" if self.kind == "gpus" else "CPU"
+        taken = []
+        for index in wanted:
+            slot = self._slot(index)
+            if slot is None:
+                errors.append(at.diagnostic(
+                    f"process '{proc.name}': {label} {index} is beyond host '{self.host}',"
+                    f" which has {self._describe()}"))
+            elif slot in self.owner:
+                errors.append(at.diagnostic(
+                    f"process '{proc.name}': {label} {index} on host '{self.host}' is"
+                    f" already given to '{self.owner[slot]}'"))
+            else:
+                self.owner[slot] = proc.name
+                taken.append(index if self.items is None else self.items[slot])
+        return tuple(taken)
+
+    def take_count(self, proc: Process, count: int, at: Pos, errors: list) -> tuple:
+        label = "GPUs" if self.kind == "gpus" else "CPUs"
+        if self.items is None:
+            errors.append(at.diagnostic(
+                f"process '{proc.name}': cannot assign {count} {label} on host '{self.host}'"
+                f" without knowing how many it has; state 'cpus: N' under the host"))
+            return ()
+        free = [i for i in range(len(self.items)) if i not in self.owner]
+        if len(free) < count:
+            errors.append(at.diagnostic(
+                f"process '{proc.name}': asks for {count} {label} but host '{self.host}' has"
+                f" {len(free)} free (of {len(self.items)})"))
+            return ()
+        for index in free[:count]:
+            self.owner[index] = proc.name
+        return tuple(self.items[i] for i in free[:count])
+
+    def _slot(self, index: int):
+        """Position of a requested GPU index or CPU number in the host's list, if any."""
+        if self.items is None:  # a host of unknown size: trust the number as given
+            return ("unchecked", index)
+        if self.kind == "cpus":
+            return self.items.index(index) if index in self.items else None
+        return index if index < len(self.items) else None
+
+    def _describe(self) -> str:
+        if self.kind == "gpus":
+            return f"{len(self.items)} GPU(s)" if self.items else "no GPU"
+        return f"CPUs {_ranges(self.items)}"
+
+
+def _ranges(numbers) -> str:
+    """(0, 1, 2, 5) -> '0-2,5'."""
+    out, run = [], []
+    for n in sorted(numbers):
+        if run and n != run[-1] + 1:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(n)
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out) or "none"
+
+
+format_cpus = _ranges
+
+
+def _store_host(topology: Topology, inventory: dict[str, HostInventory]) -> str | None:
+    """The supervisor hosts every store: on the first host that is this machine itself."""
+    for name, host in topology.hosts.items():
+        if inventory[name].local and host.netns is None:
+            return name
+    return None
+
+
+def place(topology: Topology, inventory: dict[str, HostInventory],
+          choose_port: PortChooser, python: str | None = None) -> Plan:
+    """Plan every process and world; ``python`` replaces a bare ``python``/``python3``.
+
+    A bare ``python`` in a cmd means the interpreter mwrun itself runs on (as torchrun
+    does), so a job launched from a virtualenv without activating it still finds its
+    packages.
+    """
+    errors: list[Diagnostic] = []
+    store_host = _store_host(topology, inventory)
+    if store_host is None:
+        errors.append(topology.pos.get("hosts", Pos(topology.source, 0, 0)).diagnostic(
+            "none of the hosts is this machine; mwrun runs the worlds' stores where it is"
+            " launched, so one host must have an address of this machine"))
+        raise TopologyError(errors)
+    gpu_pools = {h: _Pool("gpus", h, inv.gpus) for h, inv in inventory.items()}
+    cpu_pools = {h: _Pool("cpus", h, inv.cpus) for h, inv in inventory.items()}
+    resources = {}
+    # Explicit requests first, so a count never takes a device someone named.
+    for explicit in (True, False):
+        for proc in topology.processes.values():
+            got = resources.setdefault(proc.name, {"gpus": (), "cpus": None})
+            for kind, pools in (("gpus", gpu_pools), ("cpus", cpu_pools)):
+                wanted = getattr(proc, kind)
+                at = proc.pos.get(kind, proc.pos["name"])
+                if explicit and isinstance(wanted, tuple) and wanted:
+                    got[kind] = pools[proc.host].take_explicit(proc, wanted, at, errors)
+                elif not explicit and isinstance(wanted, int) and wanted:
+                    got[kind] = pools[proc.host].take_count(proc, wanted, at, errors)
+    worlds = _place_worlds(topology, topology.hosts[store_host].addr, choose_port, errors)
+    if errors:
+        raise TopologyError(errors)
+    processes = {name: _process_plan(topology, proc, resources[name], worlds, python)
+                 for name, proc in topology.processes.items()}
+    return Plan(topology.name, topology.source, store_host, processes, worlds)
+
+
+def _place_worlds(topology, addr, choose_port, errors) -> dict[str, WorldPlan]:
+    explicit: dict[int, str] = {}
+    for world in topology.worlds.values():
+        if world.port is None:
+            continue
+        if world.port in explicit:
+            errors.append(world.pos["port"].diagnostic(
+                f"world '{world.name}': port {world.port} is already the port of world"
+                f" '{explicit[world.port]}'"))
+        else:
+            explicit[world.port] = world.name
+    taken = set(explicit)
+    worlds = {}
+    for world in topology.worlds.values():
+        port = world.port
+        if port is None:
+            port = choose_port(addr, taken)
+            taken.add(port)
+        worlds[world.name] = WorldPlan(world.name, world.members, world.backend, world.timeout,
+                                       addr, port, world.port is None, world.on_failure)
+    return worlds
+
+
+def _process_plan(topology, proc: Process, got, worlds, python) -> ProcessPlan:
+    memberships = dict(topology.memberships(proc.name))
+    primary = worlds[next(iter(memberships))]
+    same_host = [m for m in primary.members if topology.processes[m].host == proc.host]
+    host = topology.hosts[proc.host]
+    cmd = proc.cmd
+    if python and cmd[0] in ("python", "python3"):
+        cmd = (python, *cmd[1:])
+    return ProcessPlan(
+        name=proc.name, host=proc.host, addr=host.addr, netns=host.netns, cmd=cmd,
+        cwd=proc.cwd, env=dict(proc.env), gpus=tuple(str(g) for g in got["gpus"]),
+        cpus=got["cpus"], worlds=memberships, local_rank=same_host.index(proc.name),
+        local_world_size=len(same_host), restart=proc.restart, max_restarts=proc.max_restarts,
+        restart_backoff=proc.restart_backoff, replica_of=proc.replica_of)

@@ -1,0 +1,50 @@
+"""The plan as people and machines read it (``mwrun launch --dry-run [--json]``)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict
+
+from mwrun.output import seconds, table
+from mwrun.placement import Plan, format_cpus
+
+
+def restart_text(proc) -> str:
+    if proc.restart == "never":
+        return "never"
+    return f"{proc.restart} (max {proc.max_restarts}, backoff {seconds(proc.restart_backoff)})"
+
+
+def plan_text(plan: Plan, envs: dict[str, dict[str, str]]) -> str:
+    procs = plan.processes.values()
+    worlds = plan.worlds.values()
+    store = plan.worlds and next(iter(worlds)).addr
+    out = [f"Plan of '{plan.name}' ({plan.source}): {len(procs)} processes, {len(worlds)}"
+           f" worlds; stores on {plan.store_host} ({store})", ""]
+    out.append(table(
+        ["PROCESS", "HOST", "GPUS", "CPUS", "WORLDS:RANK", "RESTART"],
+        [[p.name, p.host, ",".join(p.gpus) or "-",
+          format_cpus(p.cpus) if p.cpus is not None else "-",
+          " ".join(f"{w}:{r}" for w, r in p.worlds.items()), restart_text(p)] for p in procs]))
+    out.append("")
+    out.append(table(
+        ["WORLD", "BACKEND", "SIZE", "ADDR:PORT", "TIMEOUT", "ON FAILURE", "MEMBERS (rank order)"],
+        [[w.name, w.backend, str(w.size),
+          f"{w.addr}:{w.port}" + (" (free port)" if w.port_auto else ""),
+          seconds(w.timeout), w.on_failure, ", ".join(w.members)] for w in worlds]))
+    for p in procs:
+        out += ["", f"{p.name}:", f"  cmd: {shlex.join(p.cmd)}", f"  cwd: {p.cwd}"]
+        if p.netns:
+            out.append(f"  netns: {p.netns}")
+        out.append("  env:")
+        out += [f"    {k}={v}" for k, v in sorted(envs[p.name].items())]
+    return "\n".join(out)
+
+
+def plan_json(plan: Plan, envs: dict[str, dict[str, str]]) -> str:
+    data = asdict(plan)
+    for name, proc in data["processes"].items():
+        proc["cpus"] = list(proc["cpus"]) if proc["cpus"] is not None else None
+        proc["environment"] = envs[name]
+    return json.dumps(data, indent=2)

@@ -1,0 +1,471 @@
+"""The topology file (version 1): frozen specs and a pure parser.
+
+``parse(text, source, folder)`` turns YAML text into a ``Topology`` with replicas
+expanded and defaults filled in, or raises ``TopologyError`` listing every mistake as
+``FILE:LINE:COL: message``. ``load(path)`` reads a file and also checks what needs the
+file system (that each ``cwd`` exists).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from mwrun.errors import TopologyError, UsageError
+from mwrun.yamlread import Pos, Reader, compose, scalar_value
+
+BACKENDS = ("gloo", "nccl")
+RESTART_POLICIES = ("never", "on-failure", "always")
+ON_FAILURE = ("isolate", "stop")
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_HOSTS_ADDR = "127.0.0.1"
+
+_TOP_KEYS = ("version", "name", "backend", "timeout", "hosts", "processes", "worlds")
+_HOST_KEYS = ("addr", "gpus", "cpus", "netns")
+_PROCESS_KEYS = ("cmd", "replicas", "host", "gpus", "cpus", "env", "cwd", "restart",
+                 "max_restarts", "restart_backoff")
+_WORLD_KEYS = ("members", "backend", "timeout", "port", "on_failure")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_NAME_RULE = "a name starts with a letter or '_' and holds only letters, digits, '_', '.', '-'"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Set by mwrun for every process; a user value would silently lose or break ranks.
+RESERVED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", "GROUP_RANK", "ROLE_RANK", "CUDA_VISIBLE_DEVICES")
+RESERVED_ENV_PREFIXES = ("MWRUN_", "TORCHELASTIC_")
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    addr: str
+    gpus: int | None  # stated count; None: detect on this machine, 0 elsewhere
+    cpus: int | None  # stated count; None: detect on this machine, unknown elsewhere
+    netns: str | None  # a network namespace of this machine the host lives in
+    pos: Pos = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Process:
+    name: str
+    cmd: tuple[str, ...]
+    host: str
+    gpus: tuple[int, ...] | int  # explicit indices, or a count to assign
+    cpus: tuple[int, ...] | int | None  # explicit CPUs, a count, or None (not pinned)
+    env: dict[str, str]
+    cwd: str
+    restart: str
+    max_restarts: int
+    restart_backoff: float
+    replica_of: str | None = None
+    pos: dict[str, Pos] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def wants_gpus(self) -> bool:
+        return bool(self.gpus)
+
+
+@dataclass(frozen=True)
+class World:
+    name: str
+    members: tuple[str, ...]  # rank i is members[i]
+    backend: str
+    timeout: float
+    port: int | None  # None: a free port chosen at launch
+    on_failure: str
+    pos: dict[str, Pos] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    source: str
+    folder: str
+    backend: str
+    timeout: float
+    hosts: dict[str, Host]
+    processes: dict[str, Process]
+    worlds: dict[str, World]
+    pos: dict[str, Pos] = field(default_factory=dict, compare=False, repr=False)
+
+    def memberships(self, process: str) -> list[tuple[str, int]]:
+        """(world, rank) for every world the process belongs to, primary first."""
+        return [(w.name, w.members.index(process))
+                for w in self.worlds.values() if process in w.members]
+
+
+def parse_cpus(text: str) -> tuple[int, ...]:
+    """'0-3,6' -> (0, 1, 2, 3, 6); raises ValueError with a readable message."""
+    cpus: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            raise ValueError(f"empty item in CPU list '{text}'")
+        low, sep, high = part.partition("-")
+        if not low.isdigit() or (sep and not high.isdigit()):
+            raise ValueError(f"'{part}' is not a CPU number or range like 0-3")
+        first, last = int(low), int(high) if sep else int(low)
+        if last < first:
+            raise ValueError(f"range '{part}' runs backwards")
+        cpus.extend(range(first, last + 1))
+    return tuple(cpus)
+
+
+class _Parser:
+    def __init__(self, source: str, folder: str):
+        self.r = Reader(source)
+        self.source = source
+        self.folder = folder
+
+    # -- top level ---------------------------------------------------------------------
+
+    def topology(self, root: yaml.Node | None) -> Topology | None:
+        r = self.r
+        if root is None:
+            r.diagnostics.append(Pos(self.source, 0, 0).diagnostic(
+                "the file is empty; a topology needs at least 'processes' and 'worlds'"))
+            return None
+        top = r.mapping(root, "topology")
+        if top is None:
+            return None
+        r.known_keys(top, _TOP_KEYS, "topology")
+        if "version" in top:
+            version = r.integer(top["version"][1], "version")
+            if version is not None and version != 1:
+                r.error(top["version"][1], f"version {version} is not supported; use version: 1")
+        name = Path(self.source).stem
+        if "name" in top:
+            name = r.string(top["name"][1], "name") or name
+            if not _NAME.match(name):
+                r.error(top["name"][1], f"name '{name}': {_NAME_RULE}")
+        backend = self._get(top, "backend", r.choice, "backend", BACKENDS) or "gloo"
+        timeout = self._get(top, "timeout", r.number, "timeout", positive=True) or DEFAULT_TIMEOUT
+        hosts = self.hosts(top.get("hosts"))
+        processes = self.processes(top, hosts)
+        worlds = self.worlds(top, processes, backend, timeout)
+        if worlds is not None and processes is not None:
+            self.check_membership(processes, worlds)
+        if r.diagnostics:
+            return None
+        return Topology(name=name, source=self.source, folder=self.folder, backend=backend,
+                        timeout=timeout, hosts=hosts or {}, processes=processes or {},
+                        worlds=worlds or {}, pos={k: r.pos(v[1]) for k, v in top.items()})
+
+    def _get(self, items, key, read, *args, **kwargs):
+        return read(items[key][1], *args, **kwargs) if key in items else None
+
+    # -- hosts -------------------------------------------------------------------------
+
+    def hosts(self, entry) -> dict[str, Host] | None:
+        r = self.r
+        if entry is None:
+            pos = Pos(self.source, 0, 0)
+            return {"localhost": Host("localhost", DEFAULT_HOSTS_ADDR, None, None, None, pos)}
+        items = r.mapping(entry[1], "hosts")
+        if items is None:
+            return None
+        if not items:
+            r.error(entry[1], "hosts is empty; leave it out to run on localhost only")
+        hosts = {}
+        for name, (key_node, node) in items.items():
+            what = f"host '{name}'"
+            if not _NAME.match(name):
+                r.error(key_node, f"{what}: {_NAME_RULE}")
+            spec = r.mapping(node, what)
+            if spec is None:
+                continue
+            r.known_keys(spec, _HOST_KEYS, what)
+            if "addr" not in spec:
+                r.error(node, f"{what}: 'addr' is missing (an IP address or host name)")
+            addr = self._get(spec, "addr", r.string, f"{what}: addr")
+            gpus = self._get(spec, "gpus", r.integer, f"{what}: gpus", minimum=0)
+            cpus = self._get(spec, "cpus", r.integer, f"{what}: cpus", minimum=1)
+            netns = self._get(spec, "netns", r.string, f"{what}: netns")
+            hosts[name] = Host(name, addr or "", gpus, cpus, netns, r.pos(key_node))
+        return hosts
+
+    # -- processes ---------------------------------------------------------------------
+
+    def processes(self, top, hosts) -> dict[str, Process] | None:
+        r = self.r
+        if "processes" not in top:
+            r.diagnostics.append(Pos(self.source, 0, 0).diagnostic(
+                "'processes' is missing: name at least one process and its cmd"))
+            return None
+        items = r.mapping(top["processes"][1], "processes")
+        if items is None:
+            return None
+        if not items:
+            r.error(top["processes"][1], "processes is empty: name at least one process")
+        expanded: dict[str, Process] = {}
+        for name, (key_node, node) in items.items():
+            for proc in self.process(name, key_node, node, hosts):
+                clash = expanded.get(proc.name)
+                if clash is not None:
+                    r.error(key_node, f"process '{proc.name}' is defined twice"
+                                      f" (also at line {clash.pos['name'].line + 1})")
+                expanded.setdefault(proc.name, proc)
+        return expanded
+
+    def process(self, name, key_node, node, hosts) -> list[Process]:
+        r = self.r
+        what = f"process '{name}'"
+        if not _NAME.match(name):
+            r.error(key_node, f"{what}: {_NAME_RULE}")
+        spec = r.mapping(node, what)
+        if spec is None:
+            return []
+        r.known_keys(spec, _PROCESS_KEYS, what)
+        pos = {"name": r.pos(key_node), **{k: r.pos(v[1]) for k, v in spec.items()}}
+        if "cmd" not in spec:
+            r.error(node, f"{what}: 'cmd' is missing (the command to run)")
+        cmd = self._get(spec, "cmd", self.command, what)
+        host = self.host_of(spec, hosts, what, key_node)
+        gpus = self._get(spec, "gpus", self.gpus, what)
+        cpus = self._get(spec, "cpus", self.cpus, what)
+        env = self._get(spec, "env", self.env, what) or {}
+        cwd = self._get(spec, "cwd", r.string, f"{what}: cwd")
+        restart = self._get(spec, "restart", r.choice, f"{what}: restart", RESTART_POLICIES)
+        max_restarts = self._get(spec, "max_restarts", r.integer, f"{what}: max_restarts",
+                                 minimum=0)
+        backoff = self._get(spec, "restart_backoff", r.number, f"{what}: restart_backoff",
+                            minimum=0)
+        replicas = self._get(spec, "replicas", r.integer, f"{what}: replicas", minimum=1)
+        base = Process(
+            name=name, cmd=tuple(cmd or ()), host=host or "", gpus=gpus if gpus is not None else (),
+            cpus=cpus, env=env, cwd=os.path.normpath(os.path.join(self.folder, cwd or ".")),
+            restart=restart or "never", max_restarts=3 if max_restarts is None else max_restarts,
+            restart_backoff=1.0 if backoff is None else backoff, pos=pos)
+        if replicas is None:
+            return [base]
+        explicit = [k for k in ("gpus", "cpus") if isinstance(getattr(base, k), tuple)
+                    and getattr(base, k)]
+        for field_name in explicit:
+            r.error(spec[field_name][1], f"{what}: explicit {field_name} cannot be shared by"
+                                         f" {replicas} replicas; give a count instead")
+        return [Process(**{**base.__dict__, "name": f"{name}-{i}", "replica_of": name})
+                for i in range(replicas)]
+
+    def command(self, node, what) -> list[str] | None:
+        r = self.r
+        if isinstance(node, yaml.SequenceNode):
+            parts = [r.string(item, f"{what}: cmd item") for item in node.value]
+            if any(p is None for p in parts):
+                return None
+        else:
+            text = r.string(node, f"{what}: cmd")
+            if text is None:
+                return None
+            try:
+                parts = shlex.split(text)
+            except ValueError as exc:
+                r.error(node, f"{what}: cmd cannot be split like a shell line: {exc}")
+                return None
+        if not parts or not parts[0]:
+            r.error(node, f"{what}: cmd is empty")
+            return None
+        return parts
+
+    def host_of(self, spec, hosts, what, key_node) -> str | None:
+        r = self.r
+        if "host" not in spec:
+            if hosts is not None and len(hosts) > 1:
+                r.error(key_node, f"{what}: 'host' is missing; there are several hosts"
+                                         f" ({', '.join(hosts)})")
+                return None
+            return next(iter(hosts)) if hosts else None
+        node = spec["host"][1]
+        host = r.string(node, f"{what}: host")
+        if host is not None and hosts is not None and host not in hosts:
+            r.error(node, f"{what}: unknown host '{host}'; hosts are {', '.join(hosts)}")
+        return host
+
+    def gpus(self, node, what) -> tuple[int, ...] | int | None:
+        r = self.r
+        if isinstance(node, yaml.ScalarNode):
+            return r.integer(node, f"{what}: gpus (a count)", minimum=0)
+        items = r.sequence(node, f"{what}: gpus")
+        if items is None:
+            return None
+        gpus = []
+        for item in items:
+            index = r.integer(item, f"{what}: gpu index", minimum=0)
+            if index is not None and index in gpus:
+                r.error(item, f"{what}: GPU {index} is listed twice")
+            elif index is not None:
+                gpus.append(index)
+        return tuple(gpus)
+
+    def cpus(self, node, what) -> tuple[int, ...] | int | None:
+        r = self.r
+        if isinstance(node, yaml.SequenceNode):
+            cpus: list[int] = []
+            for item in node.value:
+                part = r.string(item, f"{what}: cpus item")
+                if part is not None:
+                    cpus.extend(self._cpu_text(part, item, what) or ())
+            found: tuple[int, ...] | None = tuple(cpus)
+        elif isinstance(node, yaml.ScalarNode) and type(scalar_value(node)) is int:
+            return r.integer(node, f"{what}: cpus (a count)", minimum=1)
+        else:
+            text = r.string(node, f"{what}: cpus")
+            found = None if text is None else self._cpu_text(text, node, what)
+        if found is not None and len(set(found)) != len(found):
+            r.error(node, f"{what}: a CPU is listed twice in cpus")
+        return found
+
+    def _cpu_text(self, text, node, what):
+        try:
+            return parse_cpus(text)
+        except ValueError as exc:
+            self.r.error(node, f"{what}: cpus: {exc}")
+            return None
+
+    def env(self, node, what) -> dict[str, str] | None:
+        r = self.r
+        items = r.mapping(node, f"{what}: env")
+        if items is None:
+            return None
+        env = {}
+        for key, (key_node, value_node) in items.items():
+            if not _ENV_NAME.match(key):
+                r.error(key_node, f"{what}: env: '{key}' is not a valid variable name")
+                continue
+            if key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIXES):
+                hint = "; use 'gpus:' instead" if key == "CUDA_VISIBLE_DEVICES" else ""
+                r.error(key_node, f"{what}: env: {key} is set by mwrun{hint}")
+                continue
+            value = scalar_value(value_node) if isinstance(value_node, yaml.ScalarNode) else None
+            if isinstance(value, bool):
+                r.error(value_node, f"{what}: env {key}: write the value in quotes"
+                                    f" ('{str(value).lower()}'): YAML reads it as a boolean")
+            elif value is None and isinstance(value_node, yaml.ScalarNode):
+                env[key] = ""
+            else:
+                text = r.string(value_node, f"{what}: env {key}")
+                if text is not None:
+                    env[key] = text
+        return env
+
+    # -- worlds ------------------------------------------------------------------------
+
+    def worlds(self, top, processes, backend, timeout) -> dict[str, World] | None:
+        r = self.r
+        if "worlds" not in top:
+            r.diagnostics.append(Pos(self.source, 0, 0).diagnostic(
+                "'worlds' is missing: every process must belong to at least one world"))
+            return None
+        items = r.mapping(top["worlds"][1], "worlds")
+        if items is None:
+            return None
+        if not items:
+            r.error(top["worlds"][1], "worlds is empty: name at least one world")
+        worlds = {}
+        for name, (key_node, node) in items.items():
+            world = self.world(name, key_node, node, processes, backend, timeout)
+            if world is not None:
+                worlds[name] = world
+        return worlds
+
+    def world(self, name, key_node, node, processes, backend, timeout) -> World | None:
+        r = self.r
+        what = f"world '{name}'"
+        if not _NAME.match(name):
+            r.error(key_node, f"{what}: {_NAME_RULE}")
+        spec = r.mapping(node, what)
+        if spec is None:
+            return None
+        r.known_keys(spec, _WORLD_KEYS, what)
+        pos = {"name": r.pos(key_node), **{k: r.pos(v[1]) for k, v in spec.items()}}
+        if "members" not in spec:
+            r.error(node, f"{what}: 'members' is missing (the processes in rank order)")
+        members = self._get(spec, "members", self.members, what, processes, pos) or []
+        world_backend = self._get(spec, "backend", r.choice, f"{what}: backend", BACKENDS)
+        world = World(
+            name=name, members=tuple(members), backend=world_backend or backend,
+            timeout=self._get(spec, "timeout", r.number, f"{what}: timeout", positive=True)
+            or timeout,
+            port=self._get(spec, "port", r.integer, f"{what}: port", minimum=1, maximum=65535),
+            on_failure=self._get(spec, "on_failure", r.choice, f"{what}: on_failure", ON_FAILURE)
+            or "isolate", pos=pos)
+        if world.backend == "nccl" and processes:
+            for rank, member in enumerate(world.members):
+                if member in processes and not processes[member].wants_gpus:
+                    at = pos.get(f"member:{rank}", pos["name"])
+                    r.diagnostics.append(at.diagnostic(
+                        f"{what}: uses nccl but member '{member}' has no GPU pinned;"
+                        " give it 'gpus:' or use backend: gloo"))
+        return world
+
+    def members(self, node, what, processes, pos) -> list[str] | None:
+        r = self.r
+        items = r.sequence(node, f"{what}: members")
+        if items is None:
+            return None
+        if not items:
+            r.error(node, f"{what}: members is empty")
+        replicas: dict[str, list[str]] = {}
+        for proc in (processes or {}).values():
+            if proc.replica_of:
+                replicas.setdefault(proc.replica_of, []).append(proc.name)
+        members: list[str] = []
+        for item in items:
+            name = r.string(item, f"{what}: member")
+            if name is None:
+                continue
+            if processes is not None and name not in processes and name not in replicas:
+                r.error(item, f"{what}: unknown process '{name}'")
+                continue
+            for member in replicas.get(name, [name]):
+                if member in members:
+                    r.error(item, f"{what}: '{member}' is a member twice")
+                    continue
+                pos[f"member:{len(members)}"] = r.pos(item)
+                members.append(member)
+        return members
+
+    def check_membership(self, processes, worlds) -> None:
+        used = {m for w in worlds.values() for m in w.members}
+        for proc in processes.values():
+            if proc.name not in used and proc.cmd:
+                what = proc.replica_of or proc.name
+                self.r.diagnostics.append(proc.pos["name"].diagnostic(
+                    f"process '{proc.name}' is in no world; add '{what}' to a world's members"))
+
+
+def parse(text: str, source: str, folder: str = ".") -> Topology:
+    """Parse topology text; raise TopologyError with every mistake found."""
+    root, diagnostics = compose(text, source)
+    if diagnostics:
+        raise TopologyError(diagnostics)
+    parser = _Parser(source, os.path.abspath(folder))
+    topology = parser.topology(root)
+    if parser.r.diagnostics or topology is None:
+        raise TopologyError(parser.r.diagnostics)
+    return topology
+
+
+def load(path: str | os.PathLike) -> Topology:
+    """Read and parse a topology file, and check that every cwd exists."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {exc}") from None
+    topology = parse(text, str(path), str(path.parent))
+    missing = []
+    reported: set[str] = set()
+    for proc in topology.processes.values():
+        if not os.path.isdir(proc.cwd) and (proc.replica_of or proc.name) not in reported:
+            reported.add(proc.replica_of or proc.name)
+            at = proc.pos.get("cwd", proc.pos["name"])
+            missing.append(at.diagnostic(f"process '{proc.replica_of or proc.name}':"
+                                         f" cwd {proc.cwd} is not a folder"))
+    if missing:
+        raise TopologyError(missing)
+    return topology

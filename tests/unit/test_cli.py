@@ -1,0 +1,89 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from mwrun.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+STAR = str(ROOT / "configs" / "star.yaml")
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_validate_ok():
+    result = run("validate", STAR)
+    assert result.exit_code == 0, result.output
+    assert "ok: 3 processes, 2 worlds (world1: leader, worker-0; world2: leader, worker-1)" \
+        in result.output
+
+
+def test_validate_reports_every_error_with_position_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nprocesses:\n  a: {cmd: x, restart: often}\n"
+                   "worlds:\n  w: {members: [a, ghost]}\n")
+    result = run("validate", str(bad))
+    assert result.exit_code == 2
+    assert f"{bad}:3:24: process 'a': restart must be one of" in result.output
+    assert f"{bad}:5:20: world 'w': unknown process 'ghost'" in result.output
+    assert "2 problems found; nothing was started." in result.output
+    assert "Traceback" not in result.output
+
+
+def test_validate_missing_file_is_a_clear_error(tmp_path):
+    result = run("validate", str(tmp_path / "nope.yaml"))
+    assert result.exit_code == 2
+    assert result.output == f"Error: {tmp_path / 'nope.yaml'}: no such file\n"
+
+
+def test_validate_yaml_syntax_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("processes: [a\n")
+    result = run("validate", str(bad))
+    assert result.exit_code == 2
+    assert result.output.startswith(f"{bad}:2:1: YAML syntax error")
+
+
+def test_dry_run_prints_the_plan_and_starts_nothing():
+    result = run("launch", STAR, "--dry-run", "--run-id", "demo-1")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "3 processes, 2 worlds; stores on localhost (127.0.0.1)" in out
+    assert "leader    localhost  -     -     world1:0 world2:0" in out
+    assert "(free port)" in out
+    assert "MWRUN_RUN_ID=demo-1" in out
+    assert f"cmd: {sys.executable} examples/send_recv/leader.py --steps 60" in out
+
+
+def test_dry_run_json_has_environment_of_every_process():
+    result = run("launch", STAR, "--dry-run", "--json")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert set(plan["processes"]) == {"leader", "worker-0", "worker-1"}
+    worker = plan["processes"]["worker-1"]
+    assert worker["worlds"] == {"world2": 1}
+    assert worker["environment"]["RANK"] == "1"
+    ports = {w["port"] for w in plan["worlds"].values()}
+    assert len(ports) == 2
+
+
+def test_json_needs_dry_run():
+    result = run("launch", STAR, "--json")
+    assert result.exit_code == 2
+    assert "--json goes with --dry-run" in result.output
+
+
+def test_help_and_validate_do_not_import_torch():
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom mwrun.cli import main\n"
+            f"r = CliRunner().invoke(main, ['validate', {STAR!r}])\n"
+            "assert r.exit_code == 0, r.output\n"
+            "r = CliRunner().invoke(main, ['--help'])\n"
+            "assert 'Examples' in r.output\n"
+            "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "False"
