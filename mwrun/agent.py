@@ -1,0 +1,70 @@
+"""The library's line to the supervisor: heartbeats and world events.
+
+Under ``mwrun launch``, ``MWRUN_CONTROL`` names the supervisor's control socket. The
+library keeps one connection to it and writes JSON lines that need no reply:
+``hello`` once, ``heartbeat`` from one thread at a steady pace (so the supervisor can
+tell a stopped or wedged process from a quiet one), and ``world`` events (a
+generation formed, or broke as seen from here). If the supervisor goes away the agent
+falls silent; the job's worlds do not depend on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+
+
+class Agent:
+    def __init__(self, path: str, process: str, interval: float):
+        self._path = path
+        self._process = process
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Agent:
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(2.0)
+            sock.connect(self._path)
+        except OSError:
+            return self  # no supervisor to talk to: run without heartbeats
+        self._sock = sock
+        self.send({"verb": "hello", "process": self._process, "pid": os.getpid(),
+                   "interval": self._interval})
+        self._thread = threading.Thread(target=self._beat, name="mwrun-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def send(self, message: dict) -> None:
+        with self._lock:
+            if self._sock is None:
+                return
+            try:
+                self._sock.sendall(json.dumps(message).encode() + b"\n")
+            except OSError:
+                self._sock.close()
+                self._sock = None
+
+    def world_event(self, world: str, generation: int, event: str, reason: str = "") -> None:
+        self.send({"verb": "world", "process": self._process, "world": world,
+                   "generation": generation, "event": event, "reason": reason})
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.send({"verb": "heartbeat", "process": self._process, "pid": os.getpid()})
+            if self._sock is None:
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None

@@ -1,0 +1,119 @@
+"""One generation of a world as a stock torch process group, and how to abort it.
+
+gloo: a ``ProcessGroupGloo`` on a device bound to this host's address, aborted by
+shutting down its connections (see gloo_sockets). nccl: a ``ProcessGroupNCCL`` on the
+pinned GPU (``cuda:0`` under ``CUDA_VISIBLE_DEVICES``), with its communicator set up
+eagerly at join so a broken peer is found when the world forms, not at the first call,
+and ``abort()`` on break so kernels waiting on a dead peer are cancelled.
+
+The torch module is a parameter so the nccl path is unit-tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from datetime import timedelta
+
+from mwrun import gloo_sockets
+from mwrun.errors import MwrunError
+
+log = logging.getLogger("mwrun")
+
+
+class Backend:
+    """A generation's process group with its device, and a way to abort it."""
+
+    def __init__(self, name: str, group, device, abort=None, release=None):
+        self.name = name
+        self.group = group
+        self.device = device
+        self._abort = abort
+        self._release = release
+
+    def abort(self) -> None:
+        """Make every pending and future operation of the group fail promptly."""
+        if self._abort is not None:
+            result = self._abort()
+            log.debug("aborted %s group: %s", self.name, result)
+
+    def release(self) -> None:
+        """Drop the group; its threads and sockets go with the last reference."""
+        self.group = None
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
+def local_address(peer: str) -> str:
+    """The address of this host that routes to ``peer`` (no packet is sent)."""
+    family = socket.AF_INET6 if ":" in peer else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((peer, 9))
+            return probe.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def gloo(store, rank: int, size: int, timeout: float, local_addr: str, c10d=None) -> Backend:
+    if c10d is None:
+        import torch.distributed as c10d
+    cls = c10d.ProcessGroupGloo
+    options = cls._Options()
+    options._timeout = timedelta(seconds=timeout)
+    try:
+        device, sockets = gloo_sockets.device(lambda: cls.create_device(hostname=local_addr))
+    except RuntimeError:
+        device, sockets = gloo_sockets.device(cls.create_default_device)
+    options._devices = [device]
+    try:
+        group = cls(store, rank, size, options)
+    except BaseException:
+        if sockets:
+            sockets.close()
+        raise
+    import torch
+
+    return Backend("gloo", group, torch.device("cpu"),
+                   abort=sockets.abort if sockets else None,
+                   release=sockets.close if sockets else None)
+
+
+def nccl_device(torch_module, device_index: int | None = None):
+    """The GPU of this process: the first visible one unless an index is given."""
+    cuda = torch_module.cuda
+    if not cuda.is_available():
+        raise MwrunError("backend nccl needs a GPU, and torch sees none here"
+                         " (is CUDA_VISIBLE_DEVICES empty?)")
+    index = 0 if device_index is None else device_index
+    if index >= cuda.device_count():
+        raise MwrunError(f"GPU {index} is not visible to this process"
+                         f" ({cuda.device_count()} visible)")
+    return torch_module.device("cuda", index)
+
+
+def nccl(store, rank: int, size: int, timeout: float, device, c10d=None,
+         torch_module=None) -> Backend:
+    if c10d is None:
+        import torch.distributed as c10d
+    if torch_module is None:
+        import torch as torch_module
+    cls = getattr(c10d, "ProcessGroupNCCL", None)
+    if cls is None:
+        raise MwrunError("backend nccl: this torch build has no NCCL; use backend gloo")
+    torch_module.cuda.set_device(device)
+    options = cls.Options()
+    options._timeout = timedelta(seconds=timeout)
+    options.is_high_priority_stream = False
+    group = cls(store, rank, size, options)
+    # Eager set-up: the communicator forms now, while every member is known to be here.
+    group.eager_connect_single_device(device)
+    return Backend("nccl", group, device, abort=group.abort)
+
+
+def create(name: str, store, rank: int, size: int, timeout: float, *, local_addr: str,
+           device=None) -> Backend:
+    if name == "gloo":
+        return gloo(store, rank, size, timeout, local_addr)
+    return nccl(store, rank, size, timeout, device)

@@ -1,0 +1,133 @@
+"""``mwrun.init()``: join every world of this process; ``Job``: hold and close them."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+
+from mwrun.agent import Agent
+from mwrun.errors import BrokenWorldError, MwrunError
+from mwrun.spec import WorldSpec, from_environment
+from mwrun.world import World, WorldClosed
+
+FORM_TIMEOUT = 300.0  # by hand, people start processes one terminal at a time
+
+
+class Job:
+    """The worlds of this process. ``job.world(name)`` or ``job.worlds[name]``."""
+
+    def __init__(self, worlds: dict[str, World], agent: Agent | None = None):
+        self.worlds = worlds
+        self._agent = agent
+
+    def world(self, name: str) -> World:
+        try:
+            return self.worlds[name]
+        except KeyError:
+            known = ", ".join(self.worlds) or "none"
+            raise MwrunError(f"no world named {name!r}; this process is in: {known}") from None
+
+    def close(self) -> None:
+        """Leave every world; the process can then exit normally."""
+        for world in self.worlds.values():
+            world.close()
+        if self._agent is not None:
+            self._agent.close()
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Job {', '.join(repr(w) for w in self.worlds.values())}>"
+
+
+def _specs(worlds) -> dict[str, WorldSpec]:
+    specs = {}
+    for name, spec in worlds.items():
+        if isinstance(spec, Mapping):
+            spec = WorldSpec(**spec)
+        if not isinstance(spec, WorldSpec):
+            raise MwrunError(f"world {name!r}: give a mwrun.WorldSpec, not {type(spec).__name__}")
+        specs[name] = spec
+    return specs
+
+
+def init(worlds: Mapping[str, WorldSpec] | None = None, *, timeout: float | None = None) -> Job:
+    """Join every world of this process and return when each has formed.
+
+    With no arguments, the worlds come from ``mwrun launch`` (``MWRUN_WORLDS``). By
+    hand, name them: ``init(worlds={"world1": WorldSpec(rank=0, size=2, port=29501)})``;
+    rank 0 of each world then hosts its store.
+
+    Worlds form in parallel, so a slow member of one world does not hold up another.
+    A world that cannot form (its member failed for good, or ``timeout`` seconds pass,
+    by default 300) is returned broken, with the reason, so the other worlds still
+    work; ``init`` raises only if no world formed at all.
+    """
+    environ = os.environ
+    agent = None
+    if worlds is None:
+        specs = from_environment(environ)
+        control = environ.get("MWRUN_CONTROL")
+        if control:
+            interval = max(0.05, min(1.0, min(s.timeout for s in specs.values()) / 4))
+            agent = Agent(control, environ.get("MWRUN_PROCESS", str(os.getpid())), interval)
+            agent.start()
+    else:
+        specs = _specs(worlds)
+    if not specs:
+        raise MwrunError("no worlds to join")
+    local_addr = environ.get("MWRUN_HOST_ADDR") if worlds is None else None
+    joined = {name: World(name, spec, agent=agent, local_addr=local_addr)
+              for name, spec in specs.items()}
+    deadline = time.monotonic() + (FORM_TIMEOUT if timeout is None else timeout)
+    failures = _form_all(joined, deadline)
+    if len(failures) == len(joined):
+        for world in joined.values():
+            world.close()
+        if agent is not None:
+            agent.close()
+        first = next(iter(failures.values()))
+        raise first
+    for name, error in failures.items():
+        print(f"mwrun: world {name!r} did not form: {error.reason}", file=sys.stderr)
+    return Job(joined, agent)
+
+
+def _form_all(worlds: dict[str, World], deadline: float) -> dict[str, BaseException]:
+    """Form every world, each in its own short-lived thread; returns the failures."""
+    failures: dict[str, BaseException] = {}
+
+    def form(world: World) -> None:
+        while True:
+            try:
+                world._form(deadline)
+                return
+            except BrokenWorldError as exc:
+                # A member died while forming: follow the world to its next generation,
+                # unless the host closed it or time is up.
+                if isinstance(exc, WorldClosed) or time.monotonic() >= deadline - 0.05:
+                    failures[world.name] = exc
+                    world._give_up(exc)
+                    return
+                time.sleep(0.05)  # not a poll: only between failed attempts
+            except MwrunError as exc:
+                failures[world.name] = exc
+                return
+
+    if len(worlds) == 1:
+        form(next(iter(worlds.values())))
+        return failures
+    threads = [threading.Thread(target=form, args=(w,), name=f"mwrun-form-{w.name}")
+               for w in worlds.values()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return failures

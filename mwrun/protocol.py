@@ -1,0 +1,103 @@
+"""How a world forms, breaks and re-forms: keys in the world's own store.
+
+Every world has one store (a torch TCPStore), hosted by the supervisor under
+``mwrun launch`` or by rank 0 when run by hand. All of mwrun's keys live under
+``mwrun/``; each generation N of the world has its own key space ``mwrun/gN/``, so a
+re-formed world never meets the keys of an earlier one (torchrun's restarts fail on
+exactly that):
+
+``mwrun/gen``
+    The generation members should join. The store's host writes it: 0 when it
+    creates the store, N+1 when it opens the next generation.
+``mwrun/gN/arrive/R``
+    Each member sets its own arrival key, then waits for all of them before it
+    builds its process group, so the (slow, uninterruptible) rendezvous of the group
+    starts only when every member is there. Setting a key is idempotent, so a member
+    that gave up waiting can simply come again. Breaking or closing a generation sets
+    every arrival key too, so no one waits for a member that will not come.
+``mwrun/gN/pg/``
+    The key space the generation's torch process group rendezvouses in.
+``mwrun/gN/broken``
+    Why generation N broke. Written once (compare-and-set) by whoever notices
+    first: the supervisor when a member exits or hangs, a member whose call failed, or
+    the by-hand host when its store connection to a member fails.
+``mwrun/gN/wake/R``
+    One key per rank. Each member runs one light watcher thread per world that
+    blocks in ``store.wait`` on its own wake key (no polling). Breaking a world sets
+    every wake key, so every member learns of the break within a store round trip,
+    even one whose main thread is busy elsewhere. A member that closes sets only its
+    own key, to end its watcher.
+``mwrun/gN/next``
+    The host's decision after a break: ``open`` (generation N+1 may form: ``gen`` is
+    N+1 already) or ``closed: REASON`` (the world will not re-form, e.g. its failed
+    member has no restarts left). ``World.rejoin()`` waits for it.
+
+Hangs are caught two ways: every call carries the world's timeout (never the backend's
+30-minute default), and under the launcher a heartbeat thread lets the supervisor
+notice a stopped process; it then kills the process, which breaks the world as above.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+PREFIX = "mwrun/"
+GEN = PREFIX + "gen"
+OPEN = "open"
+CLOSED = "closed: "
+
+
+def key(generation: int, name: str) -> str:
+    return f"{PREFIX}g{generation}/{name}"
+
+
+def pg_prefix(generation: int) -> str:
+    return key(generation, "pg/")
+
+
+def wake_key(generation: int, rank: int) -> str:
+    return key(generation, f"wake/{rank}")
+
+
+def text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def start(store) -> None:
+    """The host's first act: generation 0 is the one to join."""
+    store.set(GEN, "0")
+
+
+def arrival_keys(generation: int, size: int) -> list[str]:
+    return [key(generation, f"arrive/{r}") for r in range(size)]
+
+
+def mark_broken(store, generation: int, size: int, reason: str) -> str:
+    """Break generation ``generation``; returns the reason that won (the first one)."""
+    won = text(store.compare_set(key(generation, "broken"), "", reason))
+    wake = [wake_key(generation, r) for r in range(size)] + arrival_keys(generation, size)
+    store.multi_set(wake, ["broken"] * len(wake))
+    return won
+
+
+def broken_reason(store, generation: int) -> str | None:
+    k = key(generation, "broken")
+    return text(store.get(k)) if store.check([k]) else None
+
+
+def open_next(store, generation: int) -> None:
+    """Host: after generation N broke, let N+1 form."""
+    store.set(GEN, str(generation + 1))
+    store.set(key(generation, "next"), OPEN)
+
+
+def close(store, generation: int, size: int, reason: str) -> None:
+    """Host: generation N is the last; rejoin() raises with this reason."""
+    store.set(key(generation, "next"), CLOSED + reason)
+    mark_broken(store, generation, size, reason)
+
+
+def wait_value(store, k: str, timeout: float) -> str:
+    """Block until key ``k`` exists (raises the store's error on timeout)."""
+    store.wait([k], timedelta(seconds=max(timeout, 0.001)))
+    return text(store.get(k))

@@ -1,0 +1,121 @@
+"""Real processes for integration tests: started in their own session, read line by
+line, and checked to be gone afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = ROOT / "tests" / "bin"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Proc:
+    """A child process whose stdout lines (JSON where they parse) arrive in a queue."""
+
+    def __init__(self, args: list[str], env: dict | None = None, cwd=None):
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.popen = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      env=full_env, cwd=cwd, start_new_session=True, text=True)
+        self.pid = self.popen.pid
+        self.lines: list[str] = []
+        self._queue: queue.Queue = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.popen.stdout:
+            self.lines.append(line.rstrip("\n"))
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def expect(self, predicate, timeout: float = 30.0):
+        """The first new line (parsed as JSON when it is) for which predicate is true."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"timed out; output so far:\n{self.output()}")
+            try:
+                line = self._queue.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise AssertionError(f"process ended (rc={self.popen.wait()}) before the"
+                                     f" expected line; output:\n{self.output()}")
+            value = _parse(line)
+            if predicate(value):
+                return value
+
+    def expect_key(self, key: str, timeout: float = 30.0):
+        return self.expect(lambda v: isinstance(v, dict) and key in v, timeout)
+
+    def wait(self, timeout: float = 60.0) -> int:
+        rc = self.popen.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        return rc
+
+    def close(self) -> None:
+        """Reap the process and release its pipe (after it has exited)."""
+        self.popen.wait(timeout=10)
+        self._reader.join(timeout=5)
+        self.popen.stdout.close()
+
+    def records(self) -> list[dict]:
+        return [v for v in map(_parse, self.lines) if isinstance(v, dict)]
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+    def kill_group(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+
+def _parse(line: str):
+    try:
+        return json.loads(line)
+    except ValueError:
+        return line
+
+
+def python(script: str, *args) -> list[str]:
+    return [sys.executable, str(BIN / script), *map(str, args)]
+
+
+def assert_gone(pids, timeout: float = 5.0) -> None:
+    """Every pid has exited (zombies reaped by their parent count as gone)."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _alive(p)]
+        if alive:
+            time.sleep(0.05)
+    assert not alive, f"processes still alive: {alive}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

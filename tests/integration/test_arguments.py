@@ -1,0 +1,95 @@
+"""Wrong arguments are refused before anything is sent; gloo's abort, in one process."""
+
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from mwrun import backends
+from mwrun.errors import MwrunError
+from mwrun.spec import WorldSpec
+from mwrun.world import World
+from tests.helpers import free_port
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def unformed():
+    return World("w", WorldSpec(rank=1, size=3))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda w: w.send(torch.zeros(1), 1), "dst 1 is this process's own rank"),
+    (lambda w: w.send(torch.zeros(1), 3), r"dst must be a rank in 0..2, not 3"),
+    (lambda w: w.recv(torch.zeros(1), -1), "src must be a rank in 0..2"),
+    (lambda w: w.recv(torch.zeros(1), True), "src must be a rank"),
+    (lambda w: w.broadcast(torch.zeros(1), 5), "src must be a rank"),
+    (lambda w: w.reduce(torch.zeros(1), "0"), "dst must be a rank"),
+    (lambda w: w.all_gather([torch.zeros(1)] * 2, torch.zeros(1)),
+     "tensor_list must be a list of 3 tensors"),
+    (lambda w: w.all_gather([torch.zeros(1), torch.zeros(2), torch.zeros(1)], torch.zeros(1)),
+     r"tensor_list\[1\] is torch.float32 \(2,\), the tensor is torch.float32 \(1,\)"),
+    (lambda w: w.all_gather([torch.zeros(1, dtype=torch.int64)] * 3, torch.zeros(1)),
+     r"tensor_list\[0\] is torch.int64"),
+    (lambda w: w.gather(torch.zeros(1), [torch.zeros(1)] * 3, dst=0),
+     "only rank 0 \\(dst\\) takes a gather_list"),
+    (lambda w: w.gather(torch.zeros(1), None, dst=1), "gather_list must be a list of 3"),
+    (lambda w: w.scatter(torch.zeros(1), [torch.zeros(1)] * 3, src=2),
+     "only rank 2 \\(src\\) takes a scatter_list"),
+    (lambda w: w.all_reduce(torch.zeros(4)[::2]), "must be contiguous"),
+    (lambda w: w.all_reduce(torch.zeros(1, device="meta")), "is on meta, but this world"),
+])
+def test_bad_arguments_raise_value_error_first(unformed, call, message):
+    with pytest.raises(ValueError, match=message):
+        call(unformed)
+
+
+def test_not_a_tensor(unformed):
+    with pytest.raises(TypeError, match=r"tensor must be a torch\.Tensor, not list"):
+        unformed.all_reduce([1.0])
+
+
+def test_good_arguments_reach_the_world_state(unformed):
+    with pytest.raises(MwrunError, match="world 'w' has not formed"):
+        unformed.all_reduce(torch.zeros(1))
+
+
+def test_gloo_abort_fails_a_blocked_recv_at_once():
+    port = free_port()
+    server = dist.TCPStore("127.0.0.1", port, None, True, wait_for_workers=False)
+    groups = {}
+
+    def build(rank):
+        store = dist.PrefixStore("t/", dist.TCPStore("127.0.0.1", port, None, False))
+        groups[rank] = backends.gloo(store, rank, 2, 30.0, "127.0.0.1")
+
+    threads = [threading.Thread(target=build, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    outcome = {}
+
+    def receive():
+        started = time.monotonic()
+        try:
+            groups[0].group.recv([torch.zeros(1)], 1, 0).wait()
+            outcome["error"] = None
+        except RuntimeError as exc:
+            outcome["error"] = str(exc)
+        outcome["seconds"] = time.monotonic() - started
+
+    receiver = threading.Thread(target=receive)
+    receiver.start()
+    time.sleep(0.3)  # the recv must be blocked before the abort, or nothing is proven
+    assert receiver.is_alive()
+    groups[0].abort()
+    receiver.join(timeout=5)
+    assert outcome["error"] and "Connection closed" in outcome["error"]
+    assert outcome["seconds"] < 0.3 + 1.0
+    for g in groups.values():
+        g.release()
+    del server

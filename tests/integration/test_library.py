@@ -1,0 +1,164 @@
+"""The worlds library on real processes, gloo over 127.0.0.1, started by hand."""
+
+import signal
+import time
+from datetime import timedelta
+
+import pytest
+
+from mwrun import protocol
+from tests.helpers import free_port, python
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_every_call_gives_the_right_values(procs, size):
+    port = free_port()
+    ranks = [procs.start(python("calls.py", "--rank", r, "--size", size, "--port", port))
+             for r in range(size)]
+    for rank, proc in enumerate(ranks):
+        assert proc.wait() == 0, proc.output()
+        calls = {rec["call"]: rec for rec in proc.records()}
+        expected = {"send_recv", "isend_irecv", "broadcast", "all_reduce_sum", "all_reduce_max",
+                    "all_gather", "scatter", "barrier", "async_all_reduce"}
+        expected |= {"reduce"} if rank == 0 else set()
+        expected |= {"gather"} if rank == size - 1 else set()
+        assert set(calls) == expected
+        for rec in calls.values():
+            assert rec["value"] == rec["expected"], rec
+
+
+def test_one_process_in_three_worlds_with_a_rank_in_each(procs):
+    pa, pb, pc = free_port(), free_port(), free_port()
+    # hub is rank 0 of A, rank 1 of B, rank 2 of C
+    hub = procs.start(python("multi.py", "--name", "hub", "--world", f"A:0:2:{pa}",
+                             "--world", f"B:1:2:{pb}", "--world", f"C:2:3:{pc}"))
+    x = procs.start(python("multi.py", "--name", "x", "--world", f"A:1:2:{pa}",
+                           "--world", f"C:0:3:{pc}"))
+    y = procs.start(python("multi.py", "--name", "y", "--world", f"B:0:2:{pb}",
+                           "--world", f"C:1:3:{pc}"))
+    for proc in (hub, x, y):
+        assert proc.wait() == 0, proc.output()
+    seen = {(r["process"], r["world"]): r for p in (hub, x, y) for r in p.records()}
+    assert seen[("hub", "A")]["rank"] == 0 and seen[("hub", "A")]["sum"] == 3.0
+    assert seen[("hub", "B")]["rank"] == 1 and seen[("hub", "B")]["sum"] == 3.0
+    assert seen[("hub", "C")]["rank"] == 2 and seen[("hub", "C")]["sum"] == 6.0
+    assert seen[("x", "C")]["ranks"] == [0.0, 1.0, 2.0]
+    assert len(seen) == 7
+
+
+def start_star(procs, timeout=20, rejoin=False, interval1=0.0):
+    p1, p2 = free_port(), free_port()
+    args = ["--p1", p1, "--p2", p2, "--timeout", timeout] + (["--rejoin"] if rejoin else [])
+    leader = procs.start(python("leader.py", *args))
+    s1 = procs.start(python("sender.py", "--world", "w1", "--port", p1, "--timeout", timeout,
+                            "--interval", interval1))
+    s2 = procs.start(python("sender.py", "--world", "w2", "--port", p2, "--timeout", timeout))
+    leader.expect_key("ready")
+    return leader, s1, s2, p1
+
+
+def test_killed_peer_breaks_only_its_world_quickly(procs):
+    leader, s1, _, _ = start_star(procs, interval1=0.01)
+    time.sleep(0.5)  # let w2 traffic build a pace to compare against
+    s1.popen.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    broken = leader.expect_key("broken_at")
+    assert broken["world"] == "w1"
+    assert broken["broken_at"] - killed_at < 0.25, broken
+    leader.expect_key("again_raises")
+    pace = leader.expect_key("w2_during")
+    # w2 is untouched: it keeps (at least most of) its pace through the break.
+    assert pace["w2_during"] >= 0.5 * pace["w2_before"] > 0, pace
+    leader.expect_key("done")
+    assert leader.wait() == 0
+
+
+def test_stopped_peer_breaks_within_the_world_timeout(procs):
+    leader, s1, _, _ = start_star(procs, timeout=2, interval1=0.01)
+    s1.signal(signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    broken = leader.expect_key("broken_at", timeout=30)
+    waited = broken["broken_at"] - stopped_at
+    assert 1.0 <= waited <= 2.0 + 1.5, broken
+    assert "timed out" in broken["reason"]
+    s1.signal(signal.SIGCONT)
+
+
+def test_break_restart_rejoin_and_communicate_again(procs):
+    leader, s1, _, p1 = start_star(procs, rejoin=True, interval1=0.01)
+    s1.popen.send_signal(signal.SIGKILL)
+    leader.expect_key("broken_at")
+    restarted = procs.start(python("sender.py", "--world", "w1", "--port", p1, "--count", "5"))
+    assert restarted.expect_key("formed")["formed"] == 1
+    assert leader.expect_key("rejoined")["rejoined"] == 1
+    assert leader.expect_key("after_rejoin")["after_rejoin"] == [0.0] * 4
+    leader.expect_key("done")
+    assert leader.wait() == 0
+
+
+def test_store_marked_break_wakes_calls_blocked_on_live_peers(procs):
+    import torch.distributed as dist
+
+    port = free_port()
+    ranks = [procs.start(python("trio.py", "--rank", r, "--port", port)) for r in range(3)]
+    for proc in ranks:
+        proc.expect_key("ready")
+    time.sleep(0.3)  # let the calls block: nothing would ever complete them
+    store = dist.TCPStore("127.0.0.1", port, None, False, timeout=timedelta(seconds=10))
+    marked_at = time.monotonic()
+    protocol.mark_broken(store, 0, 3, "drill")
+    for proc in ranks:
+        broken = proc.expect_key("broken_at")
+        assert broken["reason"] == "drill"
+        assert broken["broken_at"] - marked_at < 0.25, broken
+        assert proc.wait() == 0
+
+
+def test_fifty_break_rejoin_cycles_do_not_leak(procs):
+    import torch.distributed as dist
+
+    cycles = 50
+    port = free_port()
+    members = [procs.start(python("cycler.py", "--rank", r, "--port", port,
+                                  "--cycles", cycles)) for r in (0, 1)]
+    store = dist.TCPStore("127.0.0.1", port, None, False, timeout=timedelta(seconds=10))
+    for generation in range(cycles + 1):
+        for member in members:
+            member.expect(lambda v, g=generation: isinstance(v, dict) and v.get("ready") == g)
+        if generation < cycles:
+            protocol.mark_broken(store, generation, 2, f"drill {generation}")
+    for rank, member in enumerate(members):
+        assert member.wait() == 0, member.output()
+        [settled] = [r for r in member.records() if r.get("baseline")]
+        [last] = [r for r in member.records() if r.get("final")]
+        assert last["threads"] == settled["threads"], (rank, settled, last)
+        assert last["os_threads"] <= settled["os_threads"] + 2, (rank, settled, last)
+        assert last["fds"] <= settled["fds"] + 4, (rank, settled, last)
+        assert last["rss"] - settled["rss"] < 60 * 2**20, (rank, settled, last)
+        assert len([r for r in member.records() if "ready" in r]) == cycles + 1
+
+
+def test_asyncio_leader_receives_from_two_worlds_at_once(procs):
+    p1, p2 = free_port(), free_port()
+    leader = procs.start(python("async_leader.py", "--p1", p1, "--p2", p2, "--count", 20))
+    senders = [procs.start(python("sender.py", "--world", w, "--port", p, "--count", 20,
+                                  "--then-all-reduce")) for w, p in (("w1", p1), ("w2", p2))]
+    assert leader.wait() == 0, leader.output()
+    [result] = leader.records()
+    assert result["w1"] == [float(i) for i in range(20)]
+    assert result["w2"] == [float(i) for i in range(20)]
+    assert result["sums"] == [3.0, 3.0]
+    for sender in senders:
+        assert sender.wait() == 0
+        assert sender.expect_key("all_reduce")["all_reduce"] == 3.0
+
+
+def test_a_default_group_of_the_script_coexists(procs):
+    default_port, port = free_port(), free_port()
+    ranks = [procs.start(python("coexist.py", "--rank", r, "--default-port", default_port,
+                                "--port", port)) for r in (0, 1)]
+    for proc in ranks:
+        assert proc.wait() == 0, proc.output()
+        assert proc.records() == [{"default": 3.0, "mwrun": 30.0, "default_again": 2.0}]

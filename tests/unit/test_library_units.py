@@ -1,0 +1,178 @@
+import json
+from datetime import timedelta
+from typing import ClassVar
+
+import pytest
+
+from mwrun import backends, protocol
+from mwrun.errors import BrokenWorldError, MwrunError
+from mwrun.spec import WorldSpec, from_environment
+from mwrun.world import summarize
+
+
+class FakeStore:
+    """The subset of torch's Store the protocol uses, over a dict."""
+
+    def __init__(self):
+        self.data = {}
+
+    def set(self, key, value):
+        self.data[key] = value.encode() if isinstance(value, str) else value
+
+    def get(self, key):
+        return self.data[key]
+
+    def check(self, keys):
+        return all(k in self.data for k in keys)
+
+    def compare_set(self, key, expected, desired):
+        current = self.data.get(key)
+        if (current is None and expected == "") or current == expected.encode():
+            self.data[key] = desired.encode()
+        return self.data[key]
+
+    def multi_set(self, keys, values):
+        for k, v in zip(keys, values, strict=True):
+            self.set(k, v)
+
+    def wait(self, keys, timeout):
+        assert isinstance(timeout, timedelta)
+        if not self.check(keys):
+            raise TimeoutError(f"wait timeout: {keys}")
+
+
+def test_world_spec_checks_its_fields():
+    assert WorldSpec(rank=1, size=2).hosts_store is False
+    assert WorldSpec(rank=0, size=2).hosts_store is True
+    assert WorldSpec(rank=0, size=2, host_store=False).hosts_store is False
+    for kwargs, message in [({"rank": 2, "size": 2}, "rank must be in 0..1"),
+                            ({"rank": 0, "size": 0}, "size must be"),
+                            ({"rank": 0, "size": 1, "backend": "mpi"}, "backend must be one of"),
+                            ({"rank": 0, "size": 1, "port": 0}, "port must be in"),
+                            ({"rank": 0, "size": 1, "timeout": 0}, "timeout must be more")]:
+        with pytest.raises(MwrunError, match=message):
+            WorldSpec(**kwargs)
+
+
+def test_worlds_from_environment():
+    env = {"MWRUN_WORLDS": json.dumps({
+        "world1": {"rank": 0, "size": 2, "backend": "gloo", "addr": "127.0.0.1", "port": 29501,
+                   "generation": 3, "timeout": 7.0}})}
+    specs = from_environment(env)
+    assert specs["world1"] == WorldSpec(rank=0, size=2, addr="127.0.0.1", port=29501,
+                                        backend="gloo", timeout=7.0, generation=3,
+                                        host_store=False)
+    assert specs["world1"].hosts_store is False  # under the launcher the supervisor hosts
+    with pytest.raises(MwrunError, match="start this script with 'mwrun launch'"):
+        from_environment({})
+    with pytest.raises(MwrunError, match="MWRUN_WORLDS is malformed"):
+        from_environment({"MWRUN_WORLDS": '{"w": {"rank": 0}}'})
+
+
+def test_summarize_backend_errors():
+    gloo = RuntimeError("[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
+                        "Connection closed by peer [127.0.0.1]:5555. This is typically caused "
+                        "by a remote worker crashing.")
+    assert summarize(gloo) == "Connection closed by peer [127.0.0.1]:5555"
+    assert summarize(RuntimeError("Application timeout caused pair closure")) == \
+        "a call timed out waiting for a peer (the world's timeout)"
+    assert summarize(RuntimeError("[x.cc:1] Timed out waiting 2000ms for recv")) == \
+        "a call timed out waiting for a peer (the world's timeout)"
+
+
+def test_protocol_generations_and_breaks():
+    store = FakeStore()
+    protocol.start(store)
+    assert store.get(protocol.GEN) == b"0"
+    assert protocol.broken_reason(store, 0) is None
+    assert protocol.mark_broken(store, 0, 3, "worker-0 exited") == "worker-0 exited"
+    # the first reason wins; later ones are told which
+    assert protocol.mark_broken(store, 0, 3, "rank 1: connection closed") == "worker-0 exited"
+    assert protocol.broken_reason(store, 0) == "worker-0 exited"
+    for rank in range(3):  # every watcher and every member still forming wakes
+        assert store.check([protocol.wake_key(0, rank), protocol.key(0, f"arrive/{rank}")])
+    protocol.open_next(store, 0)
+    assert store.get(protocol.GEN) == b"1"
+    assert store.get(protocol.key(0, "next")) == b"open"
+    protocol.close(store, 1, 2, "worker-0 has no restarts left")
+    assert store.get(protocol.key(1, "next")).decode() == "closed: worker-0 has no restarts left"
+    assert protocol.broken_reason(store, 1) == "worker-0 has no restarts left"
+    assert protocol.wait_value(store, protocol.GEN, 1.0) == "1"
+    assert protocol.pg_prefix(4) == "mwrun/g4/pg/"
+
+
+class FakeNCCL:
+    made: ClassVar[list] = []
+
+    class Options:
+        pass
+
+    def __init__(self, store, rank, size, options):
+        self.args = (store, rank, size)
+        self.options = options
+        self.calls = []
+        FakeNCCL.made.append(self)
+
+    def eager_connect_single_device(self, device):
+        self.calls.append(("eager", device))
+
+    def abort(self):
+        self.calls.append(("abort",))
+
+
+class FakeTorch:
+    def __init__(self, gpus):
+        self.set_to = None
+        outer = self
+
+        class cuda:  # mimics torch.cuda
+            @staticmethod
+            def is_available():
+                return gpus > 0
+
+            @staticmethod
+            def device_count():
+                return gpus
+
+            @staticmethod
+            def set_device(device):
+                outer.set_to = device
+
+        self.cuda = cuda
+
+    @staticmethod
+    def device(kind, index):
+        return f"{kind}:{index}"
+
+
+def test_nccl_pins_the_device_connects_eagerly_and_aborts_on_break():
+    fake_torch = FakeTorch(gpus=1)
+    c10d = type("c10d", (), {"ProcessGroupNCCL": FakeNCCL})
+    device = backends.nccl_device(fake_torch)
+    assert device == "cuda:0"  # the first visible GPU: CUDA_VISIBLE_DEVICES pins it
+    made = backends.nccl("store", 1, 2, 7.5, device, c10d=c10d, torch_module=fake_torch)
+    group = FakeNCCL.made[-1]
+    assert fake_torch.set_to == "cuda:0"
+    assert group.options._timeout == timedelta(seconds=7.5)
+    assert group.calls == [("eager", "cuda:0")]
+    assert made.device == "cuda:0" and made.name == "nccl"
+    made.abort()
+    assert group.calls[-1] == ("abort",)
+
+
+def test_nccl_errors_are_clear():
+    with pytest.raises(MwrunError, match="needs a GPU"):
+        backends.nccl_device(FakeTorch(gpus=0))
+    with pytest.raises(MwrunError, match="GPU 1 is not visible"):
+        backends.nccl_device(FakeTorch(gpus=1), 1)
+    with pytest.raises(MwrunError, match="this torch build has no NCCL"):
+        backends.nccl("store", 0, 1, 1.0, "cuda:0", c10d=object(), torch_module=FakeTorch(1))
+
+
+def test_broken_world_error_carries_its_fields_and_pickles():
+    import pickle
+
+    error = pickle.loads(pickle.dumps(BrokenWorldError("w1", 2, "worker-0 exited")))
+    assert (error.world, error.generation, error.reason) == ("w1", 2, "worker-0 exited")
+    assert isinstance(error, RuntimeError)
+    assert str(error) == "world 'w1' (generation 2) is broken: worker-0 exited"
