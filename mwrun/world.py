@@ -69,6 +69,7 @@ class World:
         self._error: BrokenWorldError | None = None
         self._watcher: threading.Thread | None = None
         self._closed = False
+        self._device = torch.device("cpu") if self.backend == "gloo" else torch.device("cuda", 0)
 
     # -- what users read -----------------------------------------------------------------
 
@@ -78,10 +79,7 @@ class World:
 
     @property
     def device(self) -> torch.device:
-        group = self._group
-        if group is not None:
-            return group.device
-        return torch.device("cpu") if self.backend == "gloo" else torch.device("cuda", 0)
+        return self._device
 
     @property
     def broken(self) -> bool:
@@ -150,6 +148,7 @@ class World:
             raise BrokenWorldError(self.name, generation, reason) from None
         with self._lock:
             self._group, self._generation, self._error = group, generation, None
+            self._device = group.device
         log.debug("%s: generation %d formed (rank %d of %d)", self.name, generation, self.rank,
                   self.size)
         self._watcher = threading.Thread(target=self._watch, args=(generation,),
@@ -326,7 +325,8 @@ class World:
 
     # -- calls -----------------------------------------------------------------------------
 
-    def _run(self, issue, async_op: bool, p2p: bool = False):
+    def _run(self, issue, async_op: bool):
+        """Issue a collective on the live group and wait for it (or hand back a Work)."""
         group = self._live()
         generation = self._generation
         try:
@@ -336,8 +336,8 @@ class World:
                 raise self._failed(generation, exc) from None
             raise  # the arguments: torch said why
         if async_op:
-            return Work(self, work, generation, p2p)
-        self._wait(work, generation, p2p)
+            return Work(self, work, generation, False)
+        self._wait(work, generation, False)
         return None
 
     def _wait(self, work, generation: int, p2p: bool, timeout: float | None = None) -> None:
@@ -375,11 +375,9 @@ class World:
         if not isinstance(tensor, torch.Tensor):
             kind = type(tensor).__name__
             raise TypeError(f"{self.name}: {what} must be a torch.Tensor, not {kind}")
-        device = self.device
-        if tensor.device.type != device.type or (device.index is not None
-                                                  and tensor.device.index != device.index):
+        if tensor.device != self._device:
             raise ValueError(f"{self.name}: {what} is on {tensor.device}, but this world's"
-                             f" backend {self.backend} works on {device}")
+                             f" backend {self.backend} works on {self._device}")
         if not tensor.is_contiguous():
             raise ValueError(f"{self.name}: {what} must be contiguous (call .contiguous())")
 
@@ -403,15 +401,34 @@ class World:
                                  f" tensor is {like.dtype} {tuple(like.shape)}")
         return list(tensors)
 
+    # send and recv skip _run's generic path: on a latency-bound round trip, every
+    # microsecond of Python per call shows (four calls sit on its critical path).
+
     def send(self, tensor, dst: int, async_op: bool = False):
         self._tensor(tensor)
-        dst = self._rank(dst, "dst", peer=True)
-        return self._run(lambda g: g.send([tensor], dst, 0), async_op, p2p=True)
+        self._rank(dst, "dst", peer=True)
+        return self._point(self._live().group.send, tensor, dst, async_op)
 
     def recv(self, tensor, src: int, async_op: bool = False):
         self._tensor(tensor)
-        src = self._rank(src, "src", peer=True)
-        return self._run(lambda g: g.recv([tensor], src, 0), async_op, p2p=True)
+        self._rank(src, "src", peer=True)
+        return self._point(self._live().group.recv, tensor, src, async_op)
+
+    def _point(self, issue, tensor, peer: int, async_op: bool):
+        generation = self._generation
+        try:
+            work = issue([tensor], peer, 0)
+        except RuntimeError as exc:
+            if self._error is not None or _TRANSPORT.search(str(exc)):
+                raise self._failed(generation, exc) from None
+            raise
+        if async_op:
+            return Work(self, work, generation, True)
+        try:
+            work.wait()  # see _wait: no slicing for point-to-point calls
+        except RuntimeError as exc:
+            raise self._failed(generation, exc) from None
+        return None
 
     def isend(self, tensor, dst: int) -> Work:
         return self.send(tensor, dst, async_op=True)
