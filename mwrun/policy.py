@@ -1,0 +1,67 @@
+"""Restart and failure decisions: pure functions of a spec and a history."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+
+BACKOFF_CAP = 30.0  # seconds; a crash loop still retries twice a minute at worst
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How a process ended."""
+
+    code: int | None  # the exit status; None if it could not start at all
+    hung: str | None = None  # why the supervisor killed it as hung, if it did
+    start_error: str | None = None  # why it could not start
+
+    @property
+    def clean(self) -> bool:
+        return self.code == 0 and not self.hung
+
+    def describe(self, name: str) -> str:
+        if self.start_error:
+            return f"{name} could not start: {self.start_error}"
+        if self.hung:
+            return f"{name} hung ({self.hung}) and was killed"
+        if self.code is not None and self.code < 0:
+            try:
+                return f"{name} was killed by {signal.Signals(-self.code).name}"
+            except ValueError:
+                return f"{name} was killed by signal {-self.code}"
+        if self.code == 0:
+            return f"{name} exited normally"
+        return f"{name} exited with code {self.code}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    restart: bool
+    delay: float = 0.0
+    why: str = ""
+
+
+def backoff(first: float, restarts_done: int) -> float:
+    """first, 2*first, 4*first ... capped: the delay before restart number n+1."""
+    return min(first * (2 ** restarts_done), BACKOFF_CAP) if first > 0 else 0.0
+
+
+def after_exit(policy: str, max_restarts: int, first_backoff: float, restarts_done: int,
+               exit: Exit) -> Decision:
+    """Whether and when a process that ended is started again."""
+    if exit.start_error:
+        return Decision(False, why="a command that cannot start is not retried")
+    if policy == "never":
+        return Decision(False, why="restart: never")
+    if policy == "on-failure" and exit.clean:
+        return Decision(False, why="it exited normally")
+    if restarts_done >= max_restarts:
+        return Decision(False, why=f"no restarts left (max_restarts: {max_restarts})")
+    return Decision(True, backoff(first_backoff, restarts_done),
+                    f"restart {restarts_done + 1} of {max_restarts}")
+
+
+def stops_the_job(on_failure: str, exit: Exit) -> bool:
+    """A world with on_failure: stop ends the job when a member fails (not on a clean exit)."""
+    return on_failure == "stop" and not exit.clean

@@ -1,0 +1,63 @@
+"""The states of processes, worlds and runs (no imports; the supervisor moves them).
+
+Process::
+
+    STARTING --joined its worlds--> RUNNING
+    STARTING | RUNNING --stopped or silent past its timeout--> HUNG --killed--> (exit)
+    (exit) --restart policy says yes--> RESTARTING --backoff over--> STARTING
+    (exit) --code 0, no restart--> EXITED
+    (exit) --failed, no restart left--> FAILED
+    any live state --the job is being stopped--> STOPPED
+
+World::
+
+    FORMING --every member joined this generation--> HEALTHY
+    FORMING | HEALTHY --a member exited, hung or was killed--> BROKEN
+    BROKEN --its members are back, next generation--> FORMING
+    any --cannot form again, or the job ended--> CLOSED
+
+Run::
+
+    STARTING --every process spawned--> RUNNING --stop asked, or on_failure: stop-->
+    STOPPING --nothing left--> FINISHED | FAILED
+    RUNNING --nothing left to run or restart--> FINISHED | FAILED
+"""
+
+from enum import Enum
+
+
+class ProcessState(str, Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    HUNG = "hung"
+    EXITED = "exited"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def alive(self) -> bool:
+        return self in (ProcessState.STARTING, ProcessState.RUNNING, ProcessState.HUNG)
+
+    @property
+    def final(self) -> bool:
+        return self in (ProcessState.EXITED, ProcessState.FAILED, ProcessState.STOPPED)
+
+
+class WorldState(str, Enum):
+    FORMING = "forming"
+    HEALTHY = "healthy"
+    BROKEN = "broken"
+    CLOSED = "closed"
+
+
+class RunState(str, Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+    @property
+    def final(self) -> bool:
+        return self in (RunState.FINISHED, RunState.FAILED)

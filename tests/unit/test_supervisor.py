@@ -1,0 +1,304 @@
+"""The supervisor's decisions, driven by scripted events and a fake clock."""
+
+import signal
+
+import pytest
+
+from mwrun.inventory import HostInventory
+from mwrun.placement import place
+from mwrun.states import ProcessState as P
+from mwrun.states import RunState as R
+from mwrun.states import WorldState as W
+from mwrun.supervisor import PLAIN_GRACE, StartError, Supervisor
+from mwrun.topology import parse
+
+STAR = """\
+timeout: 10
+processes:
+  leader: {cmd: x, restart: on-failure}
+  worker: {replicas: 2, cmd: y, restart: on-failure, max_restarts: 2, restart_backoff: 1}
+worlds:
+  world1: {members: [leader, worker-0]}
+  world2: {members: [leader, worker-1]}
+"""
+
+
+class FakeHost:
+    def __init__(self):
+        self.t = 100.0
+        self.next_pid = 1000
+        self.calls = []
+        self.status = {}
+        self.fail_start = set()
+
+    def now(self):
+        return self.t
+
+    def wall(self):
+        return 1_800_000_000.0 + self.t
+
+    def spawn(self, name, generations, restarts):
+        if name in self.fail_start:
+            raise StartError("No such file or directory: 'x'")
+        self.next_pid += 1
+        self.calls.append(("spawn", name, dict(generations), restarts))
+        return self.next_pid
+
+    def signal(self, name, sig):
+        self.calls.append(("signal", name, sig))
+
+    def mark_broken(self, world, generation, reason):
+        self.calls.append(("broken", world, generation, reason))
+
+    def open_next(self, world, generation):
+        self.calls.append(("open", world, generation))
+
+    def close_world(self, world, generation, reason):
+        self.calls.append(("close", world, generation, reason))
+
+    def say(self, text):
+        self.calls.append(("say", text))
+
+    def probe(self, name):
+        return self.status.get(name, "sleeping")
+
+    def of(self, kind):
+        return [c[1:] for c in self.calls if c[0] == kind]
+
+
+def make(text=STAR, grace=5.0):
+    topo = parse(text, "t.yaml")
+    plan = place(topo, {"localhost": HostInventory(True, (0, 1), ())}, lambda a, t: 40000)
+    host = FakeHost()
+    sup = Supervisor(plan, host, grace=grace)
+    sup.start()
+    return sup, host
+
+
+def join_all(sup):
+    for name, rec in sup.procs.items():
+        sup.on_hello(name, rec.pid, 1.0)
+        for world in rec.plan.worlds:
+            sup.on_world_event(name, rec.pid, world, sup.worlds[world].generation, "ready")
+
+
+def test_start_spawns_everyone_and_worlds_form_when_all_joined():
+    sup, host = make()
+    assert [c[0] for c in host.of("spawn")] == ["leader", "worker-0", "worker-1"]
+    assert host.of("spawn")[0] == ("leader", {"world1": 0, "world2": 0}, 0)
+    assert sup.state is R.RUNNING
+    assert all(w.state is W.FORMING for w in sup.worlds.values())
+    join_all(sup)
+    assert all(w.state is W.HEALTHY for w in sup.worlds.values())
+    assert all(r.state is P.RUNNING for r in sup.procs.values())
+
+
+def test_crash_isolates_the_world_and_restarts_only_the_failed_process():
+    sup, host = make()
+    join_all(sup)
+    sup.on_exit("worker-0", -9)
+    assert host.of("broken") == [("world1", 0, "worker-0 was killed by SIGKILL")]
+    assert host.of("open") == [("world1", 0)]
+    assert sup.worlds["world1"].state is W.BROKEN and sup.worlds["world1"].generation == 1
+    assert sup.worlds["world2"].state is W.HEALTHY  # untouched
+    assert sup.procs["worker-0"].state is P.RESTARTING
+    assert sup.procs["leader"].state is P.RUNNING
+    host.t += 0.5
+    sup.on_tick()
+    assert len(host.of("spawn")) == 3  # backoff of 1 s not over yet
+    host.t += 0.6
+    sup.on_tick()
+    assert host.of("spawn")[-1] == ("worker-0", {"world1": 1}, 1)
+    assert sup.worlds["world1"].state is W.FORMING
+    rec = sup.procs["worker-0"]
+    sup.on_world_event("worker-0", rec.pid, "world1", 1, "ready")
+    assert sup.worlds["world1"].state is W.FORMING  # the leader has not rejoined yet
+    leader = sup.procs["leader"]
+    sup.on_world_event("leader", leader.pid, "world1", 1, "ready")
+    assert sup.worlds["world1"].state is W.HEALTHY
+    assert sup.worlds["world1"].breaks == 1
+    assert [s for s in host.of("signal")] == []  # nobody else was touched
+
+
+def test_backoff_doubles_between_restarts():
+    sup, host = make()
+    join_all(sup)
+    for expected_delay in (1.0, 2.0):
+        sup.on_exit("worker-1", 1)
+        restart_at = sup.procs["worker-1"].restart_at
+        assert restart_at - host.t == expected_delay
+        host.t = restart_at
+        sup.on_tick()
+        assert sup.procs["worker-1"].state is P.STARTING
+
+
+def test_restart_budget_exhausted_fails_the_process_closes_the_world_and_the_job():
+    sup, host = make()
+    join_all(sup)
+    for _ in range(2):
+        sup.on_exit("worker-1", 3)
+        host.t = sup.procs["worker-1"].restart_at
+        sup.on_tick()
+    sup.on_exit("worker-1", 3)
+    rec = sup.procs["worker-1"]
+    assert rec.state is P.FAILED
+    assert "no restarts left (max_restarts: 2)" in rec.why
+    [close] = host.of("close")
+    assert close[0] == "world2" and "worker-1 will not come back" in close[2]
+    assert sup.worlds["world2"].state is W.CLOSED
+    assert sup.worlds["world1"].state is W.HEALTHY
+    for name in ("leader", "worker-0"):
+        sup.on_exit(name, 0)
+    assert sup.finished and sup.state is R.FAILED and sup.exit_code == 1
+
+
+def test_clean_finish_exit_code_zero():
+    sup, _ = make()
+    join_all(sup)
+    for name in sup.procs:
+        sup.on_exit(name, 0)
+    assert sup.state is R.FINISHED and sup.exit_code == 0
+    assert all(w.state is W.CLOSED for w in sup.worlds.values())
+
+
+def test_stopped_process_is_declared_hung_after_the_world_timeout_and_killed():
+    sup, host = make()
+    join_all(sup)
+    host.status["worker-0"] = "stopped"
+    sup.on_tick()
+    host.t += 9.9
+    for name, rec in sup.procs.items():
+        sup.on_heartbeat(name, rec.pid)
+    sup.on_tick()
+    assert sup.procs["worker-0"].state is P.RUNNING
+    host.t += 0.2
+    sup.on_tick()
+    assert sup.procs["worker-0"].state is P.HUNG
+    assert ("worker-0", signal.SIGKILL) in host.of("signal")
+    sup.on_exit("worker-0", -9)
+    assert host.of("broken")[-1] == ("world1", 0,
+                                     "worker-0 hung (stopped for 10s) and was killed")
+    assert sup.procs["worker-0"].state is P.RESTARTING
+
+
+def test_missing_heartbeat_is_a_hang():
+    sup, host = make()
+    join_all(sup)
+    host.t += 10.0
+    for name in ("leader", "worker-1"):
+        sup.on_heartbeat(name, sup.procs[name].pid)
+    sup.on_tick()
+    assert sup.procs["worker-0"].state is P.HUNG
+    assert sup.procs["worker-0"].hung == "no heartbeat for 10s"
+    assert sup.procs["leader"].state is P.RUNNING
+
+
+def test_on_failure_stop_stops_the_whole_job_and_fails_it():
+    sup, host = make(STAR.replace("world2: {members: [leader, worker-1]}",
+                                  "world2: {members: [leader, worker-1], on_failure: stop}"))
+    join_all(sup)
+    sup.on_exit("worker-1", 2)
+    assert sup.state is R.STOPPING
+    assert ("leader", signal.SIGTERM) in host.of("signal")
+    assert ("worker-0", signal.SIGTERM) in host.of("signal")
+    for name in ("leader", "worker-0"):
+        sup.on_exit(name, -15)
+    assert sup.state is R.FAILED and sup.exit_code == 1
+
+
+def test_stop_terms_then_kills_after_grace_and_counts_as_success():
+    sup, host = make(grace=5.0)
+    join_all(sup)
+    sup.request_stop("Ctrl-C")
+    assert sup.state is R.STOPPING
+    assert host.of("signal")[:2] == [("leader", signal.SIGTERM), ("leader", signal.SIGCONT)]
+    sup.on_exit("leader", 0)
+    sup.on_exit("worker-0", -15)
+    host.t += 5.0
+    sup.on_tick()
+    assert ("worker-1", signal.SIGKILL) in host.of("signal")
+    assert ("leader", signal.SIGKILL) not in host.of("signal")
+    sup.on_exit("worker-1", -9)
+    assert sup.procs["leader"].state is P.EXITED
+    assert sup.procs["worker-1"].state is P.STOPPED
+    assert sup.state is R.FINISHED and sup.exit_code == 0
+    assert len(host.of("spawn")) == 3  # no restarts during a stop
+
+
+def test_second_stop_kills_at_once():
+    sup, host = make()
+    sup.request_stop("Ctrl-C")
+    sup.request_stop("Ctrl-C again")
+    assert ("worker-1", signal.SIGKILL) in host.of("signal")
+
+
+def test_kill_world_signals_only_exclusive_members_or_one_rank():
+    sup, host = make()
+    join_all(sup)
+    hit = sup.kill_world("world1", None, signal.SIGKILL)
+    assert [h["process"] for h in hit] == ["worker-0"]
+    assert host.of("signal") == [("worker-0", signal.SIGKILL)]
+    hit = sup.kill_world("world2", 0, signal.SIGSTOP)
+    assert hit[0]["process"] == "leader" and hit[0]["rank"] == 0
+    with pytest.raises(ValueError, match="no world named 'nope'"):
+        sup.kill_world("nope", None, signal.SIGKILL)
+    with pytest.raises(ValueError, match=r"ranks 0\.\.1, not 5"):
+        sup.kill_world("world1", 5, signal.SIGKILL)
+
+
+def test_kill_world_without_exclusive_members_needs_a_rank():
+    text = ("processes:\n  a: {cmd: x}\n  b: {cmd: y}\n"
+            "worlds:\n  w1: {members: [a, b]}\n  w2: {members: [b, a]}\n")
+    sup, _ = make(text)
+    with pytest.raises(ValueError, match="name one with --rank"):
+        sup.kill_world("w1", None, signal.SIGKILL)
+
+
+def test_plain_members_join_after_a_grace_period():
+    sup, host = make()
+    assert sup.worlds["world1"].state is W.FORMING
+    host.t += PLAIN_GRACE
+    sup.on_tick()
+    assert all(w.state is W.HEALTHY for w in sup.worlds.values())
+    assert all(r.state is P.RUNNING for r in sup.procs.values())
+
+
+def test_a_command_that_cannot_start_fails_at_once_and_only_its_world_closes():
+    topo_text = STAR
+    topo = parse(topo_text, "t.yaml")
+    plan = place(topo, {"localhost": HostInventory(True, (0,), ())}, lambda a, t: 40000)
+    host = FakeHost()
+    host.fail_start.add("worker-1")
+    sup = Supervisor(plan, host)
+    sup.start()
+    rec = sup.procs["worker-1"]
+    assert rec.state is P.FAILED
+    assert rec.why.startswith("worker-1 could not start: No such file")
+    assert sup.worlds["world2"].state is W.CLOSED
+    join_all(sup)
+    assert sup.worlds["world1"].state is W.HEALTHY
+
+
+def test_messages_from_an_earlier_incarnation_are_ignored():
+    sup, host = make()
+    old_pid = sup.procs["worker-0"].pid
+    sup.on_exit("worker-0", 1)
+    host.t += 1.0
+    sup.on_tick()
+    sup.on_hello("worker-0", old_pid, 1.0)
+    assert not sup.procs["worker-0"].said_hello
+    sup.on_world_event("worker-0", old_pid, "world1", 1, "ready")
+    assert "world1" not in sup.procs["worker-0"].ready
+
+
+def test_a_member_reported_break_moves_the_world_to_its_next_generation():
+    sup, host = make()
+    join_all(sup)
+    leader = sup.procs["leader"]
+    sup.on_world_event("leader", leader.pid, "world2", 0, "broken", "rank 0: timed out")
+    # everyone is alive, so the world goes straight on to form its next generation
+    world = sup.worlds["world2"]
+    assert (world.state, world.breaks, world.reason) == (W.FORMING, 1, "rank 0: timed out")
+    assert host.of("open") == [("world2", 0)]
+    assert host.of("broken") == []  # the member wrote the store itself
+    assert sup.worlds["world2"].generation == 1
