@@ -19,6 +19,7 @@ __all__ = [
     "World",
     "WorldSpec",
     "__version__",
+    "from_worldinfo",
     "init",
 ]
 
@@ -26,6 +27,7 @@ _LAZY = {
     "init": "mwrun.job",
     "Job": "mwrun.job",
     "WorldSpec": "mwrun.spec",
+    "from_worldinfo": "mwrun.spec",
     "World": "mwrun.world",
     "Work": "mwrun.work",
 }

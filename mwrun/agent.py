@@ -51,8 +51,9 @@ class Agent:
                 self._sock = None
 
     def world_event(self, world: str, generation: int, event: str, reason: str = "") -> None:
-        self.send({"verb": "world", "process": self._process, "world": world,
-                   "generation": generation, "event": event, "reason": reason})
+        self.send({"verb": "world", "process": self._process, "pid": os.getpid(),
+                   "world": world, "generation": generation, "event": event,
+                   "reason": reason})
 
     def _beat(self) -> None:
         while not self._stop.wait(self._interval):

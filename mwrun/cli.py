@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import click
 
 from mwrun import __version__
-from mwrun.errors import MwrunError, TopologyError
+from mwrun.errors import MwrunError, RunError, TopologyError
 
 EPILOG = """\b
 Examples:
   mwrun validate configs/star.yaml
   mwrun launch configs/star.yaml --dry-run
+  mwrun launch configs/star.yaml
+  mwrun status --watch
+  mwrun kill-world world1
+  mwrun logs worker-0 -f
+  mwrun stop
+
+Runs live under $MWRUN_HOME (default ~/.mwrun); RUN defaults to the newest live run.
 """
 
 
@@ -31,6 +39,9 @@ class _Group(click.Group):
         except MwrunError as exc:
             click.echo(f"Error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
 
 
 @click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -44,6 +55,7 @@ def main():
 
 
 topology_arg = click.argument("topology", type=click.Path(dir_okay=False, path_type=str))
+run_arg = click.argument("run", required=False)
 
 
 def _plan(path: str, choose_port):
@@ -72,29 +84,189 @@ def validate(topology):
 @topology_arg
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
+@click.option("--detach", is_flag=True, help="Run in the background; print the run id.")
 @click.option("--run-id", help="Name of the run (default: NAME-YYYYMMDD-HHMMSS).")
-def launch(topology, dry_run, as_json, run_id):
+@click.option("--grace", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              envvar="MWRUN_GRACE", help="Seconds between SIGTERM and SIGKILL on stop.")
+@click.option("--detached-child", is_flag=True, hidden=True)
+def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):
     """Plan, start and supervise the job in TOPOLOGY.
+
+    Every process's output is shown prefixed with its name and kept in the run's
+    logs. Ctrl-C (or SIGTERM) stops the job: SIGTERM to every process, then SIGKILL
+    after --grace seconds; a second Ctrl-C kills at once. Exit status: 0 when every
+    process ended well (or was stopped by you), 1 when the job failed, 2 for a bad
+    topology.
 
     \b
     Examples:
       mwrun launch configs/star.yaml --dry-run
-      mwrun launch configs/star.yaml --dry-run --json
+      mwrun launch configs/star.yaml
+      mwrun launch configs/star.yaml --detach --run-id demo
     """
+    if as_json and not dry_run:
+        raise click.UsageError("--json goes with --dry-run")
+    if dry_run:
+        _dry_run(topology, run_id, as_json)
+        return
+    from mwrun import launch as launching
+
+    if detach:
+        run = launching.detach(topology, run_id, grace)
+        click.echo(f"started run {run} in the background\n"
+                   f"  mwrun status {run} --watch\n  mwrun logs PROCESS {run} -f\n"
+                   f"  mwrun stop {run}")
+        return
+    sys.exit(launching.run(topology, run_id, grace, sys.stdout, existing_dir=detached_child))
+
+
+def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:
     from mwrun import environment, planview, rundir
     from mwrun.ports import probe_free
 
-    if as_json and not dry_run:
-        raise click.UsageError("--json goes with --dry-run")
     _, plan = _plan(topology, probe_free)
     run_id = run_id or rundir.new_run_id(plan.name)
     control = str(rundir.control_path(run_id))
     envs = {name: environment.mwrun_env(plan, name, run_id=run_id, control=control)
             for name in plan.processes}
-    if dry_run:
-        click.echo(planview.plan_json(plan, envs) if as_json else planview.plan_text(plan, envs))
+    click.echo(planview.plan_json(plan, envs) if as_json else planview.plan_text(plan, envs))
+
+
+def _live_status(run: str | None) -> tuple[str, dict, bool]:
+    """(run id, status document, whether its supervisor answered)."""
+    from mwrun import control, rundir
+
+    run_id, state = rundir.find(run)
+    if rundir.is_live(state):
+        try:
+            reply = control.request(state["control"], {"verb": "status"})
+            return run_id, reply["status"], True
+        except RunError:
+            pass
+    return run_id, state, False
+
+
+@main.command()
+@run_arg
+@click.option("--json", "as_json", is_flag=True, help="The status document as JSON.")
+@click.option("--watch", "-w", is_flag=True, help="Refresh every second until the run ends.")
+def status(run, as_json, watch):
+    """Processes and worlds of RUN (default: the newest live run).
+
+    \b
+    Examples:
+      mwrun status
+      mwrun status star-20261122-101500 --json
+      mwrun status --watch
+    """
+    import json
+
+    from mwrun.output import use_colour
+    from mwrun.statusview import render
+
+    while True:
+        run_id, doc, live = _live_status(run)
+        if as_json:
+            click.echo(json.dumps(doc, indent=1))
+        else:
+            if watch and sys.stdout.isatty():
+                click.echo("\033[H\033[2J", nl=False)
+            click.echo(render(doc, live, use_colour()))
+        if not watch or doc["state"] in ("finished", "failed") or not live:
+            return
+        run = run_id
+        time.sleep(1.0)
+
+
+@main.command("kill-world")
+@click.argument("world")
+@run_arg
+@click.option("--rank", type=int, help="Signal exactly this rank of WORLD.")
+@click.option("--signal", "sig", default="KILL", show_default=True,
+              help="Signal name or number: KILL for a crash, STOP for a hang, TERM...")
+def kill_world(world, run, rank, sig):
+    """Fault drill: break WORLD by signalling its members that are in no other world.
+
+    Members shared with other worlds survive and see WORLD break; restart policies
+    then apply. With --rank, exactly that rank is signalled.
+
+    \b
+    Examples:
+      mwrun kill-world world1
+      mwrun kill-world world1 --signal STOP      # a hang: declared hung after the timeout
+      mwrun kill-world world2 --rank 0 --signal TERM
+    """
+    from mwrun import control, rundir
+
+    try:
+        control.signal_number(sig)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--signal") from None
+    run_id, state = rundir.find(run)
+    _require_live(run_id, state)
+    reply = control.request(state["control"], {"verb": "kill_world", "world": world,
+                                                "rank": rank, "signal": sig})
+    for hit in reply["signalled"]:
+        click.echo(f"sent SIG{sig.upper().removeprefix('SIG')} to {hit['process']}"
+                   f" (pid {hit['pid']}, rank {hit['rank']} of {world})")
+
+
+def _require_live(run_id: str, state: dict) -> None:
+    from mwrun import rundir
+
+    if not rundir.is_live(state):
+        raise RunError(f"run {run_id} is not running (it is {state.get('state')});"
+                       " see mwrun status " + run_id)
+
+
+@main.command()
+@run_arg
+@click.option("--no-wait", is_flag=True, help="Ask for the stop and return at once.")
+def stop(run, no_wait):
+    """Stop RUN cleanly: SIGTERM, a grace period, then SIGKILL.
+
+    \b
+    Examples:
+      mwrun stop
+      mwrun stop star-20261122-101500
+    """
+    from mwrun import control, rundir
+
+    run_id, state = rundir.find(run)
+    _require_live(run_id, state)
+    control.request(state["control"], {"verb": "stop"})
+    click.echo(f"stopping {run_id}...")
+    if no_wait:
         return
-    raise click.UsageError("only --dry-run is available in this version")
+    while True:
+        state = rundir.read_state(run_id) or state
+        if state.get("state") in rundir.FINAL or not rundir.supervisor_alive(state):
+            break
+        time.sleep(0.2)  # the state file is the other process's; nothing to block on
+    click.echo(f"run {run_id} {state.get('state')}")
+
+
+@main.command()
+@click.argument("process")
+@run_arg
+@click.option("--follow", "-f", is_flag=True, help="Keep printing as the log grows.")
+def logs(process, run, follow):
+    """The output of PROCESS in RUN (stdout and stderr, as it printed them).
+
+    \b
+    Examples:
+      mwrun logs leader
+      mwrun logs worker-0 star-20261122-101500 -f
+    """
+    from mwrun import logfile, rundir
+
+    run_id, state = rundir.find(run)
+    names = [p["name"] for p in state.get("processes", [])]
+    if process not in names:
+        raise RunError(f"run {run_id} has no process {process!r}; it has: {', '.join(names)}")
+    path = rundir.run_path(run_id) / "logs" / f"{process}.log"
+    logfile.show(path, follow, lambda: rundir.is_live(rundir.read_state(run_id) or {}),
+                 click.echo)
 
 
 if __name__ == "__main__":  # pragma: no cover

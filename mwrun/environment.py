@@ -17,8 +17,12 @@ from collections.abc import Mapping
 
 from mwrun.placement import Plan, ProcessPlan
 
-# Variables mwrun sets; a copy of the supervisor's own values must never leak through.
-OWNED_PREFIXES = ("MWRUN_", "TORCHELASTIC_")
+# Variables mwrun sets; a copy of the supervisor's own values must never leak through
+# (an outer torchrun's TORCHELASTIC_*, a job launched from inside another job). The
+# user's settings (MWRUN_HOME, MWRUN_GRACE) do pass, so a job can drive mwrun itself.
+OWNED_PREFIXES = ("TORCHELASTIC_",)
+OWNED_MWRUN = ("MWRUN_WORLDS", "MWRUN_PROCESS", "MWRUN_RUN_ID", "MWRUN_RESTART_COUNT",
+               "MWRUN_CONTROL", "MWRUN_HOST_ADDR")
 OWNED = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
          "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
          "CUDA_VISIBLE_DEVICES")
@@ -74,7 +78,7 @@ def mwrun_env(plan: Plan, name: str, *, run_id: str, control: str,
 def process_env(plan: Plan, name: str, inherited: Mapping[str, str], **kwargs) -> dict:
     """The full environment: inherited, minus mwrun's own names, plus the user's, plus ours."""
     env = {k: v for k, v in inherited.items()
-           if k not in OWNED and not k.startswith(OWNED_PREFIXES)}
+           if k not in OWNED and k not in OWNED_MWRUN and not k.startswith(OWNED_PREFIXES)}
     env.update(plan.processes[name].env)
     env.update(mwrun_env(plan, name, **kwargs))
     return env

@@ -37,7 +37,7 @@ def table(headers: list[str], rows: list[list[str]], indent: str = "") -> str:
 def seconds(value: float) -> str:
     """3.0 -> '3s', 0.5 -> '0.5s', 90 -> '1m30s', 7322 -> '2h02m'."""
     if value < 60:
-        return f"{value:g}s" if value < 10 else f"{value:.0f}s"
+        return f"{value:.1f}s".replace(".0s", "s") if value < 10 else f"{value:.0f}s"
     minutes, secs = divmod(int(value), 60)
     if minutes < 60:
         return f"{minutes}m{secs:02d}s"

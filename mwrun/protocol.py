@@ -27,6 +27,10 @@ exactly that):
     every wake key, so every member learns of the break within a store round trip,
     even one whose main thread is busy elsewhere. A member that closes sets only its
     own key, to end its watcher.
+``mwrun/gN/left/R``
+    Rank R closed the world (finished). It breaks nothing by itself (a peer may still
+    be reading R's last message); a peer whose next call fails finds the marker and
+    says so, instead of quoting the socket error.
 ``mwrun/gN/next``
     The host's decision after a break: ``open`` (generation N+1 may form: ``gen`` is
     N+1 already) or ``closed: REASON`` (the world will not re-form, e.g. its failed
@@ -78,6 +82,14 @@ def mark_broken(store, generation: int, size: int, reason: str) -> str:
     wake = [wake_key(generation, r) for r in range(size)] + arrival_keys(generation, size)
     store.multi_set(wake, ["broken"] * len(wake))
     return won
+
+
+def leave(store, generation: int, rank: int) -> None:
+    store.set(key(generation, f"left/{rank}"), "1")
+
+
+def who_left(store, generation: int, size: int) -> list[int]:
+    return [r for r in range(size) if store.check([key(generation, f"left/{r}")])]
 
 
 def broken_reason(store, generation: int) -> str | None:

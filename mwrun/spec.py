@@ -62,3 +62,22 @@ def from_environment(environ: Mapping[str, str] = os.environ) -> dict[str, World
                 for name, w in data.items()}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise MwrunError(f"MWRUN_WORLDS is malformed ({exc}): {text[:200]}") from None
+
+
+def from_worldinfo(items: list[str], size: int, addr: str = "127.0.0.1",
+                   backend: str = "gloo", base_port: int = 29500,
+                   timeout: float = 30.0) -> dict[str, WorldSpec]:
+    """MultiWorld's ``--worldinfo W,R`` arguments as WorldSpecs, by hand.
+
+    World W is named ``worldW`` and its store listens on ``base_port + 1000 * W``, as in
+    the MultiWorld examples, so their command lines carry over unchanged.
+    """
+    specs = {}
+    for item in items:
+        try:
+            index, rank = (int(part) for part in item.split(","))
+        except ValueError:
+            raise MwrunError(f"--worldinfo {item!r}: give WORLD,RANK, e.g. 1,0") from None
+        specs[f"world{index}"] = WorldSpec(rank=rank, size=size, addr=addr, backend=backend,
+                                           port=base_port + 1000 * index, timeout=timeout)
+    return specs

@@ -40,6 +40,7 @@ class ProcessRecord:
     restart_at: float | None = None
     generations: dict[str, int] = field(default_factory=dict)  # world -> generation it is in
     ready: set[str] = field(default_factory=set)  # worlds it joined at that generation
+    left: set[str] = field(default_factory=set)  # worlds it closed (finished with)
     said_hello: bool = False
     beat_every: float | None = None
     last_beat: float = 0.0
@@ -92,7 +93,7 @@ class Supervisor:
         # RESTARTING -> STARTING, or a first start
         rec.state, rec.pid, rec.exit_code = P.STARTING, pid, None
         rec.started, rec.started_at = now, self.host.wall()
-        rec.generations, rec.ready = generations, set()
+        rec.generations, rec.ready, rec.left = generations, set(), set()
         rec.said_hello, rec.beat_every, rec.stopped_since, rec.hung = False, None, None, None
         rec.restart_at = None
 
@@ -162,7 +163,9 @@ class Supervisor:
         self.host.say(rec.why)
         for world_name in rec.plan.worlds:
             world = self.worlds[world_name]
-            if world.state in (W.FORMING, W.HEALTHY) and \
+            # A member that finished for good closes its worlds; anything else breaks them.
+            finished = exit.clean and not decision.restart
+            if world.state in (W.FORMING, W.HEALTHY) and not finished and \
                     rec.generations.get(world_name) == world.generation:
                 self._break(world, what)
             if policy.stops_the_job(world.plan.on_failure, exit) and not self.stopping:
@@ -189,7 +192,7 @@ class Supervisor:
             return
         gone = next(self.procs[m] for m in world.plan.members
                     if not (self.procs[m].state.alive or self.procs[m].state is P.RESTARTING))
-        reason = f"{gone.plan.name} will not come back ({gone.why})"
+        reason = gone.why if gone.state is P.FAILED else f"{gone.why} and will not restart"
         world.state, world.reason = W.CLOSED, reason  # any -> CLOSED
         self.host.close_world(world.plan.name, world.generation, reason)
 
@@ -210,10 +213,13 @@ class Supervisor:
         rec, world = self.procs.get(name), self.worlds.get(world_name)
         if rec is None or world is None or rec.pid != pid or world_name not in rec.plan.worlds:
             return
+        left = any(world_name in self.procs[m].left for m in world.plan.members)
         if event == "ready" and generation == world.generation:
             rec.ready.add(world_name)
             rec.generations[world_name] = generation
-        elif event == "broken" and generation == world.generation \
+        elif event == "closed" and generation == world.generation:
+            rec.left.add(world_name)  # its exit decides whether the world goes on
+        elif event == "broken" and generation == world.generation and not left \
                 and world.state in (W.FORMING, W.HEALTHY):
             # A member saw the break first (a timeout, a drill by hand): its store says
             # so already; the rest of the world follows it to the next generation.
@@ -322,11 +328,10 @@ class Supervisor:
         self.host.say(f"kill-world {world_name}: {signal.Signals(sig).name} to {names}")
         return hit
 
-    def next_wakeup(self) -> float:
-        """When on_tick should run next (monotonic)."""
-        now = self.host.now()
-        times = [now + TICK]
-        times += [r.restart_at for r in self.procs.values()
-                  if r.state is P.RESTARTING and r.restart_at is not None]
+    def deadline(self) -> float | None:
+        """The next moment something is due (a restart, a kill), besides the regular
+        TICK the loop keeps for hang checks; None if nothing is."""
+        times = [r.restart_at for r in self.procs.values()
+                 if r.state is P.RESTARTING and r.restart_at is not None]
         times += [t for t in (self.kill_at, self.give_up_at) if t is not None]
-        return min(times)
+        return min(times, default=None)

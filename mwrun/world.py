@@ -256,6 +256,11 @@ class World:
         if store is None:
             return mine
         try:
+            left = protocol.who_left(store, generation, self.size)
+            if left:
+                # Not published: another member may still be reading the last words of
+                # the one that left, and a published break would abort that read.
+                return f"rank {left[0]} left the world (it closed it)"
             if self._agent is not None:
                 give_up = time.monotonic() + 0.1
                 while time.monotonic() < give_up:
@@ -313,6 +318,9 @@ class World:
             group, self._group = self._group, None
             generation = self._generation
         store, watcher = self._store, self._watcher
+        if store is not None and generation >= 0:
+            with contextlib.suppress(RuntimeError, TimeoutError):
+                protocol.leave(store, generation, self.rank)
         if watcher is not None and store is not None and watcher.is_alive():
             with contextlib.suppress(RuntimeError, TimeoutError):
                 store.set(protocol.wake_key(generation, self.rank), "close")

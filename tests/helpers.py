@@ -92,6 +92,39 @@ class Proc:
             os.killpg(self.pid, signal.SIGKILL)
 
 
+def prefixed(name: str):
+    """A predicate factory for launch output: JSON lines of process ``name``."""
+    def parse(line):
+        if not isinstance(line, str) or " | " not in line:
+            return None
+        who, _, text = line.partition(" | ")
+        if who.strip() != name:
+            return None
+        value = _parse(text)
+        return value if isinstance(value, dict) else None
+    return parse
+
+
+def leftovers(home) -> list[psutil.Process]:
+    """Every process (but this one) started with MWRUN_HOME=home: supervisor, watchdog,
+    children and their restarts all inherit it."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.pid != os.getpid() and proc.environ().get("MWRUN_HOME") == str(home) \
+                    and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
+def wait_gone(home, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while leftovers(home) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = leftovers(home)
+    assert not left, f"left behind: {[(p.pid, p.cmdline()) for p in left]}"
+
+
 def _parse(line: str):
     try:
         return json.loads(line)

@@ -56,7 +56,7 @@ def test_dry_run_prints_the_plan_and_starts_nothing():
     assert "leader    localhost  -     -     world1:0 world2:0" in out
     assert "(free port)" in out
     assert "MWRUN_RUN_ID=demo-1" in out
-    assert f"cmd: {sys.executable} examples/send_recv/leader.py --steps 60" in out
+    assert f"cmd: {sys.executable} examples/send_recv/leader.py" in out
 
 
 def test_dry_run_json_has_environment_of_every_process():

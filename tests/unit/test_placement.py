@@ -179,9 +179,13 @@ def test_process_env_drops_inherited_mwrun_names_and_adds_user_env():
     text = ("processes:\n  a: {cmd: x, env: {LOG: debug}}\nworlds:\n  w: {members: [a]}\n")
     plan = plan_of(text)
     env = process_env(plan, "a", {"PATH": "/bin", "RANK": "7", "MWRUN_WORLDS": "{}",
+                                  "MWRUN_HOST_ADDR": "10.1.1.1", "MWRUN_HOME": "/h",
+                                  "TORCHELASTIC_ERROR_FILE": "/e",
                                   "CUDA_VISIBLE_DEVICES": "3", "LOG": "info"},
                       run_id="r", control="c")
     assert env["PATH"] == "/bin" and env["LOG"] == "debug"
+    assert env["MWRUN_HOME"] == "/h" and env["MWRUN_HOST_ADDR"] == "127.0.0.1"
+    assert "TORCHELASTIC_ERROR_FILE" not in env
     assert env["RANK"] == "0" and env["CUDA_VISIBLE_DEVICES"] == ""
     assert json.loads(env["MWRUN_WORLDS"])["w"]["size"] == 1
     assert "OMP_NUM_THREADS" not in env

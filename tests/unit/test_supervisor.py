@@ -144,7 +144,7 @@ def test_restart_budget_exhausted_fails_the_process_closes_the_world_and_the_job
     assert rec.state is P.FAILED
     assert "no restarts left (max_restarts: 2)" in rec.why
     [close] = host.of("close")
-    assert close[0] == "world2" and "worker-1 will not come back" in close[2]
+    assert close[0] == "world2" and close[2].startswith("worker-1 exited with code 3")
     assert sup.worlds["world2"].state is W.CLOSED
     assert sup.worlds["world1"].state is W.HEALTHY
     for name in ("leader", "worker-0"):
@@ -302,3 +302,18 @@ def test_a_member_reported_break_moves_the_world_to_its_next_generation():
     assert host.of("open") == [("world2", 0)]
     assert host.of("broken") == []  # the member wrote the store itself
     assert sup.worlds["world2"].generation == 1
+
+
+def test_a_member_that_finishes_closes_its_world_without_a_break():
+    sup, host = make()
+    join_all(sup)
+    rec = sup.procs["worker-0"]
+    sup.on_world_event("worker-0", rec.pid, "world1", 0, "closed")
+    leader = sup.procs["leader"]
+    # the leader's call fails as the worker leaves: not a break to re-form from
+    sup.on_world_event("leader", leader.pid, "world1", 0, "broken", "rank 1 left the world")
+    sup.on_exit("worker-0", 0)
+    world = sup.worlds["world1"]
+    assert (world.state, world.breaks, world.generation) == (W.CLOSED, 0, 0)
+    assert host.of("broken") == [] and host.of("open") == []
+    assert host.of("close") == [("world1", 0, "worker-0 exited normally and will not restart")]

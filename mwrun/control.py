@@ -1,0 +1,186 @@
+"""The control channel: a Unix socket in the run folder, JSON lines, small handlers.
+
+Each request is one JSON object on one line with a ``verb``; the reply is one line,
+``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. The socket is the
+owner's only (mode 0600, and the peer's uid is checked). Verbs, each a handler below
+whose docstring is its protocol:
+
+- ``status`` -> ``{"ok": true, "status": <status document>}``
+- ``kill_world {world, rank?, signal?}`` -> ``{"ok": true, "signalled": [...]}``
+- ``stop`` -> ``{"ok": true}``; the run then stops on its own time
+- ``hello``, ``heartbeat``, ``world`` -> no reply: what the library tells the supervisor
+
+The handlers only translate requests into calls on the supervisor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+
+from mwrun.errors import RunError
+
+MAX_LINE = 1 << 20
+
+
+def signal_number(value) -> int:
+    """'KILL', 'SIGSTOP', 'term', 9 -> a signal number; ValueError otherwise."""
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        number = int(value)
+        signal.Signals(number)
+        return number
+    name = str(value).upper()
+    name = name if name.startswith("SIG") else f"SIG{name}"
+    try:
+        return int(signal.Signals[name])
+    except KeyError:
+        raise ValueError(f"unknown signal {value!r}") from None
+
+
+def handle_status(runner, request: dict) -> dict:
+    """status -> the status document of the run."""
+    return {"ok": True, "status": runner.document(fresh_usage=True)}
+
+
+def handle_kill_world(runner, request: dict) -> dict:
+    """kill_world {world, rank: int|null, signal: name|number (KILL)} -> who was signalled."""
+    world = request.get("world")
+    rank = request.get("rank")
+    if not isinstance(world, str) or (rank is not None and not isinstance(rank, int)):
+        return {"ok": False, "error": "kill_world needs a world name and an optional rank"}
+    try:
+        sig = signal_number(request.get("signal", "KILL"))
+        return {"ok": True, "signalled": runner.supervisor.kill_world(world, rank, sig)}
+    except ValueError as exc:
+        return {"ok": False, "error": str(exc)}
+
+
+def handle_stop(runner, request: dict) -> dict:
+    """stop -> the run begins a clean stop (a second stop kills at once)."""
+    runner.supervisor.request_stop("stop requested by mwrun stop")
+    return {"ok": True}
+
+
+def handle_hello(runner, request: dict) -> None:
+    runner.supervisor.on_hello(request.get("process"), request.get("pid"),
+                               float(request.get("interval", 1.0)))
+
+
+def handle_heartbeat(runner, request: dict) -> None:
+    runner.supervisor.on_heartbeat(request.get("process"), request.get("pid"))
+
+
+def handle_world(runner, request: dict) -> None:
+    runner.supervisor.on_world_event(request.get("process"), request.get("pid"),
+                                     request.get("world"), request.get("generation"),
+                                     request.get("event"), request.get("reason", ""))
+
+
+HANDLERS = {"status": handle_status, "kill_world": handle_kill_world, "stop": handle_stop,
+            "hello": handle_hello, "heartbeat": handle_heartbeat, "world": handle_world}
+
+
+class Connection:
+    """One client: bytes in, whole lines out, replies written back."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.buffer = b""
+        self.pid: int | None = None  # for agent connections: the process's pid
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def read_lines(self) -> list[dict] | None:
+        """Complete requests received so far; None once the peer has gone."""
+        try:
+            data = self.sock.recv(65536)
+        except BlockingIOError:
+            return []
+        except OSError:
+            return None
+        if not data:
+            return None
+        self.buffer += data
+        if len(self.buffer) > MAX_LINE:
+            return None
+        *lines, self.buffer = self.buffer.split(b"\n")
+        requests = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                request = json.loads(line)
+                if isinstance(request, dict):
+                    requests.append(request)
+        return requests
+
+    def reply(self, message: dict) -> None:
+        self.sock.setblocking(True)
+        self.sock.settimeout(2.0)
+        with contextlib.suppress(OSError):
+            self.sock.sendall(json.dumps(message).encode() + b"\n")
+        self.sock.setblocking(False)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def dispatch(runner, request: dict) -> dict | None:
+    handler = HANDLERS.get(request.get("verb"))
+    if handler is None:
+        return {"ok": False, "error": f"unknown verb {request.get('verb')!r}"}
+    try:
+        return handler(runner, request)
+    except (TypeError, ValueError, KeyError) as exc:
+        return {"ok": False, "error": f"bad request: {exc}"}
+
+
+def listen(path: str) -> socket.socket:
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)  # the socket file is born owner-only: no window of 0755
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    sock.listen(64)
+    sock.setblocking(False)
+    return sock
+
+
+def same_user(sock: socket.socket) -> bool:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _, uid, _ = struct.unpack("3i", creds)
+    return uid == os.getuid()
+
+
+def request(path: str, message: dict, timeout: float = 10.0) -> dict:
+    """Send one request to a run's supervisor and return its reply (RunError if none)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(path)
+            sock.sendall(json.dumps(message).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    except (FileNotFoundError, ConnectionRefusedError):
+        raise RunError("its supervisor is not running (no one answers on"
+                       f" {path})") from None
+    except OSError as exc:
+        raise RunError(f"cannot reach its supervisor at {path}: {exc}") from None
+    try:
+        reply = json.loads(data)
+    except ValueError:
+        raise RunError("its supervisor closed the connection without answering") from None
+    if not reply.get("ok"):
+        raise RunError(reply.get("error", "the supervisor refused"))
+    return reply

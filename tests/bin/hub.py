@@ -1,0 +1,40 @@
+"""Rank 0 of every world it is in: receives from rank 1 of each, one thread per world,
+rejoins broken worlds, and reports as JSON lines. Ends when all its worlds are over."""
+
+import json
+import threading
+import time
+
+import torch
+
+import mwrun
+
+
+def say(**fields):
+    print(json.dumps(fields), flush=True)
+
+
+def serve(world):
+    t = torch.zeros(1)
+    while True:
+        try:
+            world.recv(t, 1)
+            say(event="recv", world=world.name, value=t.item(), generation=world.generation)
+        except mwrun.BrokenWorldError as exc:
+            say(event="broken", world=world.name, reason=exc.reason, t=time.monotonic())
+            try:
+                world.rejoin()
+            except mwrun.BrokenWorldError as final:
+                say(event="over", world=world.name, reason=final.reason)
+                return
+            say(event="rejoined", world=world.name, generation=world.generation)
+
+
+job = mwrun.init()
+threads = [threading.Thread(target=serve, args=(w,)) for w in job.worlds.values()]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+job.close()
+say(event="done")

@@ -1,0 +1,33 @@
+"""Rank 1 of one world: sends a counter to rank 0; can crash on purpose."""
+
+import argparse
+import os
+import time
+
+import torch
+
+import mwrun
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--interval", type=float, default=0.05)
+parser.add_argument("--count", type=int, default=0, help="0: until killed")
+parser.add_argument("--crash-after", type=float, help="seconds, then exit --crash-code")
+parser.add_argument("--crash-code", type=int, default=3)
+parser.add_argument("--crash-restarts", type=int, default=1,
+                    help="crash only while MWRUN_RESTART_COUNT is below this")
+args = parser.parse_args()
+
+job = mwrun.init()
+[world] = job.worlds.values()
+started = time.monotonic()
+crashing = int(os.environ["MWRUN_RESTART_COUNT"]) < args.crash_restarts
+step = 0
+while args.count == 0 or step < args.count:
+    if crashing and args.crash_after is not None and \
+            time.monotonic() - started >= args.crash_after:
+        print(f"crashing with code {args.crash_code}", flush=True)
+        os._exit(args.crash_code)
+    world.send(torch.tensor([float(step)]), 0)
+    step += 1
+    time.sleep(args.interval)
+job.close()

@@ -1,0 +1,269 @@
+"""mwrun launch on real processes: failures, restarts, hangs, stops, and the CLI around it."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tests.helpers import BIN, ROOT, leftovers, prefixed, wait_gone
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def home(tmp_path):
+    path = tmp_path / "home"
+    yield path
+    for proc in leftovers(path):  # a failed test must not leave a job running
+        for p in [proc, *proc.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    wait_gone(path)
+
+
+def write_star(tmp_path, spoke0="", spoke1="", restart0="never", max_restarts=3,
+               backoff=0.2, timeout=10, extra_world1=""):
+    text = f"""\
+version: 1
+name: star
+timeout: {timeout}
+processes:
+  leader:
+    cmd: [{sys.executable}, {BIN / 'hub.py'}]
+  worker-0:
+    cmd: {sys.executable} {BIN / 'spoke.py'} {spoke0}
+    restart: {restart0}
+    max_restarts: {max_restarts}
+    restart_backoff: {backoff}
+  worker-1:
+    cmd: {sys.executable} {BIN / 'spoke.py'} {spoke1}
+worlds:
+  world1: {{members: [leader, worker-0]{extra_world1}}}
+  world2: {{members: [leader, worker-1]}}
+"""
+    path = tmp_path / "star.yaml"
+    path.write_text(text)
+    return path
+
+
+def launch(procs, home, topology, *extra):
+    return procs.start([sys.executable, "-m", "mwrun", "launch", str(topology), *extra],
+                       env={"MWRUN_HOME": str(home), "NO_COLOR": "1"})
+
+
+def cli(home, *args, check=False):
+    result = subprocess.run([sys.executable, "-m", "mwrun", *args], capture_output=True,
+                            text=True, env={**os.environ, "MWRUN_HOME": str(home)},
+                            timeout=60)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def status(home, run=None):
+    return json.loads(cli(home, "status", *([run] if run else []), "--json",
+                          check=True).stdout)
+
+
+def wait_for(condition, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_status(home, predicate, what, run=None, timeout=30.0):
+    """Poll the run's status document until predicate(doc) holds; return it."""
+    found = {}
+
+    def check():
+        found["doc"] = status(home, run)
+        return predicate(found["doc"])
+
+    wait_for(check, timeout, what)
+    return found["doc"]
+
+
+def expect(proc, name, event, timeout=30.0, **match):
+    parse = prefixed(name)
+    line = proc.expect(lambda line: (v := parse(line)) is not None and v.get("event") == event
+                       and all(v.get(k) == m for k, m in match.items()), timeout)
+    return parse(line)
+
+
+def world_state(doc, name):
+    return next(w for w in doc["worlds"] if w["name"] == name)
+
+
+def proc_state(doc, name):
+    return next(p for p in doc["processes"] if p["name"] == name)
+
+
+def test_crash_is_isolated_to_its_world(procs, home, tmp_path):
+    topology = write_star(tmp_path, spoke0="--crash-after 1.5", spoke1="--count 0")
+    job = launch(procs, home, topology)
+    expect(job, "leader", "recv", world="world1")
+    broken = expect(job, "leader", "broken", world="world1")
+    assert broken["reason"] == "worker-0 exited with code 3"
+    over = expect(job, "leader", "over", world="world1")
+    assert over["reason"].startswith("worker-0 exited with code 3")
+    expect(job, "leader", "recv", world="world2")  # world2 carries on
+    doc = status(home)
+    assert proc_state(doc, "worker-0")["state"] == "failed"
+    assert proc_state(doc, "worker-0")["exit_code"] == 3
+    assert world_state(doc, "world1")["state"] == "closed"
+    assert world_state(doc, "world2")["state"] == "healthy"
+    assert proc_state(doc, "worker-1")["restarts"] == 0
+    job.signal(signal.SIGINT)
+    assert job.wait() == 1  # a process failed during the run
+    wait_gone(home)
+
+
+def test_crash_restarts_only_that_process_and_the_world_reforms(procs, home, tmp_path):
+    topology = write_star(tmp_path, spoke0="--crash-after 1.0", restart0="on-failure")
+    job = launch(procs, home, topology)
+    expect(job, "leader", "broken", world="world1")
+    rejoined = expect(job, "leader", "rejoined", world="world1")
+    assert rejoined["generation"] == 1
+    expect(job, "leader", "recv", world="world1", generation=1)
+    doc = wait_status(home, lambda d: world_state(d, "world1")["state"] == "healthy",
+                      "world1 healthy again")
+    assert world_state(doc, "world1")["generation"] == 1
+    assert world_state(doc, "world1")["breaks"] == 1
+    assert world_state(doc, "world2")["state"] == "healthy"
+    assert world_state(doc, "world2")["generation"] == 0
+    assert [proc_state(doc, n)["restarts"] for n in ("leader", "worker-0", "worker-1")] == \
+        [0, 1, 0]
+    job.signal(signal.SIGTERM)
+    assert job.wait() == 0
+    wait_gone(home)
+
+
+def test_a_stopped_process_is_declared_hung_killed_and_restarted(procs, home, tmp_path):
+    topology = write_star(tmp_path, restart0="on-failure", timeout=2)
+    job = launch(procs, home, topology)
+    expect(job, "leader", "recv", world="world1")
+    result = cli(home, "kill-world", "world1", "--signal", "STOP", check=True)
+    assert "sent SIGSTOP to worker-0" in result.stdout
+    broken = expect(job, "leader", "broken", world="world1", timeout=20)
+    assert "hung" in broken["reason"] or "timed out" in broken["reason"]
+    expect(job, "leader", "rejoined", world="world1", timeout=20)
+    assert "worker-0 hung: stopped for 2s; killing it" in job.output()
+    doc = status(home)
+    assert proc_state(doc, "worker-0")["restarts"] == 1
+    job.signal(signal.SIGINT)
+    assert job.wait() == 0
+    wait_gone(home)
+
+
+def test_restart_budget_exhausted_fails_the_job(procs, home, tmp_path):
+    topology = write_star(tmp_path, spoke0="--crash-after 0.2 --crash-restarts 99",
+                          spoke1="--count 40", restart0="on-failure", max_restarts=2,
+                          backoff=0.1)
+    job = launch(procs, home, topology)
+    over = expect(job, "leader", "over", world="world1", timeout=60)
+    assert "no restarts left (max_restarts: 2)" in over["reason"]
+    expect(job, "leader", "done", timeout=60)  # world2 ran to its end meanwhile
+    assert job.wait() == 1
+    doc = status(home, json.loads((home / "runs").iterdir().__next__().joinpath(
+        "state.json").read_text())["run_id"])
+    assert doc["state"] == "failed" and doc["exit_code"] == 1
+    assert proc_state(doc, "worker-0")["restarts"] == 2
+    wait_gone(home)
+
+
+def test_killing_the_supervisor_leaves_no_orphans(procs, home, tmp_path):
+    topology = write_star(tmp_path)
+    job = launch(procs, home, topology)
+    expect(job, "leader", "recv", world="world2")
+    children = [p for p in leftovers(home) if p.pid != job.pid]
+    assert len(children) >= 4  # three processes and the watchdog
+    job.signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    wait_gone(home, timeout=2.0)
+    assert time.monotonic() - killed_at <= 2.0
+
+
+def test_ctrl_c_stops_everything_cleanly(procs, home, tmp_path):
+    topology = write_star(tmp_path)
+    job = launch(procs, home, topology)
+    expect(job, "leader", "recv", world="world1")
+    job.signal(signal.SIGINT)
+    assert job.wait() == 0
+    assert "SIGINT received: stopping every process" in job.output()
+    wait_gone(home)
+    [run] = list((home / "runs").iterdir())
+    doc = json.loads((run / "state.json").read_text())
+    assert doc["state"] == "finished"
+    assert {p["state"] for p in doc["processes"]} <= {"stopped", "exited"}
+
+
+def test_a_torchrun_style_script_runs_unchanged(procs, home):
+    job = launch(procs, home, ROOT / "configs" / "single_world.yaml")
+    assert job.wait(timeout=90) == 0, job.output()
+    out = job.output()
+    assert "Rank 0 received tensor tensor([2.]) from 2 (step 19)" in out
+    assert "rank-1 | Rank 1 sent tensor to rank 0" in out
+    wait_gone(home)
+
+
+def test_status_kill_world_stop_and_logs_through_the_cli(home, tmp_path):
+    topology = write_star(tmp_path, restart0="on-failure")
+    started = cli(home, "launch", str(topology), "--detach", "--run-id", "drill", check=True)
+    assert "started run drill in the background" in started.stdout
+    doc = wait_status(home, lambda d: all(w["state"] == "healthy" for w in d["worlds"]),
+                      "healthy worlds", run="drill")
+    pid0 = proc_state(doc, "worker-0")["pid"]
+    shown = cli(home, "status", check=True).stdout
+    assert "run drill (star): running" in shown and "world1  healthy" in shown
+    killed = cli(home, "kill-world", "world1", check=True).stdout
+    assert f"sent SIGKILL to worker-0 (pid {pid0}, rank 1 of world1)" in killed
+    doc = wait_status(home, lambda d: world_state(d, "world1")["generation"] == 1
+                      and world_state(d, "world1")["state"] == "healthy", "world1 re-formed")
+    assert proc_state(doc, "worker-0")["pid"] != pid0
+    assert proc_state(doc, "leader")["restarts"] == 0
+    log = cli(home, "logs", "leader", check=True).stdout
+    assert '"event": "rejoined", "world": "world1", "generation": 1' in log
+    stopped = cli(home, "stop", "drill", check=True).stdout
+    assert "run drill finished" in stopped
+    wait_gone(home)
+    assert cli(home, "logs", "worker-0", "drill", "-f").returncode == 0  # ends: run is over
+
+
+def test_run_time_mistakes_get_clear_errors(procs, home, tmp_path):
+    assert cli(home, "status").stderr == \
+        f"Error: no live run; none at all under {home / 'runs'}\n"
+    topology = write_star(tmp_path)
+    job = launch(procs, home, topology, "--run-id", "twice")
+    expect(job, "leader", "recv", world="world1")
+    again = cli(home, "launch", str(topology), "--run-id", "twice")
+    assert again.returncode == 2 and "run 'twice' exists already" in again.stderr
+    bad = cli(home, "kill-world", "nope")
+    assert bad.returncode == 1
+    assert bad.stderr == "Error: no world named 'nope'; worlds: world1, world2\n"
+    rank = cli(home, "kill-world", "world1", "--rank", "7")
+    assert rank.stderr == "Error: world world1 has ranks 0..1, not 7\n"
+    signame = cli(home, "kill-world", "world1", "--signal", "BOGUS")
+    assert signame.returncode == 2 and "unknown signal 'BOGUS'" in signame.stderr
+    logs = cli(home, "logs", "ghost")
+    assert logs.stderr.startswith("Error: run twice has no process 'ghost'; it has: leader")
+    unknown = cli(home, "status", "never-was")
+    assert unknown.stderr.startswith("Error: no run 'never-was'")
+    job.signal(signal.SIGKILL)  # a dead supervisor: its socket answers no more
+    wait_gone(home, timeout=2.0)
+    dead = cli(home, "stop", "twice")
+    assert dead.returncode == 1
+    assert dead.stderr.startswith("Error: run twice is not running")
+    shown = cli(home, "status", "twice")
+    assert "the supervisor has gone without finishing" in shown.stdout
+    for result in (again, bad, rank, logs, unknown, dead, shown):
+        assert "Traceback" not in result.stderr
