@@ -1,0 +1,165 @@
+"""How fast mwrun notices and repairs a failure, and what watching costs.
+
+    python bench/supervisor.py              # 25 kills, 64 idle processes for 30 s
+    python bench/supervisor.py --kills 5 --watch 10
+
+1. A member of a two-rank world is SIGKILLed while its peer is blocked in a recv that
+   only the member could answer: time from the kill to BrokenWorldError in the peer
+   (goal: median <= 50 ms, max <= 250 ms).
+2. From the same kill to the world doing collectives again with the restarted member,
+   beside a bare ``python -c "import torch"`` timed in the same run (goal: <= that + 1 s).
+3. The supervisor's CPU while it watches 64 idle members, each heartbeating like the
+   library does (goal: <= 1 % of a core).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+
+
+class Launched:
+    """``mwrun launch`` in a subprocess, its prefixed JSON lines in a queue."""
+
+    def __init__(self, topology: Path, home: Path):
+        self.popen = subprocess.Popen([PY, "-m", "mwrun", "launch", str(topology)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, env={**os.environ, "MWRUN_HOME": str(home),
+                                                      "NO_COLOR": "1"})
+        self.events: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.popen.stdout:
+            name, _, text = line.partition(" | ")
+            try:
+                value = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                self.events.put((name.strip(), value))
+
+    def expect(self, name: str, event: str, timeout: float = 60.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            who, value = self.events.get(timeout=max(deadline - time.monotonic(), 0.01))
+            if who == name and value.get("event") == event:
+                return value
+
+    def stop(self) -> None:
+        self.popen.send_signal(signal.SIGINT)
+        self.popen.wait(timeout=60)
+
+
+def import_torch_seconds(times: int = 5) -> float:
+    samples = []
+    for _ in range(times):
+        start = time.monotonic()
+        subprocess.run([PY, "-c", "import torch"], check=True, capture_output=True)
+        samples.append(time.monotonic() - start)
+    return statistics.median(samples)
+
+
+def kills(work: Path, count: int) -> tuple[list[float], list[float]]:
+    topology = work / "drill.yaml"
+    topology.write_text(f"""\
+version: 1
+name: drill
+timeout: 30
+processes:
+  hub: {{cmd: [{PY}, {HERE / 'bin' / 'drill_hub.py'}]}}
+  member:
+    cmd: [{PY}, {HERE / 'bin' / 'drill_member.py'}]
+    restart: on-failure
+    max_restarts: {count + 5}
+    restart_backoff: 0
+worlds:
+  w: {{members: [hub, member]}}
+""")
+    job = Launched(topology, work / "home")
+    broken, recovered = [], []
+    try:
+        job.expect("hub", "ready")
+        for _ in range(count):
+            pid = job.expect("member", "member")["pid"]
+            time.sleep(0.3)  # the hub is blocked in its recv by now
+            killed = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            broken.append(job.expect("hub", "broken")["t"] - killed)
+            recovered.append(job.expect("hub", "ready")["t"] - killed)
+    finally:
+        job.stop()
+    return broken, recovered
+
+
+def watching(work: Path, processes: int, seconds: float) -> float:
+    lines = ["version: 1", "name: idle", "processes:", "  idle:",
+             f"    replicas: {processes}", f"    cmd: [{PY}, {HERE / 'bin' / 'idle_member.py'}]",
+             "worlds:"]
+    for i in range(0, processes, 2):
+        lines.append(f"  w{i // 2}: {{members: [idle-{i}, idle-{i + 1}]}}")
+    topology = work / "idle.yaml"
+    topology.write_text("\n".join(lines) + "\n")
+    job = Launched(topology, work / "home")
+    try:
+        supervisor = psutil.Process(job.popen.pid)
+        deadline = time.monotonic() + 120
+        state = work / "home" / "runs"
+        while time.monotonic() < deadline:  # until every world is healthy
+            docs = list(state.glob("idle-*/state.json"))
+            if docs:
+                doc = json.loads(docs[0].read_text())
+                if all(w["state"] == "healthy" for w in doc["worlds"]):
+                    break
+            time.sleep(0.5)
+        time.sleep(2.0)
+        before = supervisor.cpu_times()
+        start = time.monotonic()
+        time.sleep(seconds)
+        after = supervisor.cpu_times()
+        used = (after.user + after.system) - (before.user + before.system)
+        return 100.0 * used / (time.monotonic() - start)
+    finally:
+        job.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=25)
+    parser.add_argument("--processes", type=int, default=64)
+    parser.add_argument("--watch", type=float, default=30.0, help="seconds of idle watching")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mwrun-bench-") as tmp:
+        work = Path(tmp)
+        torch_import = import_torch_seconds()
+        broken, recovered = kills(work, args.kills)
+        cpu = watching(work, args.processes, args.watch)
+    ms = [b * 1000 for b in broken]
+    print(f"{args.kills} kills of a member whose peer was blocked in a recv:")
+    print(f"  kill -> BrokenWorldError  median {statistics.median(ms):6.1f} ms   max"
+          f" {max(ms):6.1f} ms   (goal: median <= 50, max <= 250)")
+    print(f"  kill -> collectives again median {statistics.median(recovered):6.2f} s    max"
+          f" {max(recovered):6.2f} s    (goal: <= import torch + 1 s"
+          f" = {torch_import + 1:.2f} s)")
+    print(f"  python -c 'import torch'  median {torch_import:6.2f} s    (same run)")
+    print(f"supervisor watching {args.processes} idle processes for {args.watch:g} s:"
+          f" {cpu:.2f} % of a core (goal: <= 1 %)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""The calls of a world: torch.distributed's, on the world's own process group.
+
+Never the default group, never torch's private group registry. A call waits in the
+plain ``Work.wait()`` of torch, so it costs what the raw call costs; when the world
+breaks, the group's connections are shut down (see backends and gloo_sockets) so a
+blocked call fails at once and is raised as ``BrokenWorldError``. Arguments are
+checked before anything is sent.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from mwrun.work import Work
+
+# Issue-time errors that mean the connection, not the arguments.
+_TRANSPORT = re.compile(r"Connection (closed|reset|refused)|pair|Timed out|timed out|"
+                        r"Socket|socket|transport|Broken pipe|NCCL", re.IGNORECASE)
+# Collectives are waited for in slices: gloo can miss the closing of a connection when
+# an operation is posted at that very moment, and would then sit out the timeout.
+_SLICE = timedelta(milliseconds=100)
+
+
+class Calls:
+    """Mixed into World, which provides _live, _failed, _error, _generation, _device."""
+
+    def _run(self, issue, async_op: bool):
+        """Issue a collective on the live group and wait for it (or hand back a Work)."""
+        group = self._live()
+        generation = self._generation
+        try:
+            work = issue(group.group)
+        except RuntimeError as exc:
+            if self._error is not None or _TRANSPORT.search(str(exc)):
+                raise self._failed(generation, exc) from None
+            raise  # the arguments: torch said why
+        if async_op:
+            return Work(self, work, generation, False)
+        self._wait(work, generation, False)
+        return None
+
+    def _wait(self, work, generation: int, p2p: bool, timeout: float | None = None) -> None:
+        """Wait for a call of ``generation``; BrokenWorldError if the world broke."""
+        if p2p:
+            # A timed-out gloo send/recv closes its connection, so no slicing here: the
+            # break's abort ends the wait (or, rarely, the world's timeout does).
+            try:
+                work.wait() if timeout is None else work.wait(timedelta(seconds=timeout))
+            except RuntimeError as exc:
+                raise self._failed(generation, exc) from None
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        step = _SLICE
+        while True:
+            if deadline is not None:
+                step = timedelta(seconds=min(0.1, max(deadline - time.monotonic(), 0.0)))
+            try:
+                work.wait(step)
+                return
+            except RuntimeError as exc:
+                if work.is_completed():  # done after all, or failed for real
+                    try:
+                        work.wait()
+                        return
+                    except RuntimeError as failure:
+                        raise self._failed(generation, failure) from None
+                error = self._error
+                if error is not None or generation != self._generation:
+                    raise self._failed(generation, exc) from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"{self.name}: not done after {timeout:g}s") from None
+
+    def _tensor(self, tensor, what: str = "tensor") -> None:
+        if not isinstance(tensor, torch.Tensor):
+            kind = type(tensor).__name__
+            raise TypeError(f"{self.name}: {what} must be a torch.Tensor, not {kind}")
+        if tensor.device != self._device:
+            raise ValueError(f"{self.name}: {what} is on {tensor.device}, but this world's"
+                             f" backend {self.backend} works on {self._device}")
+        if not tensor.is_contiguous():
+            raise ValueError(f"{self.name}: {what} must be contiguous (call .contiguous())")
+
+    def _rank(self, rank, what: str, peer: bool = False) -> int:
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.size:
+            raise ValueError(f"{self.name}: {what} must be a rank in 0..{self.size - 1},"
+                             f" not {rank!r}")
+        if peer and rank == self.rank:
+            raise ValueError(f"{self.name}: {what} {rank} is this process's own rank")
+        return rank
+
+    def _list(self, tensors, like, what: str) -> list:
+        if not isinstance(tensors, list | tuple) or len(tensors) != self.size:
+            count = len(tensors) if isinstance(tensors, list | tuple) else type(tensors).__name__
+            raise ValueError(f"{self.name}: {what} must be a list of {self.size} tensors"
+                             f" (one per rank), not {count}")
+        for i, t in enumerate(tensors):
+            self._tensor(t, f"{what}[{i}]")
+            if t.shape != like.shape or t.dtype != like.dtype:
+                raise ValueError(f"{self.name}: {what}[{i}] is {t.dtype} {tuple(t.shape)}, the"
+                                 f" tensor is {like.dtype} {tuple(like.shape)}")
+        return list(tensors)
+
+    # send and recv skip _run's generic path: on a latency-bound round trip, every
+    # microsecond of Python per call shows (four calls sit on its critical path).
+
+    def send(self, tensor, dst: int, async_op: bool = False):
+        self._tensor(tensor)
+        self._rank(dst, "dst", peer=True)
+        return self._point(self._live().group.send, tensor, dst, async_op)
+
+    def recv(self, tensor, src: int, async_op: bool = False):
+        self._tensor(tensor)
+        self._rank(src, "src", peer=True)
+        return self._point(self._live().group.recv, tensor, src, async_op)
+
+    def _point(self, issue, tensor, peer: int, async_op: bool):
+        generation = self._generation
+        try:
+            work = issue([tensor], peer, 0)
+        except RuntimeError as exc:
+            if self._error is not None or _TRANSPORT.search(str(exc)):
+                raise self._failed(generation, exc) from None
+            raise
+        if async_op:
+            return Work(self, work, generation, True)
+        try:
+            work.wait()  # see _wait: no slicing for point-to-point calls
+        except RuntimeError as exc:
+            raise self._failed(generation, exc) from None
+        return None
+
+    def isend(self, tensor, dst: int) -> Work:
+        return self.send(tensor, dst, async_op=True)
+
+    def irecv(self, tensor, src: int) -> Work:
+        return self.recv(tensor, src, async_op=True)
+
+    def broadcast(self, tensor, src: int, async_op: bool = False):
+        self._tensor(tensor)
+        opts = dist.BroadcastOptions()
+        opts.rootRank, opts.rootTensor = self._rank(src, "src"), 0
+        return self._run(lambda g: g.broadcast([tensor], opts), async_op)
+
+    def all_reduce(self, tensor, op=dist.ReduceOp.SUM, async_op: bool = False):
+        self._tensor(tensor)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = op
+        return self._run(lambda g: g.allreduce([tensor], opts), async_op)
+
+    def reduce(self, tensor, dst: int, op=dist.ReduceOp.SUM, async_op: bool = False):
+        self._tensor(tensor)
+        opts = dist.ReduceOptions()
+        opts.reduceOp, opts.rootRank, opts.rootTensor = op, self._rank(dst, "dst"), 0
+        return self._run(lambda g: g.reduce([tensor], opts), async_op)
+
+    def all_gather(self, tensor_list, tensor, async_op: bool = False):
+        self._tensor(tensor)
+        outputs = self._list(tensor_list, tensor, "tensor_list")
+        return self._run(lambda g: g.allgather([outputs], [tensor]), async_op)
+
+    def gather(self, tensor, gather_list=None, dst: int = 0, async_op: bool = False):
+        self._tensor(tensor)
+        dst = self._rank(dst, "dst")
+        opts = dist.GatherOptions()
+        opts.rootRank = dst
+        if self.rank == dst:
+            outputs = [self._list(gather_list, tensor, "gather_list")]
+        elif gather_list:
+            raise ValueError(f"{self.name}: only rank {dst} (dst) takes a gather_list")
+        else:
+            outputs = []
+        return self._run(lambda g: g.gather(outputs, [tensor], opts), async_op)
+
+    def scatter(self, tensor, scatter_list=None, src: int = 0, async_op: bool = False):
+        self._tensor(tensor)
+        src = self._rank(src, "src")
+        opts = dist.ScatterOptions()
+        opts.rootRank = src
+        if self.rank == src:
+            inputs = [self._list(scatter_list, tensor, "scatter_list")]
+        elif scatter_list:
+            raise ValueError(f"{self.name}: only rank {src} (src) takes a scatter_list")
+        else:
+            inputs = []
+        return self._run(lambda g: g.scatter([tensor], inputs, opts), async_op)
+
+    def barrier(self, async_op: bool = False):
+        return self._run(lambda g: g.barrier(dist.BarrierOptions()), async_op)
