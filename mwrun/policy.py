@@ -53,7 +53,7 @@ def after_exit(policy: str, max_restarts: int, first_backoff: float, restarts_do
     if exit.start_error:
         return Decision(False, why="a command that cannot start is not retried")
     if policy == "never":
-        return Decision(False, why="restart: never")
+        return Decision(False, why="not restarted (restart: never)")
     if policy == "on-failure" and exit.clean:
         return Decision(False, why="it exited normally")
     if restarts_done >= max_restarts:

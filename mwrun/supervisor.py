@@ -183,6 +183,9 @@ class Supervisor:
             world.generation += 1
             self.host.open_next(world.plan.name, generation)
 
+    def _nothing_to_join(self, rec: ProcessRecord) -> bool:
+        return all(self.worlds[w].state is W.CLOSED for w in rec.plan.worlds)
+
     def _can_reform(self, world: WorldRecord) -> bool:
         return all(self.procs[m].state.alive or self.procs[m].state is P.RESTARTING
                    for m in world.plan.members)
@@ -233,7 +236,11 @@ class Supervisor:
     def on_tick(self) -> None:
         now = self.host.now()
         for rec in self.procs.values():
-            if rec.state is P.RESTARTING and not self.stopping and rec.restart_at <= now:
+            if rec.state is P.RESTARTING and self._nothing_to_join(rec):
+                # RESTARTING -> STOPPED: every world it would join has closed for good
+                rec.state, rec.why = P.STOPPED, f"{rec.why}; not restarted: its worlds closed"
+                self.host.say(rec.why)
+            elif rec.state is P.RESTARTING and not self.stopping and rec.restart_at <= now:
                 rec.restarts += 1
                 self.host.say(f"restarting {rec.plan.name} (restart {rec.restarts}"
                               f" of {rec.plan.max_restarts})")

@@ -42,7 +42,7 @@ async def serve(world: mwrun.World, device) -> int:
 
 async def main(args) -> None:
     worlds = None if "MWRUN_WORLDS" in os.environ else mwrun.from_worldinfo(
-        args.worldinfo, size=2, addr=args.addr, backend=args.backend)
+        args.worldinfo, size=2, addr=args.addr, backend=args.backend, base_port=args.base_port)
     job = mwrun.init(worlds=worlds)
     device = next(iter(job.worlds.values())).device
     counts = await asyncio.gather(*(serve(w, device) for w in job.worlds.values()))
@@ -55,6 +55,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="gloo")
     parser.add_argument("--addr", default="127.0.0.1")
+    parser.add_argument("--base-port", type=int, default=29500,
+                        help="by hand: world W's store is on BASE_PORT + 1000*W")
     parser.add_argument("--worldinfo", action="append", default=[],
                         help="WORLD,RANK by hand (repeat for each world)")
     asyncio.run(main(parser.parse_args()))

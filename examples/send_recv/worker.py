@@ -11,7 +11,7 @@ import mwrun
 
 def main(args) -> None:
     worlds = None if "MWRUN_WORLDS" in os.environ else mwrun.from_worldinfo(
-        args.worldinfo, size=2, addr=args.addr, backend=args.backend)
+        args.worldinfo, size=2, addr=args.addr, backend=args.backend, base_port=args.base_port)
     job = mwrun.init(worlds=worlds)
     [world] = job.worlds.values()
     restart = os.environ.get("MWRUN_RESTART_COUNT", "0")
@@ -29,6 +29,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="gloo")
     parser.add_argument("--addr", default="127.0.0.1")
+    parser.add_argument("--base-port", type=int, default=29500,
+                        help="by hand: world W's store is on BASE_PORT + 1000*W")
     parser.add_argument("--worldinfo", action="append", default=[],
                         help="WORLD,RANK by hand")
     parser.add_argument("--steps", type=int, default=60)

@@ -1,30 +1,16 @@
 """mwrun launch on real processes: failures, restarts, hangs, stops, and the CLI around it."""
 
-import contextlib
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
-from tests.helpers import BIN, ROOT, leftovers, prefixed, wait_gone
+from tests.helpers import BIN, ROOT, leftovers, wait_gone
+from tests.integration.jobs import cli, expect, launch, proc_state, status, wait_status, world_state
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def home(tmp_path):
-    path = tmp_path / "home"
-    yield path
-    for proc in leftovers(path):  # a failed test must not leave a job running
-        for p in [proc, *proc.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-    wait_gone(path)
 
 
 def write_star(tmp_path, spoke0="", spoke1="", restart0="never", max_restarts=3,
@@ -50,62 +36,6 @@ worlds:
     path = tmp_path / "star.yaml"
     path.write_text(text)
     return path
-
-
-def launch(procs, home, topology, *extra):
-    return procs.start([sys.executable, "-m", "mwrun", "launch", str(topology), *extra],
-                       env={"MWRUN_HOME": str(home), "NO_COLOR": "1"})
-
-
-def cli(home, *args, check=False):
-    result = subprocess.run([sys.executable, "-m", "mwrun", *args], capture_output=True,
-                            text=True, env={**os.environ, "MWRUN_HOME": str(home)},
-                            timeout=60)
-    if check:
-        assert result.returncode == 0, result.stderr
-    return result
-
-
-def status(home, run=None):
-    return json.loads(cli(home, "status", *([run] if run else []), "--json",
-                          check=True).stdout)
-
-
-def wait_for(condition, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def wait_status(home, predicate, what, run=None, timeout=30.0):
-    """Poll the run's status document until predicate(doc) holds; return it."""
-    found = {}
-
-    def check():
-        found["doc"] = status(home, run)
-        return predicate(found["doc"])
-
-    wait_for(check, timeout, what)
-    return found["doc"]
-
-
-def expect(proc, name, event, timeout=30.0, **match):
-    parse = prefixed(name)
-    line = proc.expect(lambda line: (v := parse(line)) is not None and v.get("event") == event
-                       and all(v.get(k) == m for k, m in match.items()), timeout)
-    return parse(line)
-
-
-def world_state(doc, name):
-    return next(w for w in doc["worlds"] if w["name"] == name)
-
-
-def proc_state(doc, name):
-    return next(p for p in doc["processes"] if p["name"] == name)
 
 
 def test_crash_is_isolated_to_its_world(procs, home, tmp_path):

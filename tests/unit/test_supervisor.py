@@ -317,3 +317,18 @@ def test_a_member_that_finishes_closes_its_world_without_a_break():
     assert (world.state, world.breaks, world.generation) == (W.CLOSED, 0, 0)
     assert host.of("broken") == [] and host.of("open") == []
     assert host.of("close") == [("world1", 0, "worker-0 exited normally and will not restart")]
+
+
+def test_no_restart_into_worlds_that_have_closed():
+    sup, host = make()
+    join_all(sup)
+    sup.on_exit("worker-0", -9)  # restarting, backoff 1 s
+    sup.on_exit("leader", 0)  # meanwhile the leader finishes: world1 can never form again
+    assert sup.worlds["world1"].state is W.CLOSED
+    host.t += 2
+    sup.on_tick()
+    rec = sup.procs["worker-0"]
+    assert rec.state is P.STOPPED and rec.why.endswith("not restarted: its worlds closed")
+    assert [c[0] for c in host.of("spawn")] == ["leader", "worker-0", "worker-1"]
+    sup.on_exit("worker-1", 0)
+    assert sup.state is R.FINISHED and sup.exit_code == 0

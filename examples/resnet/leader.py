@@ -1,0 +1,80 @@
+"""The ResNet leader: serves batches through every pipeline (one world each), checks
+every answer against its own copy of the model, and routes around a broken pipeline
+until it is back.
+
+    mwrun launch configs/resnet.yaml
+"""
+
+import argparse
+import queue
+import threading
+import time
+
+import torch
+from model import BATCH, build, images
+
+import mwrun
+
+
+def serve(world, batches: queue.Queue, report, interval: float) -> None:
+    while True:
+        index = batches.get()
+        if index is None:
+            return
+        try:
+            world.send(images(index), 1)  # to stage 0
+            predicted = torch.zeros(BATCH, dtype=torch.int64)
+            world.recv(predicted, 2)  # from stage 1
+        except mwrun.BrokenWorldError as exc:
+            batches.put(index)  # another pipeline takes it
+            print(f"{world.name} broke: {exc.reason}; the other pipelines serve", flush=True)
+            try:
+                world.rejoin()
+            except mwrun.BrokenWorldError as final:
+                print(f"{world.name} is over: {final.reason}", flush=True)
+                return
+            print(f"{world.name} serves again (generation {world.generation})", flush=True)
+            continue
+        report(index, world.name, predicted)
+        time.sleep(interval)
+
+
+def main(args) -> None:
+    job = mwrun.init()
+    model = build()
+    batches: queue.Queue = queue.Queue()
+    for index in range(args.batches):
+        batches.put(index)
+    done = threading.Event()
+    served: dict[str, int] = {name: 0 for name in job.worlds}
+    lock = threading.Lock()
+
+    def report(index, world, predicted):
+        with torch.no_grad():
+            expected = model(images(index)).argmax(1)
+        verdict = "verified" if torch.equal(predicted, expected) else "WRONG"
+        print(f"batch {index} served by {world}: classes {predicted.tolist()} ({verdict})",
+              flush=True)
+        with lock:
+            served[world] += 1
+            if sum(served.values()) == args.batches:
+                done.set()
+                for _ in job.worlds:
+                    batches.put(None)
+
+    threads = [threading.Thread(target=serve, args=(w, batches, report, args.interval))
+               for w in job.worlds.values()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print(f"served {sum(served.values())} of {args.batches} batches:"
+          f" {', '.join(f'{w} {n}' for w, n in served.items())}", flush=True)
+    job.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--interval", type=float, default=0.1, help="seconds per batch")
+    main(parser.parse_args())

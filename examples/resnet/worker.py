@@ -1,0 +1,37 @@
+"""A ResNet pipeline stage: rank 1 runs stage 0, rank 2 stage 1 of its world's pipeline."""
+
+import torch
+from model import BATCH, BETWEEN_STAGES, IMAGE, build, stages
+
+import mwrun
+
+
+def main() -> None:
+    job = mwrun.init()
+    [world] = job.worlds.values()
+    stage = world.rank - 1
+    part = stages(build())[stage]
+    print(f"{world.name}: stage {stage} ready (generation {world.generation})", flush=True)
+    while True:
+        try:
+            with torch.no_grad():
+                if stage == 0:
+                    batch = torch.zeros(BATCH, *IMAGE)
+                    world.recv(batch, 0)
+                    world.send(part(batch).contiguous(), 2)
+                else:
+                    features = torch.zeros(BATCH, *BETWEEN_STAGES)
+                    world.recv(features, 1)
+                    world.send(part(features).argmax(1), 0)
+        except mwrun.BrokenWorldError as exc:
+            print(f"{world.name} broke: {exc.reason}", flush=True)
+            try:
+                world.rejoin()
+            except mwrun.BrokenWorldError as final:
+                print(f"{world.name} is over: {final.reason}", flush=True)
+                break
+    job.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Driving ``mwrun`` jobs from tests: launch, the CLI, the status document."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from tests.helpers import prefixed
+
+
+def launch(procs, home, topology, *extra):
+    return procs.start([sys.executable, "-m", "mwrun", "launch", str(topology), *extra],
+                       env={"MWRUN_HOME": str(home), "NO_COLOR": "1"})
+
+
+def cli(home, *args, check=False):
+    result = subprocess.run([sys.executable, "-m", "mwrun", *args], capture_output=True,
+                            text=True, env={**os.environ, "MWRUN_HOME": str(home)},
+                            timeout=60)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def status(home, run=None):
+    return json.loads(cli(home, "status", *([run] if run else []), "--json",
+                          check=True).stdout)
+
+
+def wait_for(condition, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_status(home, predicate, what, run=None, timeout=30.0):
+    """Poll the run's status document until predicate(doc) holds; return it."""
+    found = {}
+
+    def check():
+        found["doc"] = status(home, run)
+        return predicate(found["doc"])
+
+    wait_for(check, timeout, what)
+    return found["doc"]
+
+
+def expect(proc, name, event, timeout=30.0, **match):
+    parse = prefixed(name)
+    line = proc.expect(lambda line: (v := parse(line)) is not None and v.get("event") == event
+                       and all(v.get(k) == m for k, m in match.items()), timeout)
+    return parse(line)
+
+
+def world_state(doc, name):
+    return next(w for w in doc["worlds"] if w["name"] == name)
+
+
+def proc_state(doc, name):
+    return next(p for p in doc["processes"] if p["name"] == name)
+
+

@@ -1,0 +1,182 @@
+"""Every example, launched from its topology in configs/ (fewer steps), and drilled."""
+
+import re
+import signal
+import socket
+import sys
+
+import pytest
+
+from tests.helpers import ROOT, wait_gone
+from tests.integration.jobs import cli, launch, proc_state, status, world_state
+
+pytestmark = pytest.mark.timeout(180)
+OPS = ("broadcast", "reduce", "all_reduce", "all_gather", "gather", "scatter")
+
+
+def config(tmp_path, name: str, *replacements) -> str:
+    """configs/NAME.yaml run from the repository, with (old, new) replacements."""
+    text = (ROOT / "configs" / f"{name}.yaml").read_text().replace("cwd: ..", f"cwd: {ROOT}")
+    for old, new in replacements:
+        assert old in text, old
+        text = text.replace(old, new)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def line_of(job, name: str, pattern: str, timeout: float = 60.0) -> str:
+    """The next output line of process ``name`` matching a regular expression."""
+    regex = re.compile(pattern)
+
+    def match(line):
+        return isinstance(line, str) and line.split(" | ", 1)[0].strip() == name \
+            and regex.search(line.split(" | ", 1)[-1]) is not None
+
+    return job.expect(match, timeout).split(" | ", 1)[1]
+
+
+def lines_of(job, name: str) -> list[str]:
+    return [line.split(" | ", 1)[1] for line in job.lines
+            if line.split(" | ", 1)[0].strip() == name and " | " in line]
+
+
+def test_send_recv_star_leader_serves_through_a_drill(procs, home, tmp_path):
+    path = config(tmp_path, "star", ("--steps 60", "--steps 2000 --interval 0.05"))
+    job = launch(procs, home, path)
+    line_of(job, "leader", r"received tensor\(\[5\.\]\) from rank 1 in world1")
+    assert "sent SIGKILL to worker-0" in cli(home, "kill-world", "world1", check=True).stdout
+    assert line_of(job, "leader", r"^world1 broke:") == \
+        "world1 broke: worker-0 was killed by SIGKILL; waiting for it to re-form"
+    line_of(job, "leader", r"from rank 1 in world2")  # served while world1 is down
+    line_of(job, "leader", r"^world1 re-formed \(generation 1\)")
+    line_of(job, "leader", r"received tensor\(\[0\.\]\) from rank 1 in world1")  # the new one
+    doc = status(home)
+    assert proc_state(doc, "worker-0")["restarts"] == 1
+    assert proc_state(doc, "worker-1")["restarts"] == 0
+    job.signal(signal.SIGINT)
+    assert job.wait() == 0
+    wait_gone(home)
+
+
+def test_send_recv_by_hand_with_worldinfo(procs, tmp_path):
+    script = ROOT / "examples" / "send_recv"
+    base = free_base()
+
+    def start(name, *args):
+        return procs.start([sys.executable, str(script / name), "--base-port", str(base),
+                            *args])
+
+    leader = start("leader.py", "--worldinfo", "1,0", "--worldinfo", "2,0")
+    first = start("worker.py", "--worldinfo", "1,1", "--steps", "100000", "--interval", "0.05")
+    start("worker.py", "--worldinfo", "2,1", "--steps", "100000", "--interval", "0.05")
+    leader.expect(lambda line: "from rank 1 in world1" in str(line))
+    leader.expect(lambda line: "from rank 1 in world2" in str(line))
+    first.signal(signal.SIGKILL)  # by hand: no supervisor, the peers notice it themselves
+    leader.expect(lambda line: str(line).startswith("world1 broke: rank 0: Connection"))
+    leader.expect(lambda line: "from rank 1 in world2" in str(line))
+    start("worker.py", "--worldinfo", "1,1", "--steps", "100000", "--interval", "0.05")
+    leader.expect(lambda line: str(line) == "world1 re-formed (generation 1)")
+    leader.expect(lambda line: "tensor([0.]) from rank 1 in world1" in str(line))
+
+
+def free_base() -> int:
+    """A base port B with B+1000 and B+2000 free (MultiWorld's port scheme)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1] - 1000
+        if base < 1024 or base + 2000 > 65535:
+            continue
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", base + 1000))
+                b.bind(("127.0.0.1", base + 2000))
+            return base
+        except OSError:
+            continue
+    raise AssertionError("no free pair of ports")
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_collective_in_a_single_world(procs, home, tmp_path, op):
+    path = config(tmp_path, f"{op}_single", ("--steps 100 --interval 0.1",
+                                             "--steps 3 --interval 0.05"))
+    job = launch(procs, home, path)
+    assert job.wait(timeout=120) == 0, job.output()
+    for rank in range(3):
+        out = lines_of(job, f"rank-{rank}")
+        assert [x for x in out if "done with step" in x] == \
+            [f"world1: done with step: {s}" for s in (1, 2, 3)]
+        for step in (1, 2, 3):
+            assert expected_line(op, rank, step) in out, (rank, step, out)
+    wait_gone(home)
+
+
+def expected_line(op: str, rank: int, step: int) -> str:
+    def t(value):
+        return f"tensor([{value}., {value}., {value}.])"
+
+    base, total = 10 * step, 30 * step + 3
+    every = "[" + ", ".join(t(base + r) for r in range(3)) + "]"
+    return {
+        "broadcast": f"rank: {rank} from world1 "
+                     + ("has broadcast" if rank == 0 else "has received") + f" tensor: {t(base)}",
+        "reduce": f"rank: 0 from world1 has reduced tensor: {t(total)}" if rank == 0
+        else f"rank: {rank} from world1 has sent tensor: {t(base + rank)}",
+        "all_reduce": f"rank: {rank} from world1 has all-reduced tensor: {t(total)}",
+        "all_gather": f"rank: {rank} from world1 has gathered tensors: {every}",
+        "gather": f"rank: 0 from world1 has gathered tensors: {every}" if rank == 0
+        else f"rank: {rank} from world1 has tensor: {t(base + rank)}",
+        "scatter": f"rank: {rank} from world1 has received tensor: {t(base + rank)}",
+    }[op]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_collective_drill_the_other_world_finishes(procs, home, tmp_path, op):
+    path = config(tmp_path, f"{op}_multi", ("--steps 100 --interval 0.1",
+                                            "--steps 30 --interval 0.1"))
+    job = launch(procs, home, path)
+    line_of(job, "leader", r"^world1: done with step: 3$")
+    killed = cli(home, "kill-world", "world1", check=True).stdout
+    assert "w1-0" in killed and "w1-1" in killed
+    assert job.wait(timeout=120) == 1  # two processes failed: restart is never
+    leader = lines_of(job, "leader")
+    assert any(x.startswith("world1 broke at step") for x in leader)
+    assert any(x.startswith("world1 is over") for x in leader)
+    assert "world1: done with step: 30" not in leader
+    for name in ("leader", "w2-0", "w2-1"):  # world2 ran every step
+        done = [x for x in lines_of(job, name) if x.startswith("world2: done with step")]
+        assert done == [f"world2: done with step: {s}" for s in range(1, 31)], name
+    doc = status(home, next((home / "runs").iterdir()).name)
+    assert doc["state"] == "failed"
+    assert proc_state(doc, "w1-0")["state"] == "failed"
+    assert proc_state(doc, "leader")["state"] == "exited"
+    assert world_state(doc, "world1")["breaks"] == 1
+    assert world_state(doc, "world2")["breaks"] == 0
+    wait_gone(home)
+
+
+def test_resnet_pipelines_serve_through_a_drill(procs, home, tmp_path):
+    path = config(tmp_path, "resnet", ("--batches 200 --interval 0.1",
+                                       "--batches 200 --interval 0.05"))
+    job = launch(procs, home, path)
+    line_of(job, "leader", r"^batch \d+ served by world1: .*\(verified\)")
+    cli(home, "kill-world", "world1", check=True)
+    assert line_of(job, "leader", r"^world1 broke:").endswith("the other pipelines serve")
+    line_of(job, "leader", r"^batch \d+ served by world2")  # pipeline 2 carries on
+    line_of(job, "leader", r"^world1 serves again \(generation 1\)")
+    line_of(job, "leader", r"^batch \d+ served by world1")
+    summary = line_of(job, "leader", r"^served \d+ of 200 batches", timeout=120)
+    assert summary.startswith("served 200 of 200 batches")
+    assert job.wait() == 0, job.output()
+    served = [x for x in lines_of(job, "leader") if " served by " in x]
+    assert len(served) == 200 and all(x.endswith("(verified)") for x in served)
+    assert len({int(x.split()[1]) for x in served}) == 200  # each batch exactly once
+    wait_gone(home)
+
+
+def test_examples_are_documented():
+    for name in ("send_recv", *OPS, "resnet"):
+        readme = (ROOT / "examples" / name / "README.rst").read_text()
+        assert "mwrun launch configs/" in readme and "kill-world" in readme, name
