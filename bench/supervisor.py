@@ -42,10 +42,13 @@ class Launched:
                                       text=True, env={**os.environ, "MWRUN_HOME": str(home),
                                                       "NO_COLOR": "1"})
         self.events: queue.Queue = queue.Queue()
+        self.lines: list[str] = []
+        self.backlog: list[tuple[str, dict]] = []
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
         for line in self.popen.stdout:
+            self.lines.append(line.rstrip())
             name, _, text = line.partition(" | ")
             try:
                 value = json.loads(text)
@@ -55,11 +58,21 @@ class Launched:
                 self.events.put((name.strip(), value))
 
     def expect(self, name: str, event: str, timeout: float = 60.0) -> dict:
+        """The oldest unclaimed ``event`` of process ``name`` (events of other kinds
+        wait for whoever asks for them)."""
         deadline = time.monotonic() + timeout
         while True:
-            who, value = self.events.get(timeout=max(deadline - time.monotonic(), 0.01))
-            if who == name and value.get("event") == event:
-                return value
+            for i, (who, value) in enumerate(self.backlog):
+                if who == name and value.get("event") == event:
+                    del self.backlog[i]
+                    return value
+            try:
+                self.backlog.append(self.events.get(
+                    timeout=max(deadline - time.monotonic(), 0.01)))
+            except queue.Empty:
+                tail = "\n".join(self.lines[-15:])
+                raise SystemExit(f"no {event!r} from {name} in {timeout:g}s; last lines:\n"
+                                 f"{tail}") from None
 
     def stop(self) -> None:
         self.popen.send_signal(signal.SIGINT)

@@ -5,7 +5,8 @@ library keeps one connection to it and writes JSON lines that need no reply:
 ``hello`` once, ``heartbeat`` from one thread at a steady pace (so the supervisor can
 tell a stopped or wedged process from a quiet one), and ``world`` events (a
 generation formed, or broke as seen from here). If the supervisor goes away the agent
-falls silent; the job's worlds do not depend on it.
+falls silent; the job's worlds do not depend on it. ``bye`` ends the beating when the
+process leaves its worlds (``job.close()``).
 """
 
 from __future__ import annotations
@@ -62,9 +63,12 @@ class Agent:
                 return
 
     def close(self) -> None:
+        """Stop beating, and say so: a process may go on working after leaving its
+        worlds, and silence must not then look like a hang."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self.send({"verb": "bye", "process": self._process, "pid": os.getpid()})
         with self._lock:
             if self._sock is not None:
                 self._sock.close()

@@ -8,7 +8,8 @@ whose docstring is its protocol:
 - ``status`` -> ``{"ok": true, "status": <status document>}``
 - ``kill_world {world, rank?, signal?}`` -> ``{"ok": true, "signalled": [...]}``
 - ``stop`` -> ``{"ok": true}``; the run then stops on its own time
-- ``hello``, ``heartbeat``, ``world`` -> no reply: what the library tells the supervisor
+- ``hello``, ``heartbeat``, ``world``, ``bye`` -> no reply: what the library tells the
+  supervisor (see agent.py)
 
 The handlers only translate requests into calls on the supervisor.
 """
@@ -74,6 +75,10 @@ def handle_heartbeat(runner, request: dict) -> None:
     runner.supervisor.on_heartbeat(request.get("process"), request.get("pid"))
 
 
+def handle_bye(runner, request: dict) -> None:
+    runner.supervisor.on_bye(request.get("process"), request.get("pid"))
+
+
 def handle_world(runner, request: dict) -> None:
     runner.supervisor.on_world_event(request.get("process"), request.get("pid"),
                                      request.get("world"), request.get("generation"),
@@ -81,7 +86,8 @@ def handle_world(runner, request: dict) -> None:
 
 
 HANDLERS = {"status": handle_status, "kill_world": handle_kill_world, "stop": handle_stop,
-            "hello": handle_hello, "heartbeat": handle_heartbeat, "world": handle_world}
+            "hello": handle_hello, "heartbeat": handle_heartbeat, "bye": handle_bye,
+            "world": handle_world}
 
 
 class Connection:

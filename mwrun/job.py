@@ -76,7 +76,9 @@ def init(worlds: Mapping[str, WorldSpec] | None = None, *, timeout: float | None
         specs = from_environment(environ)
         control = environ.get("MWRUN_CONTROL")
         if control:
-            interval = max(0.05, min(1.0, min(s.timeout for s in specs.values()) / 4))
+            # A hang is declared after the world's timeout without a beat; five beats per
+            # timeout (at most one per 5 s) keep that margin and the supervisor idle.
+            interval = max(0.05, min(5.0, min(s.timeout for s in specs.values()) / 5))
             agent = Agent(control, environ.get("MWRUN_PROCESS", str(os.getpid())), interval)
             agent.start()
     else:

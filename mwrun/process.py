@@ -78,14 +78,14 @@ class ProcessHandle:
             return None
 
     def usage(self) -> tuple[float | None, int | None]:
-        """(cpu percent since the last call, resident bytes of the process tree)."""
+        """(cpu percent since the last call, resident bytes) of the process itself.
+
+        Not of its children: finding them means reading every process on the machine,
+        which cost the supervisor most of its time when watching many processes.
+        """
         try:
             proc = self._proc()
-            rss = proc.memory_info().rss
-            for child in proc.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    rss += child.memory_info().rss
-            return proc.cpu_percent(None), rss
+            return proc.cpu_percent(None), proc.memory_info().rss
         except psutil.Error:
             return None, None
 

@@ -23,7 +23,7 @@ from mwrun.printer import LineBuffer, Printer
 from mwrun.process import ProcessHandle
 from mwrun.supervisor import TICK, Supervisor
 
-USAGE_EVERY = 5.0  # seconds between cpu/memory readings for state.json
+USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -43,7 +43,7 @@ class Runner:
         self.usage_at = 0.0
         self.selector = selectors.DefaultSelector()
         self.signals: list[int] = []
-        self.saved: dict | None = None
+        self.saved: tuple | None = None
         self.next_tick = 0.0
         self.supervisor = Supervisor(plan, self, grace)
         self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.watchdog"],
@@ -258,7 +258,12 @@ class Runner:
                 "processes": processes, "worlds": worlds}
 
     def _save(self) -> None:
+        """Write state.json when a state changed (a heartbeat changes none) or the
+        usage readings are due; building the document for every event would cost
+        the supervisor more than everything else it does."""
+        key = (self.supervisor.signature(), self.usage_at)
+        if key == self.saved and time.monotonic() - self.usage_at < USAGE_EVERY:
+            return
         doc = self.document()
-        if doc != self.saved:
-            rundir.write_json(self.run_dir / "state.json", doc)
-            self.saved = doc
+        rundir.write_json(self.run_dir / "state.json", doc)
+        self.saved = (self.supervisor.signature(), self.usage_at)

@@ -211,6 +211,11 @@ class Supervisor:
         if rec is not None and rec.pid == pid:
             rec.last_beat = self.host.now()
 
+    def on_bye(self, name: str, pid: int) -> None:
+        rec = self.procs.get(name)
+        if rec is not None and rec.pid == pid:
+            rec.beat_every = None  # it left its worlds; from now on /proc tells if it hangs
+
     def on_world_event(self, name: str, pid: int, world_name: str, generation: int,
                        event: str, reason: str = "") -> None:
         rec, world = self.procs.get(name), self.worlds.get(world_name)
@@ -253,14 +258,19 @@ class Supervisor:
 
     def _check_hung(self, rec: ProcessRecord, now: float) -> None:
         timeout = min(self.worlds[w].plan.timeout for w in rec.plan.worlds)
-        if self.host.probe(rec.plan.name) == "stopped":
+        if rec.beat_every is not None:
+            # The library beats from its own thread: silence for a whole timeout means
+            # stopped or wedged. /proc is read only then, to say which.
+            if now - rec.last_beat >= timeout:
+                stopped = self.host.probe(rec.plan.name) == "stopped"
+                self._hang(rec, ("stopped, " if stopped else "") + f"no heartbeat for {timeout:g}s")
+            return
+        if self.host.probe(rec.plan.name) == "stopped":  # a plain process: ask /proc
             rec.stopped_since = rec.stopped_since if rec.stopped_since is not None else now
             if now - rec.stopped_since >= timeout:
                 self._hang(rec, f"stopped for {timeout:g}s")
             return
         rec.stopped_since = None
-        if rec.beat_every is not None and now - rec.last_beat >= timeout:
-            self._hang(rec, f"no heartbeat for {timeout:g}s")
 
     def _hang(self, rec: ProcessRecord, why: str) -> None:
         rec.state, rec.hung = P.HUNG, why  # STARTING|RUNNING -> HUNG
@@ -334,6 +344,12 @@ class Supervisor:
         names = ", ".join(f"{h['process']} (pid {h['pid']})" for h in hit)
         self.host.say(f"kill-world {world_name}: {signal.Signals(sig).name} to {names}")
         return hit
+
+    def signature(self) -> tuple:
+        """Everything the status document shows that events change (cheap to compare)."""
+        return (self.state, tuple((r.state, r.pid, r.restarts, r.exit_code, r.why)
+                                  for r in self.procs.values()),
+                tuple((w.state, w.generation, w.breaks, w.reason) for w in self.worlds.values()))
 
     def deadline(self) -> float | None:
         """The next moment something is due (a restart, a kill), besides the regular

@@ -257,7 +257,7 @@ class World(Calls):
                     found = protocol.broken_reason(store, generation)
                     if found is not None:
                         return found
-                    time.sleep(0.01)
+                    time.sleep(0.002)
             return protocol.mark_broken(store, generation, self.size, mine)
         except (RuntimeError, TimeoutError):
             return mine

@@ -8,7 +8,7 @@ import threading
 from mwrun.agent import Agent
 
 worlds = json.loads(os.environ["MWRUN_WORLDS"])
-interval = max(0.05, min(1.0, min(w["timeout"] for w in worlds.values()) / 4))
+interval = max(0.05, min(5.0, min(w["timeout"] for w in worlds.values()) / 5))  # as job.py
 agent = Agent(os.environ["MWRUN_CONTROL"], os.environ["MWRUN_PROCESS"], interval).start()
 for name, world in worlds.items():
     agent.world_event(name, world["generation"], "ready")

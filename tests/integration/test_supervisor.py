@@ -87,7 +87,7 @@ def test_a_stopped_process_is_declared_hung_killed_and_restarted(procs, home, tm
     broken = expect(job, "leader", "broken", world="world1", timeout=20)
     assert "hung" in broken["reason"] or "timed out" in broken["reason"]
     expect(job, "leader", "rejoined", world="world1", timeout=20)
-    assert "worker-0 hung: stopped for 2s; killing it" in job.output()
+    assert "worker-0 hung: stopped, no heartbeat for 2s; killing it" in job.output()
     doc = status(home)
     assert proc_state(doc, "worker-0")["restarts"] == 1
     job.signal(signal.SIGINT)

@@ -167,8 +167,8 @@ def test_stopped_process_is_declared_hung_after_the_world_timeout_and_killed():
     host.status["worker-0"] = "stopped"
     sup.on_tick()
     host.t += 9.9
-    for name, rec in sup.procs.items():
-        sup.on_heartbeat(name, rec.pid)
+    for name in ("leader", "worker-1"):  # a stopped process cannot beat
+        sup.on_heartbeat(name, sup.procs[name].pid)
     sup.on_tick()
     assert sup.procs["worker-0"].state is P.RUNNING
     host.t += 0.2
@@ -176,9 +176,21 @@ def test_stopped_process_is_declared_hung_after_the_world_timeout_and_killed():
     assert sup.procs["worker-0"].state is P.HUNG
     assert ("worker-0", signal.SIGKILL) in host.of("signal")
     sup.on_exit("worker-0", -9)
-    assert host.of("broken")[-1] == ("world1", 0,
-                                     "worker-0 hung (stopped for 10s) and was killed")
+    assert host.of("broken")[-1] == ("world1", 0, "worker-0 hung (stopped, no heartbeat for"
+                                                  " 10s) and was killed")
     assert sup.procs["worker-0"].state is P.RESTARTING
+
+
+def test_a_stopped_plain_process_is_found_through_proc():
+    sup, host = make()  # no hello: plain torch.distributed scripts never beat
+    host.status["worker-1"] = "stopped"
+    sup.on_tick()
+    host.t += 9.9
+    sup.on_tick()
+    assert sup.procs["worker-1"].state is not P.HUNG
+    host.t += 0.2
+    sup.on_tick()
+    assert sup.procs["worker-1"].hung == "stopped for 10s"
 
 
 def test_missing_heartbeat_is_a_hang():
@@ -332,3 +344,25 @@ def test_no_restart_into_worlds_that_have_closed():
     assert [c[0] for c in host.of("spawn")] == ["leader", "worker-0", "worker-1"]
     sup.on_exit("worker-1", 0)
     assert sup.state is R.FINISHED and sup.exit_code == 0
+
+
+def test_a_process_that_just_beat_is_not_probed():
+    sup, host = make()
+    join_all(sup)
+    host.status["worker-0"] = "stopped"  # what /proc would say, were it asked
+    host.t += 1.5
+    sup.on_heartbeat("worker-0", sup.procs["worker-0"].pid)
+    host.t += 20
+    sup.on_heartbeat("worker-0", sup.procs["worker-0"].pid)
+    sup.on_tick()
+    assert sup.procs["worker-0"].state is P.RUNNING
+
+
+def test_after_bye_silence_is_not_a_hang():
+    sup, host = make()
+    join_all(sup)
+    sup.on_bye("worker-0", sup.procs["worker-0"].pid)
+    host.t += 60
+    sup.on_tick()
+    assert sup.procs["worker-0"].state is P.RUNNING
+    assert ("worker-0", signal.SIGKILL) not in host.of("signal")
