@@ -1,0 +1,106 @@
+"""Several hosts on one machine: a host in a network namespace of its own, reached over
+a veth pair, as a second machine would be over its network."""
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import BIN
+from tests.integration.jobs import cli, expect, launch, proc_state, status
+
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
+                                 reason="network namespaces need root and iproute2")]
+
+
+def ip(*args):
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def node():
+    """A namespace 'node' with address .2, linked to this one at .1 (a /24 of 10.231)."""
+    tag = f"{os.getpid() % 1000}{random.randrange(100)}"
+    ns, outside, inside = f"mwt{tag}", f"mwv{tag}a", f"mwv{tag}b"
+    subnet = f"10.231.{random.randrange(1, 250)}"
+    ip("netns", "add", ns)
+    try:
+        ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+        ip("link", "set", inside, "netns", ns)
+        ip("addr", "add", f"{subnet}.1/24", "dev", outside)
+        ip("link", "set", outside, "up")
+        ip("-n", ns, "addr", "add", f"{subnet}.2/24", "dev", inside)
+        ip("-n", ns, "link", "set", inside, "up")
+        ip("-n", ns, "link", "set", "lo", "up")
+        yield ns, f"{subnet}.1", f"{subnet}.2"
+    finally:
+        subprocess.run(["ip", "link", "del", outside], capture_output=True, timeout=30)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+def test_a_world_across_a_network_namespace(procs, home, tmp_path, node):
+    ns, head, remote = node
+    topology = tmp_path / "hosts.yaml"
+    topology.write_text(f"""\
+version: 1
+name: hosts
+timeout: 10
+hosts:
+  head: {{addr: {head}}}
+  node1: {{addr: {remote}, netns: {ns}}}
+processes:
+  leader: {{cmd: [{sys.executable}, {BIN / 'hub.py'}], host: head}}
+  worker-0: {{cmd: [{sys.executable}, {BIN / 'spoke.py'}], host: head}}
+  worker-1:
+    cmd: [{sys.executable}, {BIN / 'spoke.py'}]
+    host: node1
+    restart: on-failure
+    restart_backoff: 0.2
+worlds:
+  world1: {{members: [leader, worker-0]}}
+  world2: {{members: [leader, worker-1]}}
+""")
+    plan = cli(home, "launch", str(topology), "--dry-run", check=True).stdout
+    assert f"stores on head ({head})" in plan and f"MWRUN_HOST_ADDR={remote}" in plan
+    job = launch(procs, home, topology)
+    expect(job, "leader", "recv", world="world2")
+    doc = status(home)
+    pid = proc_state(doc, "worker-1")["pid"]
+    their_net = os.stat(f"/proc/{pid}/ns/net").st_ino
+    assert their_net != os.stat("/proc/self/ns/net").st_ino  # really on the other "host"
+    assert their_net == os.stat(f"/run/netns/{ns}").st_ino
+    cli(home, "kill-world", "world2", check=True)
+    broken = expect(job, "leader", "broken", world="world2")
+    assert broken["reason"] == "worker-1 was killed by SIGKILL"
+    expect(job, "leader", "recv", world="world1")
+    expect(job, "leader", "rejoined", world="world2", generation=1)
+    expect(job, "leader", "recv", world="world2", generation=1)
+    job.signal(signal.SIGINT)
+    assert job.wait() == 0
+
+
+def test_a_host_that_is_not_this_machine_is_refused_at_launch(home, tmp_path):
+    topology = tmp_path / "far.yaml"
+    topology.write_text(f"""\
+version: 1
+hosts:
+  here: {{addr: 127.0.0.1}}
+  far: {{addr: 192.0.2.10, cpus: 4}}
+processes:
+  a: {{cmd: [{sys.executable}, -c, pass], host: here}}
+  b: {{cmd: [{sys.executable}, -c, pass], host: far}}
+worlds:
+  w: {{members: [a, b]}}
+""")
+    assert cli(home, "validate", str(topology)).returncode == 0  # it plans fine
+    result = cli(home, "launch", str(topology))
+    assert result.returncode == 2
+    column = topology.read_text().splitlines()[6].index("host: far") + len("host: ") + 1
+    assert result.stderr.startswith(f"{topology}:7:{column}: process 'b': host 'far' is not"
+                                    " this machine")
+    assert not (home / "runs").exists() or not list((home / "runs").iterdir())
