@@ -102,6 +102,8 @@ def nccl(store, rank: int, size: int, timeout: float, device, c10d=None,
     cls = getattr(c10d, "ProcessGroupNCCL", None)
     if cls is None:
         raise MwrunError("backend nccl: this torch build has no NCCL; use backend gloo")
+    if device is None:  # under the launcher: the one GPU CUDA_VISIBLE_DEVICES leaves
+        device = nccl_device(torch_module)
     torch_module.cuda.set_device(device)
     options = cls.Options()
     options._timeout = timedelta(seconds=timeout)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from mwrun.errors import TopologyError, UsageError
-from mwrun.yamlread import Pos, Reader, compose, scalar_value
+from mwrun.fields import FieldReader, parse_cpus  # noqa: F401 - parse_cpus is public here
+from mwrun.yamlread import Pos, compose
 
 BACKENDS = ("gloo", "nccl")
 RESTART_POLICIES = ("never", "on-failure", "always")
@@ -32,11 +32,6 @@ _PROCESS_KEYS = ("cmd", "replicas", "host", "gpus", "cpus", "env", "cwd", "resta
 _WORLD_KEYS = ("members", "backend", "timeout", "port", "on_failure")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _NAME_RULE = "a name starts with a letter or '_' and holds only letters, digits, '_', '.', '-'"
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Set by mwrun for every process; a user value would silently lose or break ranks.
-RESERVED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                "MASTER_PORT", "GROUP_RANK", "ROLE_RANK", "CUDA_VISIBLE_DEVICES")
-RESERVED_ENV_PREFIXES = ("MWRUN_", "TORCHELASTIC_")
 
 
 @dataclass(frozen=True)
@@ -98,25 +93,9 @@ class Topology:
                 for w in self.worlds.values() if process in w.members]
 
 
-def parse_cpus(text: str) -> tuple[int, ...]:
-    """'0-3,6' -> (0, 1, 2, 3, 6); raises ValueError with a readable message."""
-    cpus: list[int] = []
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            raise ValueError(f"empty item in CPU list '{text}'")
-        low, sep, high = part.partition("-")
-        if not low.isdigit() or (sep and not high.isdigit()):
-            raise ValueError(f"'{part}' is not a CPU number or range like 0-3")
-        first, last = int(low), int(high) if sep else int(low)
-        if last < first:
-            raise ValueError(f"range '{part}' runs backwards")
-        cpus.extend(range(first, last + 1))
-    return tuple(cpus)
-
-
 class _Parser:
     def __init__(self, source: str, folder: str):
-        self.r = Reader(source)
+        self.r = FieldReader(source)
         self.source = source
         self.folder = folder
 
@@ -222,11 +201,11 @@ class _Parser:
         pos = {"name": r.pos(key_node), **{k: r.pos(v[1]) for k, v in spec.items()}}
         if "cmd" not in spec:
             r.error(node, f"{what}: 'cmd' is missing (the command to run)")
-        cmd = self._get(spec, "cmd", self.command, what)
+        cmd = self._get(spec, "cmd", self.r.command, what)
         host = self.host_of(spec, hosts, what, key_node)
-        gpus = self._get(spec, "gpus", self.gpus, what)
-        cpus = self._get(spec, "cpus", self.cpus, what)
-        env = self._get(spec, "env", self.env, what) or {}
+        gpus = self._get(spec, "gpus", self.r.gpus, what)
+        cpus = self._get(spec, "cpus", self.r.cpus, what)
+        env = self._get(spec, "env", self.r.env, what) or {}
         cwd = self._get(spec, "cwd", r.string, f"{what}: cwd")
         restart = self._get(spec, "restart", r.choice, f"{what}: restart", RESTART_POLICIES)
         max_restarts = self._get(spec, "max_restarts", r.integer, f"{what}: max_restarts",
@@ -249,26 +228,6 @@ class _Parser:
         return [Process(**{**base.__dict__, "name": f"{name}-{i}", "replica_of": name})
                 for i in range(replicas)]
 
-    def command(self, node, what) -> list[str] | None:
-        r = self.r
-        if isinstance(node, yaml.SequenceNode):
-            parts = [r.string(item, f"{what}: cmd item") for item in node.value]
-            if any(p is None for p in parts):
-                return None
-        else:
-            text = r.string(node, f"{what}: cmd")
-            if text is None:
-                return None
-            try:
-                parts = shlex.split(text)
-            except ValueError as exc:
-                r.error(node, f"{what}: cmd cannot be split like a shell line: {exc}")
-                return None
-        if not parts or not parts[0]:
-            r.error(node, f"{what}: cmd is empty")
-            return None
-        return parts
-
     def host_of(self, spec, hosts, what, key_node) -> str | None:
         r = self.r
         if "host" not in spec:
@@ -282,73 +241,6 @@ class _Parser:
         if host is not None and hosts is not None and host not in hosts:
             r.error(node, f"{what}: unknown host '{host}'; hosts are {', '.join(hosts)}")
         return host
-
-    def gpus(self, node, what) -> tuple[int, ...] | int | None:
-        r = self.r
-        if isinstance(node, yaml.ScalarNode):
-            return r.integer(node, f"{what}: gpus (a count)", minimum=0)
-        items = r.sequence(node, f"{what}: gpus")
-        if items is None:
-            return None
-        gpus = []
-        for item in items:
-            index = r.integer(item, f"{what}: gpu index", minimum=0)
-            if index is not None and index in gpus:
-                r.error(item, f"{what}: GPU {index} is listed twice")
-            elif index is not None:
-                gpus.append(index)
-        return tuple(gpus)
-
-    def cpus(self, node, what) -> tuple[int, ...] | int | None:
-        r = self.r
-        if isinstance(node, yaml.SequenceNode):
-            cpus: list[int] = []
-            for item in node.value:
-                part = r.string(item, f"{what}: cpus item")
-                if part is not None:
-                    cpus.extend(self._cpu_text(part, item, what) or ())
-            found: tuple[int, ...] | None = tuple(cpus)
-        elif isinstance(node, yaml.ScalarNode) and type(scalar_value(node)) is int:
-            return r.integer(node, f"{what}: cpus (a count)", minimum=1)
-        else:
-            text = r.string(node, f"{what}: cpus")
-            found = None if text is None else self._cpu_text(text, node, what)
-        if found is not None and len(set(found)) != len(found):
-            r.error(node, f"{what}: a CPU is listed twice in cpus")
-        return found
-
-    def _cpu_text(self, text, node, what):
-        try:
-            return parse_cpus(text)
-        except ValueError as exc:
-            self.r.error(node, f"{what}: cpus: {exc}")
-            return None
-
-    def env(self, node, what) -> dict[str, str] | None:
-        r = self.r
-        items = r.mapping(node, f"{what}: env")
-        if items is None:
-            return None
-        env = {}
-        for key, (key_node, value_node) in items.items():
-            if not _ENV_NAME.match(key):
-                r.error(key_node, f"{what}: env: '{key}' is not a valid variable name")
-                continue
-            if key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIXES):
-                hint = "; use 'gpus:' instead" if key == "CUDA_VISIBLE_DEVICES" else ""
-                r.error(key_node, f"{what}: env: {key} is set by mwrun{hint}")
-                continue
-            value = scalar_value(value_node) if isinstance(value_node, yaml.ScalarNode) else None
-            if isinstance(value, bool):
-                r.error(value_node, f"{what}: env {key}: write the value in quotes"
-                                    f" ('{str(value).lower()}'): YAML reads it as a boolean")
-            elif value is None and isinstance(value_node, yaml.ScalarNode):
-                env[key] = ""
-            else:
-                text = r.string(value_node, f"{what}: env {key}")
-                if text is not None:
-                    env[key] = text
-        return env
 
     # -- worlds ------------------------------------------------------------------------
 

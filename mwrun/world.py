@@ -288,11 +288,21 @@ class World(Calls):
             self._form(deadline)
         return self
 
+    def _stop_watcher(self, generation: int) -> None:
+        """End this generation's watcher: it may still sleep (a break that was not
+        published, like a peer leaving, wakes no one), so wake it with its own key."""
+        watcher, self._watcher = self._watcher, None
+        store = self._store
+        if watcher is None or not watcher.is_alive():
+            return
+        if store is not None:
+            with contextlib.suppress(RuntimeError, TimeoutError):
+                store.set(protocol.wake_key(generation, self.rank), "close")
+        watcher.join(timeout=5)
+
     def _retire(self) -> None:
         """Let go of a broken generation: its watcher, its group, its sockets."""
-        watcher, self._watcher = self._watcher, None
-        if watcher is not None:
-            watcher.join(timeout=self.timeout)
+        self._stop_watcher(self._generation)
         with self._lock:
             group, self._group = self._group, None
         if group is not None:
@@ -307,19 +317,17 @@ class World(Calls):
             self._closed = True
             group, self._group = self._group, None
             generation = self._generation
-        store, watcher = self._store, self._watcher
+        store = self._store
         if store is not None and generation >= 0:
             with contextlib.suppress(RuntimeError, TimeoutError):
                 protocol.leave(store, generation, self.rank)
-        if watcher is not None and store is not None and watcher.is_alive():
-            with contextlib.suppress(RuntimeError, TimeoutError):
-                store.set(protocol.wake_key(generation, self.rank), "close")
-            watcher.join(timeout=5)
+        self._stop_watcher(generation)
         if group is not None:
             _release(group)
         self._store = self._server = self._watcher = None
         if self._agent is not None:
             self._agent.world_event(self.name, generation, "closed")
+
 
 def _release(group: backends.Backend) -> None:
     """Drop a generation's group without waiting for it.

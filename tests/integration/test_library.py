@@ -162,3 +162,13 @@ def test_a_default_group_of_the_script_coexists(procs):
     for proc in ranks:
         assert proc.wait() == 0, proc.output()
         assert proc.records() == [{"default": 3.0, "mwrun": 30.0, "default_again": 2.0}]
+
+
+def test_a_member_that_leaves_is_named_and_rejoin_honours_its_timeout(procs):
+    port = free_port()
+    stays = procs.start(python("leaver.py", "--rank", 0, "--port", port))
+    procs.start(python("leaver.py", "--rank", 1, "--port", port))
+    report = stays.expect_key("rejoin_seconds")
+    assert report["reason"] == "rank 1 left the world (it closed it)"
+    assert report["final"] == "rank(s) 1 did not join in time"
+    assert report["rejoin_seconds"] < 1.0 + 1.5  # not the world's 30 s timeout

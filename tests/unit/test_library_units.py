@@ -160,6 +160,14 @@ def test_nccl_pins_the_device_connects_eagerly_and_aborts_on_break():
     assert group.calls[-1] == ("abort",)
 
 
+def test_nccl_defaults_to_the_first_visible_gpu():
+    fake_torch = FakeTorch(gpus=2)
+    c10d = type("c10d", (), {"ProcessGroupNCCL": FakeNCCL})
+    made = backends.nccl("store", 0, 2, 5.0, None, c10d=c10d, torch_module=fake_torch)
+    assert made.device == "cuda:0" and fake_torch.set_to == "cuda:0"
+    assert FakeNCCL.made[-1].calls == [("eager", "cuda:0")]
+
+
 def test_nccl_errors_are_clear():
     with pytest.raises(MwrunError, match="needs a GPU"):
         backends.nccl_device(FakeTorch(gpus=0))

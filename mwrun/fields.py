@@ -1,0 +1,123 @@
+"""Typed readers for the fields of a process entry: cmd, gpus, cpus, env.
+
+Each reads one YAML node, records a positioned diagnostic for every mistake (through
+the Reader it extends) and returns the value or None.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import yaml
+
+from mwrun.yamlread import Reader, scalar_value
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Set by mwrun for every process; a user value would silently lose or break ranks.
+RESERVED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", "GROUP_RANK", "ROLE_RANK", "CUDA_VISIBLE_DEVICES")
+RESERVED_ENV_PREFIXES = ("MWRUN_", "TORCHELASTIC_")
+
+
+def parse_cpus(text: str) -> tuple[int, ...]:
+    """'0-3,6' -> (0, 1, 2, 3, 6); raises ValueError with a readable message."""
+    cpus: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            raise ValueError(f"empty item in CPU list '{text}'")
+        low, sep, high = part.partition("-")
+        if not low.isdigit() or (sep and not high.isdigit()):
+            raise ValueError(f"'{part}' is not a CPU number or range like 0-3")
+        first, last = int(low), int(high) if sep else int(low)
+        if last < first:
+            raise ValueError(f"range '{part}' runs backwards")
+        cpus.extend(range(first, last + 1))
+    return tuple(cpus)
+
+
+class FieldReader(Reader):
+    """A Reader that also knows the fields of a process entry."""
+
+    def command(self, node, what) -> list[str] | None:
+        if isinstance(node, yaml.SequenceNode):
+            parts = [self.string(item, f"{what}: cmd item") for item in node.value]
+            if any(p is None for p in parts):
+                return None
+        else:
+            text = self.string(node, f"{what}: cmd")
+            if text is None:
+                return None
+            try:
+                parts = shlex.split(text)
+            except ValueError as exc:
+                self.error(node, f"{what}: cmd cannot be split like a shell line: {exc}")
+                return None
+        if not parts or not parts[0]:
+            self.error(node, f"{what}: cmd is empty")
+            return None
+        return parts
+
+    def gpus(self, node, what) -> tuple[int, ...] | int | None:
+        if isinstance(node, yaml.ScalarNode):
+            return self.integer(node, f"{what}: gpus (a count)", minimum=0)
+        items = self.sequence(node, f"{what}: gpus")
+        if items is None:
+            return None
+        gpus = []
+        for item in items:
+            index = self.integer(item, f"{what}: gpu index", minimum=0)
+            if index is not None and index in gpus:
+                self.error(item, f"{what}: GPU {index} is listed twice")
+            elif index is not None:
+                gpus.append(index)
+        return tuple(gpus)
+
+    def cpus(self, node, what) -> tuple[int, ...] | int | None:
+        if isinstance(node, yaml.SequenceNode):
+            cpus: list[int] = []
+            for item in node.value:
+                part = self.string(item, f"{what}: cpus item")
+                if part is not None:
+                    cpus.extend(self._cpu_text(part, item, what) or ())
+            found: tuple[int, ...] | None = tuple(cpus)
+        elif isinstance(node, yaml.ScalarNode) and type(scalar_value(node)) is int:
+            return self.integer(node, f"{what}: cpus (a count)", minimum=1)
+        else:
+            text = self.string(node, f"{what}: cpus")
+            found = None if text is None else self._cpu_text(text, node, what)
+        if found is not None and len(set(found)) != len(found):
+            self.error(node, f"{what}: a CPU is listed twice in cpus")
+        return found
+
+    def _cpu_text(self, text, node, what):
+        try:
+            return parse_cpus(text)
+        except ValueError as exc:
+            self.error(node, f"{what}: cpus: {exc}")
+            return None
+
+    def env(self, node, what) -> dict[str, str] | None:
+        items = self.mapping(node, f"{what}: env")
+        if items is None:
+            return None
+        env = {}
+        for key, (key_node, value_node) in items.items():
+            if not _ENV_NAME.match(key):
+                self.error(key_node, f"{what}: env: '{key}' is not a valid variable name")
+                continue
+            if key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIXES):
+                hint = "; use 'gpus:' instead" if key == "CUDA_VISIBLE_DEVICES" else ""
+                self.error(key_node, f"{what}: env: {key} is set by mwrun{hint}")
+                continue
+            value = scalar_value(value_node) if isinstance(value_node, yaml.ScalarNode) else None
+            if isinstance(value, bool):
+                self.error(value_node, f"{what}: env {key}: write the value in quotes"
+                                    f" ('{str(value).lower()}'): YAML reads it as a boolean")
+            elif value is None and isinstance(value_node, yaml.ScalarNode):
+                env[key] = ""
+            else:
+                text = self.string(value_node, f"{what}: env {key}")
+                if text is not None:
+                    env[key] = text
+        return env

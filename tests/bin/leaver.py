@@ -1,0 +1,34 @@
+"""Rank 1 sends once and leaves; rank 0 sees the world break and tries to rejoin."""
+
+import argparse
+import json
+import time
+
+import torch
+
+import mwrun
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--rank", type=int, required=True)
+parser.add_argument("--port", type=int, required=True)
+args = parser.parse_args()
+
+job = mwrun.init(worlds={"w": mwrun.WorldSpec(rank=args.rank, size=2, port=args.port,
+                                              timeout=30)})
+w = job.world("w")
+if args.rank == 1:
+    w.send(torch.ones(1), 0)
+    w.close()
+    time.sleep(1.0)  # stay alive (not leaving by dying): the world ends by the close alone
+else:
+    w.recv(torch.zeros(1), 1)
+    try:
+        w.recv(torch.zeros(1), 1)
+    except mwrun.BrokenWorldError as exc:
+        started = time.monotonic()
+        try:
+            w.rejoin(timeout=1.0)
+        except mwrun.BrokenWorldError as final:
+            print(json.dumps({"reason": exc.reason, "final": final.reason,
+                              "rejoin_seconds": time.monotonic() - started}), flush=True)
+job.close()
