@@ -56,6 +56,7 @@ class Job:
                                                       "BENCH_TAG": self.tag, "NO_COLOR": "1"},
                                       start_new_session=True)
         self.events: list[dict] = []
+        self.ended: float | None = None  # when the launcher's output ended (it exited)
         self.arrived = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -71,6 +72,8 @@ class Job:
                 if isinstance(value, dict):
                     self.events.append(value)
                     self.arrived.put(value)
+        self.ended = time.monotonic()
+        self.arrived.put({})
 
     def wait_until(self, condition, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -179,8 +182,7 @@ worlds:
         time.sleep(max(killed + WINDOW + 0.3 - time.monotonic(), 0))
         result["restarted"] = sum(1 for ev in job.events
                                   if ev.get("e") == "start" and ev["t"] > killed)
-        gone = job.popen.poll() is not None
-        result["gave_up"] = (time.monotonic() - killed) if gone else None
+        result["gave_up"] = (job.ended - killed) if job.ended is not None else None
         result["during"] = progress(job.events, victim, killed, killed + WINDOW)
         result["before"] = progress(job.events, victim, killed - 2.0, killed) * WINDOW / 2.0
     finally:
