@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 
 import torch
+from common import add_arguments, arecover, worlds
 
 import mwrun
 
@@ -87,13 +87,8 @@ async def steps(op, world: mwrun.World, count: int, interval: float) -> None:
         try:
             print(await op(world, step), flush=True)
         except mwrun.BrokenWorldError as exc:
-            print(f"{world.name} broke at step {step}: {exc.reason}", flush=True)
-            try:
-                await asyncio.to_thread(world.rejoin)
-            except mwrun.BrokenWorldError as final:
-                print(f"{world.name} is over: {final.reason}", flush=True)
+            if not await arecover(world, exc, f" at step {step}"):
                 return
-            print(f"{world.name} re-formed (generation {world.generation})", flush=True)
             continue
         print(f"{world.name}: done with step: {step}", flush=True)
         step += 1
@@ -102,23 +97,15 @@ async def steps(op, world: mwrun.World, count: int, interval: float) -> None:
 
 
 async def run(op_name: str, args) -> None:
-    worlds = None if "MWRUN_WORLDS" in os.environ else mwrun.from_worldinfo(
-        args.worldinfo, size=SIZE, addr=args.addr, backend=args.backend,
-        base_port=args.base_port)
-    job = mwrun.init(worlds=worlds)
+    job = mwrun.init(worlds=worlds(args, size=SIZE))
     await asyncio.gather(*(steps(OPS[op_name], w, args.steps, args.interval)
                            for w in job.worlds.values()))
     job.close()
 
 
 def main(op_name: str) -> None:
-    parser = argparse.ArgumentParser(description=f"{op_name} in every world of this process")
-    parser.add_argument("--backend", default="gloo")
-    parser.add_argument("--addr", default="127.0.0.1")
-    parser.add_argument("--base-port", type=int, default=29500,
-                        help="by hand: world W's store is on BASE_PORT + 1000*W")
-    parser.add_argument("--worldinfo", action="append", default=[],
-                        help="WORLD,RANK by hand (repeat for each world)")
+    parser = add_arguments(argparse.ArgumentParser(
+        description=f"{op_name} in every world of this process"))
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between steps")
     asyncio.run(run(op_name, parser.parse_args()))

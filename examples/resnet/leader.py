@@ -6,7 +6,9 @@ until it is back.
 """
 
 import argparse
+import pathlib
 import queue
+import sys
 import threading
 import time
 
@@ -14,6 +16,9 @@ import torch
 from model import BATCH, build, images
 
 import mwrun
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from common import recover
 
 
 def serve(world, batches: queue.Queue, report, interval: float) -> None:
@@ -27,13 +32,8 @@ def serve(world, batches: queue.Queue, report, interval: float) -> None:
             world.recv(predicted, 2)  # from stage 1
         except mwrun.BrokenWorldError as exc:
             batches.put(index)  # another pipeline takes it
-            print(f"{world.name} broke: {exc.reason}; the other pipelines serve", flush=True)
-            try:
-                world.rejoin()
-            except mwrun.BrokenWorldError as final:
-                print(f"{world.name} is over: {final.reason}", flush=True)
+            if not recover(world, exc, " (the other pipelines serve)"):
                 return
-            print(f"{world.name} serves again (generation {world.generation})", flush=True)
             continue
         report(index, world.name, predicted)
         time.sleep(interval)

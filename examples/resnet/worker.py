@@ -1,9 +1,15 @@
 """A ResNet pipeline stage: rank 1 runs stage 0, rank 2 stage 1 of its world's pipeline."""
 
+import pathlib
+import sys
+
 import torch
 from model import BATCH, BETWEEN_STAGES, IMAGE, build, stages
 
 import mwrun
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from common import recover
 
 
 def main() -> None:
@@ -24,11 +30,7 @@ def main() -> None:
                     world.recv(features, 1)
                     world.send(part(features).argmax(1), 0)
         except mwrun.BrokenWorldError as exc:
-            print(f"{world.name} broke: {exc.reason}", flush=True)
-            try:
-                world.rejoin()
-            except mwrun.BrokenWorldError as final:
-                print(f"{world.name} is over: {final.reason}", flush=True)
+            if not recover(world, exc):
                 break
     job.close()
 

@@ -8,16 +8,21 @@ terminal per process, as in MultiWorld's example:
     python examples/send_recv/worker.py --worldinfo 2,1
 
 When a world breaks (its worker crashed, hung or was killed) the leader says so,
-keeps receiving through its other worlds, and waits for the broken one to re-form.
+keeps receiving through its other worlds, and waits for the broken one to re-form
+(common.py).
 """
 
 import argparse
 import asyncio
-import os
+import pathlib
+import sys
 
 import torch
 
 import mwrun
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from common import add_arguments, arecover, worlds
 
 
 async def serve(world: mwrun.World, device) -> int:
@@ -28,22 +33,15 @@ async def serve(world: mwrun.World, device) -> int:
         try:
             await world.irecv(tensor, 1)
         except mwrun.BrokenWorldError as exc:
-            print(f"{world.name} broke: {exc.reason}; waiting for it to re-form", flush=True)
-            try:
-                await asyncio.to_thread(world.rejoin)
-            except mwrun.BrokenWorldError as final:
-                print(f"{world.name} is over: {final.reason}", flush=True)
+            if not await arecover(world, exc):
                 return received
-            print(f"{world.name} re-formed (generation {world.generation})", flush=True)
             continue
         received += 1
         print(f"received {tensor} from rank 1 in {world.name}", flush=True)
 
 
 async def main(args) -> None:
-    worlds = None if "MWRUN_WORLDS" in os.environ else mwrun.from_worldinfo(
-        args.worldinfo, size=2, addr=args.addr, backend=args.backend, base_port=args.base_port)
-    job = mwrun.init(worlds=worlds)
+    job = mwrun.init(worlds=worlds(args, size=2))
     device = next(iter(job.worlds.values())).device
     counts = await asyncio.gather(*(serve(w, device) for w in job.worlds.values()))
     for world, count in zip(job.worlds, counts, strict=True):
@@ -52,11 +50,5 @@ async def main(args) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="gloo")
-    parser.add_argument("--addr", default="127.0.0.1")
-    parser.add_argument("--base-port", type=int, default=29500,
-                        help="by hand: world W's store is on BASE_PORT + 1000*W")
-    parser.add_argument("--worldinfo", action="append", default=[],
-                        help="WORLD,RANK by hand (repeat for each world)")
+    parser = add_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     asyncio.run(main(parser.parse_args()))

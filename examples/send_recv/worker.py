@@ -2,17 +2,20 @@
 
 import argparse
 import os
+import pathlib
+import sys
 import time
 
 import torch
 
 import mwrun
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from common import add_arguments, worlds
+
 
 def main(args) -> None:
-    worlds = None if "MWRUN_WORLDS" in os.environ else mwrun.from_worldinfo(
-        args.worldinfo, size=2, addr=args.addr, backend=args.backend, base_port=args.base_port)
-    job = mwrun.init(worlds=worlds)
+    job = mwrun.init(worlds=worlds(args, size=2))
     [world] = job.worlds.values()
     restart = os.environ.get("MWRUN_RESTART_COUNT", "0")
     print(f"{world.name}: rank {world.rank} of {world.size}, generation {world.generation},"
@@ -26,13 +29,7 @@ def main(args) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="gloo")
-    parser.add_argument("--addr", default="127.0.0.1")
-    parser.add_argument("--base-port", type=int, default=29500,
-                        help="by hand: world W's store is on BASE_PORT + 1000*W")
-    parser.add_argument("--worldinfo", action="append", default=[],
-                        help="WORLD,RANK by hand")
+    parser = add_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between sends")
     main(parser.parse_args())

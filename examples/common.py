@@ -1,0 +1,48 @@
+"""What every example shares: MultiWorld's by-hand arguments, and riding out a break.
+
+Scripts in the example folders put this folder on sys.path and import it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+import mwrun
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """--backend, --addr, --base-port, --worldinfo: for running by hand."""
+    parser.add_argument("--backend", default="gloo")
+    parser.add_argument("--addr", default="127.0.0.1")
+    parser.add_argument("--base-port", type=int, default=29500,
+                        help="by hand: world W's store is on BASE_PORT + 1000*W")
+    parser.add_argument("--worldinfo", action="append", default=[],
+                        help="WORLD,RANK by hand (repeat for each world)")
+    return parser
+
+
+def worlds(args, size: int):
+    """None under mwrun launch (the launcher names the worlds), else --worldinfo's."""
+    if "MWRUN_WORLDS" in os.environ:
+        return None
+    return mwrun.from_worldinfo(args.worldinfo, size=size, addr=args.addr,
+                                backend=args.backend, base_port=args.base_port)
+
+
+def recover(world, error: mwrun.BrokenWorldError, what: str = "") -> bool:
+    """Say the world broke and wait for it to re-form; False once it never will."""
+    print(f"{world.name} broke{what}: {error.reason}", flush=True)
+    try:
+        world.rejoin()
+    except mwrun.BrokenWorldError as final:
+        print(f"{world.name} is over: {final.reason}", flush=True)
+        return False
+    print(f"{world.name} re-formed (generation {world.generation})", flush=True)
+    return True
+
+
+async def arecover(world, error: mwrun.BrokenWorldError, what: str = "") -> bool:
+    """recover() for asyncio code: the wait runs in a thread, the loop goes on."""
+    return await asyncio.to_thread(recover, world, error, what)
