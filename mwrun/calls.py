@@ -86,6 +86,8 @@ class Calls:
             raise ValueError(f"{self.name}: {what} must be contiguous (call .contiguous())")
 
     def _rank(self, rank, what: str, peer: bool = False) -> int:
+        if type(rank) is int and 0 <= rank < self.size and not (peer and rank == self.rank):
+            return rank
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.size:
             raise ValueError(f"{self.name}: {what} must be a rank in 0..{self.size - 1},"
                              f" not {rank!r}")
