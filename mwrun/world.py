@@ -59,6 +59,7 @@ class World(Calls):
         self._error: BrokenWorldError | None = None
         self._watcher: threading.Thread | None = None
         self._closed = False
+        self._broke_at = -1  # the last generation this member saw break
         self._device = torch.device("cpu") if self.backend == "gloo" else torch.device("cuda", 0)
 
     # -- what users read -----------------------------------------------------------------
@@ -117,7 +118,11 @@ class World(Calls):
             self._store = self._client(_left(deadline, 300.0))
         store = self._store
         generation = int(self._store_wait(protocol.GEN, deadline, 0))
-        while protocol.broken_reason(store, generation) is not None:
+        # Never join a generation again once it broke, even if the store does not say
+        # so yet (a peer that left publishes nothing): its key space holds the old
+        # group's addresses. Wait for the host's word on it instead.
+        while generation <= self._broke_at or \
+                protocol.broken_reason(store, generation) is not None:
             decision = self._store_wait(protocol.key(generation, "next"), deadline, generation)
             if decision.startswith(protocol.CLOSED):
                 raise WorldClosed(self.name, generation, decision[len(protocol.CLOSED):])
@@ -208,6 +213,7 @@ class World(Calls):
             if self._generation != generation or self._error is not None:
                 return self._error or BrokenWorldError(self.name, generation, reason)
             error = self._error = BrokenWorldError(self.name, generation, reason)
+            self._broke_at = generation
             group = self._group
         if group is not None:
             group.abort()  # every blocked call of this world, in any thread, fails now
@@ -317,6 +323,10 @@ class World(Calls):
             self._closed = True
             group, self._group = self._group, None
             generation = self._generation
+        # Tell the supervisor and the store first: the moment the group's sockets close,
+        # peers notice, and their reports must find this member already gone.
+        if self._agent is not None:
+            self._agent.world_event(self.name, generation, "closed")
         store = self._store
         if store is not None and generation >= 0:
             with contextlib.suppress(RuntimeError, TimeoutError):
@@ -325,8 +335,6 @@ class World(Calls):
         if group is not None:
             _release(group)
         self._store = self._server = self._watcher = None
-        if self._agent is not None:
-            self._agent.world_event(self.name, generation, "closed")
 
 
 def _release(group: backends.Backend) -> None:

@@ -27,15 +27,15 @@ def serve(world, batches: queue.Queue, report, interval: float) -> None:
         if index is None:
             return
         try:
-            world.send(images(index), 1)  # to stage 0
-            predicted = torch.zeros(BATCH, dtype=torch.int64)
+            world.send(images(index).to(world.device), 1)  # to stage 0
+            predicted = torch.zeros(BATCH, dtype=torch.int64, device=world.device)
             world.recv(predicted, 2)  # from stage 1
         except mwrun.BrokenWorldError as exc:
             batches.put(index)  # another pipeline takes it
             if not recover(world, exc, " (the other pipelines serve)"):
                 return
             continue
-        report(index, world.name, predicted)
+        report(index, world.name, predicted.cpu())
         time.sleep(interval)
 
 

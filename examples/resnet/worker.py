@@ -16,17 +16,17 @@ def main() -> None:
     job = mwrun.init()
     [world] = job.worlds.values()
     stage = world.rank - 1
-    part = stages(build())[stage]
+    part = stages(build())[stage].to(world.device)  # cuda:0 with nccl, else the CPU
     print(f"{world.name}: stage {stage} ready (generation {world.generation})", flush=True)
     while True:
         try:
             with torch.no_grad():
                 if stage == 0:
-                    batch = torch.zeros(BATCH, *IMAGE)
+                    batch = torch.zeros(BATCH, *IMAGE, device=world.device)
                     world.recv(batch, 0)
                     world.send(part(batch).contiguous(), 2)
                 else:
-                    features = torch.zeros(BATCH, *BETWEEN_STAGES)
+                    features = torch.zeros(BATCH, *BETWEEN_STAGES, device=world.device)
                     world.recv(features, 1)
                     world.send(part(features).argmax(1), 0)
         except mwrun.BrokenWorldError as exc:

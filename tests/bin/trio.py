@@ -6,6 +6,7 @@ so every blocked call must end through mwrun's abort, not a socket error.
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -21,7 +22,7 @@ job = mwrun.init(worlds={"w": mwrun.WorldSpec(rank=args.rank, size=3, port=args.
                                               timeout=60)})
 w = job.world("w")
 w.barrier()
-print(json.dumps({"ready": True}), flush=True)
+print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
 try:
     if args.rank == 0:
         w.recv(torch.zeros(1), 1)

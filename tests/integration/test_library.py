@@ -4,6 +4,7 @@ import signal
 import time
 from datetime import timedelta
 
+import psutil
 import pytest
 
 from mwrun import protocol
@@ -103,9 +104,14 @@ def test_store_marked_break_wakes_calls_blocked_on_live_peers(procs):
 
     port = free_port()
     ranks = [procs.start(python("trio.py", "--rank", r, "--port", port)) for r in range(3)]
-    for proc in ranks:
-        proc.expect_key("ready")
+    blocked = [psutil.Process(proc.expect_key("ready")["pid"]) for proc in ranks]
     time.sleep(0.3)  # let the calls block: nothing would ever complete them
+    # Blocked calls do not spin: rank 0 waits in a recv, ranks 1 and 2 in a barrier.
+    before = [p.cpu_times() for p in blocked]
+    time.sleep(2.0)
+    for proc, start in zip(blocked, before, strict=True):
+        used = sum(proc.cpu_times()[:2]) - sum(start[:2])
+        assert used / 2.0 < 0.05, (proc.pid, used)  # under 5 % of a core
     store = dist.TCPStore("127.0.0.1", port, None, False, timeout=timedelta(seconds=10))
     marked_at = time.monotonic()
     protocol.mark_broken(store, 0, 3, "drill")

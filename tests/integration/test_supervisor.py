@@ -146,7 +146,7 @@ def test_a_torchrun_style_script_runs_unchanged(procs, home):
     wait_gone(home)
 
 
-def test_status_kill_world_stop_and_logs_through_the_cli(home, tmp_path):
+def test_status_kill_world_stop_and_logs_through_the_cli(procs, home, tmp_path):
     topology = write_star(tmp_path, restart0="on-failure")
     started = cli(home, "launch", str(topology), "--detach", "--run-id", "drill", check=True)
     assert "started run drill in the background" in started.stdout
@@ -163,8 +163,15 @@ def test_status_kill_world_stop_and_logs_through_the_cli(home, tmp_path):
     assert proc_state(doc, "leader")["restarts"] == 0
     log = cli(home, "logs", "leader", check=True).stdout
     assert '"event": "rejoined", "world": "world1", "generation": 1' in log
+    follower = procs.start([sys.executable, "-m", "mwrun", "logs", "leader", "drill", "-f"],
+                           env={"MWRUN_HOME": str(home)})
+    count = len(follower.lines)
+    follower.expect(lambda line: isinstance(line, dict) and line.get("event") == "recv")
+    follower.expect(lambda line: isinstance(line, dict) and line.get("event") == "recv")
+    assert len(follower.lines) > count  # it printed what was there, and goes on
     stopped = cli(home, "stop", "drill", check=True).stdout
     assert "run drill finished" in stopped
+    assert follower.wait(timeout=10) == 0  # -f ends with the run
     wait_gone(home)
     assert cli(home, "logs", "worker-0", "drill", "-f").returncode == 0  # ends: run is over
 
@@ -197,3 +204,19 @@ def test_run_time_mistakes_get_clear_errors(procs, home, tmp_path):
     assert "the supervisor has gone without finishing" in shown.stdout
     for result in (again, bad, rank, logs, unknown, dead, shown):
         assert "Traceback" not in result.stderr
+
+
+def test_a_member_that_finishes_closes_its_world_for_the_others(procs, home, tmp_path):
+    topology = write_star(tmp_path, spoke0="--count 20")
+    job = launch(procs, home, topology)
+    broken = expect(job, "leader", "broken", world="world1")
+    assert broken["reason"] == "rank 1 left the world (it closed it)"
+    over = expect(job, "leader", "over", world="world1")
+    assert over["reason"] == "worker-0 exited normally and will not restart"
+    expect(job, "leader", "recv", world="world2")  # world2 goes on
+    doc = status(home)
+    assert world_state(doc, "world1") | {"state": "closed", "breaks": 0} == \
+        world_state(doc, "world1")
+    job.signal(signal.SIGINT)
+    assert job.wait() == 0
+    assert "could not connect" not in job.output()
