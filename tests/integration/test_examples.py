@@ -73,7 +73,10 @@ def test_send_recv_by_hand_with_worldinfo(procs, tmp_path):
     leader.expect(lambda line: "from rank 1 in world1" in str(line))
     leader.expect(lambda line: "from rank 1 in world2" in str(line))
     first.signal(signal.SIGKILL)  # by hand: no supervisor, the peers notice it themselves
-    leader.expect(lambda line: str(line).startswith("world1 broke: rank 0: Connection"))
+    # The leader's own call notices: "Connection closed by peer" or, when the killed
+    # process left unread data behind (the kernel then resets), "Read error ... reset".
+    broke = leader.expect(lambda line: str(line).startswith("world1 broke: rank 0: "))
+    assert "Connection closed" in broke or "reset by peer" in broke, broke
     leader.expect(lambda line: "from rank 1 in world2" in str(line))
     start("worker.py", "--worldinfo", "1,1", "--steps", "100000", "--interval", "0.05")
     leader.expect(lambda line: str(line) == "world1 re-formed (generation 1)")
