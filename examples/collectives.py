@@ -23,7 +23,7 @@ import argparse
 import asyncio
 
 import torch
-from common import add_arguments, arecover, worlds
+from common import add_arguments, arecover, say, worlds
 
 import mwrun
 
@@ -85,12 +85,12 @@ async def steps(op, world: mwrun.World, count: int, interval: float) -> None:
     step = 1
     while step <= count:
         try:
-            print(await op(world, step), flush=True)
+            say(await op(world, step))
         except mwrun.BrokenWorldError as exc:
             if not await arecover(world, exc, f" at step {step}"):
                 return
             continue
-        print(f"{world.name}: done with step: {step}", flush=True)
+        say(f"{world.name}: done with step: {step}")
         step += 1
         await asyncio.sleep(interval)
     world.close()  # finished: let the other members know at once

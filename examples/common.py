@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 
 import mwrun
 
@@ -31,15 +32,22 @@ def worlds(args, size: int):
                                 backend=args.backend, base_port=args.base_port)
 
 
+def say(text: str) -> None:
+    """One line, written at once: print() writes text and newline separately, and
+    lines from two threads can then run together."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def recover(world, error: mwrun.BrokenWorldError, what: str = "") -> bool:
     """Say the world broke and wait for it to re-form; False once it never will."""
-    print(f"{world.name} broke{what}: {error.reason}", flush=True)
+    say(f"{world.name} broke{what}: {error.reason}")
     try:
         world.rejoin()
     except mwrun.BrokenWorldError as final:
-        print(f"{world.name} is over: {final.reason}", flush=True)
+        say(f"{world.name} is over: {final.reason}")
         return False
-    print(f"{world.name} re-formed (generation {world.generation})", flush=True)
+    say(f"{world.name} re-formed (generation {world.generation})")
     return True
 
 

@@ -18,7 +18,7 @@ from model import BATCH, build, images
 import mwrun
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from common import recover
+from common import recover, say
 
 
 def serve(world, batches: queue.Queue, report, interval: float) -> None:
@@ -53,8 +53,7 @@ def main(args) -> None:
         with torch.no_grad():
             expected = model(images(index)).argmax(1)
         verdict = "verified" if torch.equal(predicted, expected) else "WRONG"
-        print(f"batch {index} served by {world}: classes {predicted.tolist()} ({verdict})",
-              flush=True)
+        say(f"batch {index} served by {world}: classes {predicted.tolist()} ({verdict})")
         with lock:
             served[world] += 1
             if sum(served.values()) == args.batches:
@@ -68,8 +67,8 @@ def main(args) -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    print(f"served {sum(served.values())} of {args.batches} batches:"
-          f" {', '.join(f'{w} {n}' for w, n in served.items())}", flush=True)
+    say(f"served {sum(served.values())} of {args.batches} batches:"
+        f" {', '.join(f'{w} {n}' for w, n in served.items())}")
     job.close()
 
 

@@ -22,7 +22,7 @@ import torch
 import mwrun
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from common import add_arguments, arecover, worlds
+from common import add_arguments, arecover, say, worlds
 
 
 async def serve(world: mwrun.World, device) -> int:
@@ -37,7 +37,7 @@ async def serve(world: mwrun.World, device) -> int:
                 return received
             continue
         received += 1
-        print(f"received {tensor} from rank 1 in {world.name}", flush=True)
+        say(f"received {tensor} from rank 1 in {world.name}")
 
 
 async def main(args) -> None:
@@ -45,7 +45,7 @@ async def main(args) -> None:
     device = next(iter(job.worlds.values())).device
     counts = await asyncio.gather(*(serve(w, device) for w in job.worlds.values()))
     for world, count in zip(job.worlds, counts, strict=True):
-        print(f"{world}: received {count} tensors", flush=True)
+        say(f"{world}: received {count} tensors")
     job.close()
 
 

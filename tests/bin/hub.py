@@ -2,6 +2,7 @@
 rejoins broken worlds, and reports as JSON lines. Ends when all its worlds are over."""
 
 import json
+import sys
 import threading
 import time
 
@@ -11,7 +12,9 @@ import mwrun
 
 
 def say(**fields):
-    print(json.dumps(fields), flush=True)
+    # One write per line: the world threads print at the same time.
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
 
 
 def serve(world):
