@@ -96,7 +96,6 @@ class Connection:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.buffer = b""
-        self.pid: int | None = None  # for agent connections: the process's pid
 
     def fileno(self) -> int:
         return self.sock.fileno()

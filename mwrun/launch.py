@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 
 from mwrun import inventory, placement, ports, rundir, topology
 from mwrun.errors import RunError, TopologyError
@@ -82,7 +83,7 @@ def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
         run_id = run_id or rundir.new_run_id(plan.name)
         run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id)
         shutil.copyfile(path, run_dir / "topology.yaml")
-        rundir.write_json(run_dir / "plan.json", _plan_data(plan))
+        rundir.write_json(run_dir / "plan.json", asdict(plan))
         printer = Printer(list(plan.processes), stream, use_colour(stream), run_dir)
         printer.event(f"run {run_id}: {len(plan.processes)} processes in {len(plan.worlds)}"
                       f" worlds; logs in {run_dir}; Ctrl-C stops it")
@@ -105,12 +106,6 @@ def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
         printer.close()
     _summary(printer, runner)
     return code
-
-
-def _plan_data(plan) -> dict:
-    from dataclasses import asdict
-
-    return asdict(plan)
 
 
 def _summary(printer: Printer, runner) -> None:
