@@ -98,7 +98,8 @@ def init(worlds: Mapping[str, WorldSpec] | None = None, *, timeout: float | None
         first = next(iter(failures.values()))
         raise first
     for name, error in failures.items():
-        print(f"mwrun: world {name!r} did not form: {error.reason}", file=sys.stderr)
+        why = error.reason if isinstance(error, BrokenWorldError) else error
+        print(f"mwrun: world {name!r} did not form: {why}", file=sys.stderr)
     return Job(joined, agent)
 
 

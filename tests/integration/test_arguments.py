@@ -93,3 +93,28 @@ def test_gloo_abort_fails_a_blocked_recv_at_once():
     for g in groups.values():
         g.release()
     del server
+
+
+def test_init_returns_the_worlds_that_formed_when_another_cannot(capfd):
+    import socket
+
+    import mwrun
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        job = mwrun.init(worlds={
+            "good": mwrun.WorldSpec(rank=0, size=1, port=free_port(), timeout=5),
+            "bad": mwrun.WorldSpec(rank=0, size=1, port=taken.getsockname()[1], timeout=5)},
+            timeout=10)
+        try:
+            job.world("good").barrier()
+            with pytest.raises(MwrunError, match="world 'bad' has not formed"):
+                job.world("bad").barrier()
+        finally:
+            job.close()
+    finally:
+        taken.close()
+    assert "mwrun: world 'bad' did not form: world 'bad': cannot host its store" in \
+        capfd.readouterr().err
