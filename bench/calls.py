@@ -115,9 +115,9 @@ def python_cost() -> dict[str, float]:
 
     import torch
 
-    from mwrun import backends
-    from mwrun.spec import WorldSpec
-    from mwrun.world import World
+    from mwrun.worlds import backends
+    from mwrun.worlds.world import World
+    from mwrun.worlds.worldspec import WorldSpec
 
     class Done:
         def wait(self, *args):

@@ -24,12 +24,12 @@ __all__ = [
 ]
 
 _LAZY = {
-    "init": "mwrun.job",
-    "Job": "mwrun.job",
-    "WorldSpec": "mwrun.spec",
-    "from_worldinfo": "mwrun.spec",
-    "World": "mwrun.world",
-    "Work": "mwrun.work",
+    "init": "mwrun.worlds.job",
+    "Job": "mwrun.worlds.job",
+    "WorldSpec": "mwrun.worlds.worldspec",
+    "from_worldinfo": "mwrun.worlds.worldspec",
+    "World": "mwrun.worlds.world",
+    "Work": "mwrun.worlds.work",
 }
 
 

@@ -47,6 +47,10 @@ class RunError(MwrunError):
     """A run that cannot be found, reached or started."""
 
 
+class StartError(RunError):
+    """A process could not be started (command not found, not executable, bad cwd...)."""
+
+
 class BrokenWorldError(MwrunError, RuntimeError):
     """A world broke: a member died, hung, or the world's host marked it broken.
 

@@ -5,11 +5,11 @@ import json
 import os
 import threading
 
-from mwrun.agent import Agent
+from mwrun.worlds.supervisor_link import SupervisorLink
 
 worlds = json.loads(os.environ["MWRUN_WORLDS"])
 interval = max(0.05, min(5.0, min(w["timeout"] for w in worlds.values()) / 5))  # as job.py
-agent = Agent(os.environ["MWRUN_CONTROL"], os.environ["MWRUN_PROCESS"], interval).start()
+agent = SupervisorLink(os.environ["MWRUN_CONTROL"], os.environ["MWRUN_PROCESS"], interval).start()
 for name, world in worlds.items():
     agent.world_event(name, world["generation"], "ready")
 threading.Event().wait()

@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from mwrun import backends
 from mwrun.errors import MwrunError
-from mwrun.spec import WorldSpec
-from mwrun.world import World
+from mwrun.worlds import backends
+from mwrun.worlds.world import World
+from mwrun.worlds.worldspec import WorldSpec
 from tests.helpers import free_port
 
 pytestmark = pytest.mark.timeout(60)

@@ -4,10 +4,11 @@ from typing import ClassVar
 
 import pytest
 
-from mwrun import backends, protocol
+from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError
-from mwrun.spec import WorldSpec, from_environment
-from mwrun.world import summarize
+from mwrun.worlds import backends
+from mwrun.worlds.world import summarize
+from mwrun.worlds.worldspec import WorldSpec, from_environment
 
 
 class FakeStore:

@@ -2,11 +2,11 @@ import json
 
 import pytest
 
-from mwrun.environment import mwrun_env, process_env
 from mwrun.errors import TopologyError
-from mwrun.inventory import HostInventory
-from mwrun.placement import place
-from mwrun.topology import parse
+from mwrun.plan.environment import mwrun_env, process_env
+from mwrun.plan.inventory import HostInventory
+from mwrun.plan.placement import place
+from mwrun.plan.topology import parse
 
 HERE = HostInventory(local=True, cpus=(0, 1, 2, 3), gpus=("0", "1"))
 

@@ -1,6 +1,6 @@
 import pytest
 
-from mwrun.policy import BACKOFF_CAP, Exit, after_exit, backoff, stops_the_job
+from mwrun.head.policy import BACKOFF_CAP, Exit, after_exit, backoff, stops_the_job
 
 
 def test_backoff_doubles_and_is_capped():

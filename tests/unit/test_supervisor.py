@@ -4,13 +4,14 @@ import signal
 
 import pytest
 
-from mwrun.inventory import HostInventory
-from mwrun.placement import place
-from mwrun.states import ProcessState as P
-from mwrun.states import RunState as R
-from mwrun.states import WorldState as W
-from mwrun.supervisor import PLAIN_GRACE, StartError, Supervisor
-from mwrun.topology import parse
+from mwrun.errors import StartError
+from mwrun.head.states import ProcessState as P
+from mwrun.head.states import RunState as R
+from mwrun.head.states import WorldState as W
+from mwrun.head.supervisor import PLAIN_GRACE, Supervisor
+from mwrun.plan.inventory import HostInventory
+from mwrun.plan.placement import place
+from mwrun.plan.topology import parse
 
 STAR = """\
 timeout: 10

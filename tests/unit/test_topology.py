@@ -3,7 +3,7 @@ import textwrap
 import pytest
 
 from mwrun.errors import TopologyError
-from mwrun.topology import load, parse, parse_cpus
+from mwrun.plan.topology import load, parse, parse_cpus
 
 STAR = """\
 version: 1

@@ -1,6 +1,6 @@
 """The supervisor's hands and its one loop.
 
-``Runner`` is the ``host`` the Supervisor acts through: it spawns and signals
+``Loop`` is the ``host`` the Supervisor acts through: it spawns and signals
 children, writes the stores, prints. Its ``run()`` is a single-threaded select loop
 over every child's exit descriptor (a pidfd: an exit is seen the moment it happens,
 not at the next poll), every child's output pipe, the control socket, and the signal
@@ -18,16 +18,18 @@ import subprocess
 import sys
 import time
 
-from mwrun import control, environment, rundir
-from mwrun.printer import LineBuffer, Printer
-from mwrun.process import ProcessHandle
-from mwrun.supervisor import TICK, Supervisor
+from mwrun.head import control, rundir
+from mwrun.head.console import Printer
+from mwrun.head.supervisor import TICK, Supervisor
+from mwrun.host.lines import LineBuffer
+from mwrun.host.process import ProcessHandle
+from mwrun.plan import environment
 
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class Runner:
+class Loop:
     def __init__(self, plan, run_id: str, run_dir, stores, printer: Printer, grace: float,
                  control_path: str):
         self.plan = plan
@@ -46,7 +48,7 @@ class Runner:
         self.saved: tuple | None = None
         self.next_tick = 0.0
         self.supervisor = Supervisor(plan, self, grace)
-        self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.watchdog"],
+        self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.host.watchdog"],
                                          stdin=subprocess.PIPE, text=True,
                                          start_new_session=True)
 

@@ -9,7 +9,7 @@ whose docstring is its protocol:
 - ``kill_world {world, rank?, signal?}`` -> ``{"ok": true, "signalled": [...]}``
 - ``stop`` -> ``{"ok": true}``; the run then stops on its own time
 - ``hello``, ``heartbeat``, ``world``, ``bye`` -> no reply: what the library tells the
-  supervisor (see agent.py)
+  supervisor (see mwrun/worlds/supervisor_link.py)
 
 The handlers only translate requests into calls on the supervisor.
 """
@@ -42,12 +42,12 @@ def signal_number(value) -> int:
         raise ValueError(f"unknown signal {value!r}") from None
 
 
-def handle_status(runner, request: dict) -> dict:
+def handle_status(loop, request: dict) -> dict:
     """status -> the status document of the run."""
-    return {"ok": True, "status": runner.document(fresh_usage=True)}
+    return {"ok": True, "status": loop.document(fresh_usage=True)}
 
 
-def handle_kill_world(runner, request: dict) -> dict:
+def handle_kill_world(loop, request: dict) -> dict:
     """kill_world {world, rank: int|null, signal: name|number (KILL)} -> who was signalled."""
     world = request.get("world")
     rank = request.get("rank")
@@ -55,32 +55,32 @@ def handle_kill_world(runner, request: dict) -> dict:
         return {"ok": False, "error": "kill_world needs a world name and an optional rank"}
     try:
         sig = signal_number(request.get("signal", "KILL"))
-        return {"ok": True, "signalled": runner.supervisor.kill_world(world, rank, sig)}
+        return {"ok": True, "signalled": loop.supervisor.kill_world(world, rank, sig)}
     except ValueError as exc:
         return {"ok": False, "error": str(exc)}
 
 
-def handle_stop(runner, request: dict) -> dict:
+def handle_stop(loop, request: dict) -> dict:
     """stop -> the run begins a clean stop (a second stop kills at once)."""
-    runner.supervisor.request_stop("stop requested by mwrun stop")
+    loop.supervisor.request_stop("stop requested by mwrun stop")
     return {"ok": True}
 
 
-def handle_hello(runner, request: dict) -> None:
-    runner.supervisor.on_hello(request.get("process"), request.get("pid"),
+def handle_hello(loop, request: dict) -> None:
+    loop.supervisor.on_hello(request.get("process"), request.get("pid"),
                                float(request.get("interval", 1.0)))
 
 
-def handle_heartbeat(runner, request: dict) -> None:
-    runner.supervisor.on_heartbeat(request.get("process"), request.get("pid"))
+def handle_heartbeat(loop, request: dict) -> None:
+    loop.supervisor.on_heartbeat(request.get("process"), request.get("pid"))
 
 
-def handle_bye(runner, request: dict) -> None:
-    runner.supervisor.on_bye(request.get("process"), request.get("pid"))
+def handle_bye(loop, request: dict) -> None:
+    loop.supervisor.on_bye(request.get("process"), request.get("pid"))
 
 
-def handle_world(runner, request: dict) -> None:
-    runner.supervisor.on_world_event(request.get("process"), request.get("pid"),
+def handle_world(loop, request: dict) -> None:
+    loop.supervisor.on_world_event(request.get("process"), request.get("pid"),
                                      request.get("world"), request.get("generation"),
                                      request.get("event"), request.get("reason", ""))
 
@@ -133,12 +133,12 @@ class Connection:
         self.sock.close()
 
 
-def dispatch(runner, request: dict) -> dict | None:
+def dispatch(loop, request: dict) -> dict | None:
     handler = HANDLERS.get(request.get("verb"))
     if handler is None:
         return {"ok": False, "error": f"unknown verb {request.get('verb')!r}"}
     try:
-        return handler(runner, request)
+        return handler(loop, request)
     except (TypeError, ValueError, KeyError) as exc:
         return {"ok": False, "error": f"bad request: {exc}"}
 

@@ -1,7 +1,7 @@
 """One generation of a world as a stock torch process group, and how to abort it.
 
 gloo: a ``ProcessGroupGloo`` on a device bound to this host's address, aborted by
-shutting down its connections (see gloo_sockets). nccl: a ``ProcessGroupNCCL`` on the
+shutting down its connections (see gloo_abort). nccl: a ``ProcessGroupNCCL`` on the
 pinned GPU (``cuda:0`` under ``CUDA_VISIBLE_DEVICES``), with its communicator set up
 eagerly at join so a broken peer is found when the world forms, not at the first call,
 and ``abort()`` on break so kernels waiting on a dead peer are cancelled.
@@ -15,8 +15,8 @@ import logging
 import socket
 from datetime import timedelta
 
-from mwrun import gloo_sockets
 from mwrun.errors import MwrunError
+from mwrun.worlds import gloo_abort
 
 log = logging.getLogger("mwrun")
 
@@ -63,9 +63,9 @@ def gloo(store, rank: int, size: int, timeout: float, local_addr: str, c10d=None
     options = cls._Options()
     options._timeout = timedelta(seconds=timeout)
     try:
-        device, sockets = gloo_sockets.device(lambda: cls.create_device(hostname=local_addr))
+        device, sockets = gloo_abort.device(lambda: cls.create_device(hostname=local_addr))
     except RuntimeError:
-        device, sockets = gloo_sockets.device(cls.create_default_device)
+        device, sockets = gloo_abort.device(cls.create_default_device)
     options._devices = [device]
     try:
         group = cls(store, rank, size, options)

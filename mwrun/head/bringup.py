@@ -16,10 +16,11 @@ import sys
 import time
 from dataclasses import asdict
 
-from mwrun import inventory, placement, ports, rundir, topology
 from mwrun.errors import RunError, TopologyError
-from mwrun.output import seconds, use_colour
-from mwrun.printer import Printer
+from mwrun.head import rundir
+from mwrun.head.console import Printer
+from mwrun.plan import inventory, placement, ports, topology
+from mwrun.terminal import seconds, use_colour
 
 
 def plan_for_launch(path: str):
@@ -89,31 +90,31 @@ def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
                       f" worlds; logs in {run_dir}; Ctrl-C stops it")
         printer.event(f"watch it: mwrun status {run_id} --watch;"
                       f" drill it: mwrun kill-world {next(iter(plan.worlds))} {run_id}")
-        from mwrun.stores import WorldStores  # torch: only now that the plan is sound
+        from mwrun.head.stores import WorldStores  # torch: only now that the plan is sound
 
         stores = WorldStores(plan, listeners)
     except BaseException:
         for sock in listeners.values():
             sock.close()
         raise
-    from mwrun.runner import Runner
+    from mwrun.head.loop import Loop
 
-    runner = Runner(plan, run_id, run_dir, stores, printer, grace,
+    loop = Loop(plan, run_id, run_dir, stores, printer, grace,
                     str(rundir.control_path(run_id)))
     try:
-        code = runner.run()
+        code = loop.run()
     finally:
         printer.close()
-    _summary(printer, runner)
+    _summary(printer, loop)
     return code
 
 
-def _summary(printer: Printer, runner) -> None:
-    sup = runner.supervisor
-    took = seconds(time.time() - runner.started_at)
+def _summary(printer: Printer, loop) -> None:
+    sup = loop.supervisor
+    took = seconds(time.time() - loop.started_at)
     failed = [r for r in sup.procs.values() if r.state.value == "failed"]
     restarts = sum(r.restarts for r in sup.procs.values())
-    printer.event(f"run {runner.run_id} {sup.state.value} after {took}:"
+    printer.event(f"run {loop.run_id} {sup.state.value} after {took}:"
                   f" {restarts} restart{'s' * (restarts != 1)},"
                   f" {sum(w.breaks for w in sup.worlds.values())} world break(s)"
                   + (f"; failed: {', '.join(r.plan.name for r in failed)}" if failed else ""))

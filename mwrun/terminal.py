@@ -1,4 +1,5 @@
-"""Console output: aligned tables and colours that switch off when not on a terminal."""
+"""Terminal output for every side that writes to one: aligned tables, durations, sizes,
+and colours that switch off when not on a terminal."""
 
 from __future__ import annotations
 

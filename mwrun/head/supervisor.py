@@ -1,6 +1,6 @@
 """The supervisor's decisions: the only place that moves process, world and run states.
 
-It acts through a ``host`` (the event loop in runner.py, or a fake in tests) that
+It acts through a ``host`` (the event loop in loop.py, or a fake in tests) that
 spawns and signals processes, writes the worlds' stores, tells the user, and gives
 the time. Events come in as method calls: a process exited, said hello, heartbeat, a
 world event from the library, a tick, a control request.
@@ -11,21 +11,18 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass, field
 
-from mwrun import policy
-from mwrun.placement import Plan, ProcessPlan, WorldPlan
-from mwrun.states import ProcessState as P
-from mwrun.states import RunState as R
-from mwrun.states import WorldState as W
+from mwrun.errors import StartError
+from mwrun.head import policy
+from mwrun.head.states import ProcessState as P
+from mwrun.head.states import RunState as R
+from mwrun.head.states import WorldState as W
+from mwrun.plan.placement import Plan, ProcessPlan, WorldPlan
 
 TICK = 0.5  # seconds between checks for hung processes and due restarts
 # A member that never speaks the mwrun protocol (a plain torch.distributed script)
 # counts as joined once it has run this long; mwrun cannot see inside its group.
 PLAIN_GRACE = 3.0
 KILL_WAIT = 5.0  # after SIGKILL, how long to wait for processes stuck in the kernel
-
-
-class StartError(Exception):
-    """The command could not be started (not found, not executable...)."""
 
 
 @dataclass

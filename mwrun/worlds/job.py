@@ -8,10 +8,10 @@ import threading
 import time
 from collections.abc import Mapping
 
-from mwrun.agent import Agent
 from mwrun.errors import BrokenWorldError, MwrunError
-from mwrun.spec import WorldSpec, from_environment
-from mwrun.world import World, WorldClosed
+from mwrun.worlds.supervisor_link import SupervisorLink
+from mwrun.worlds.world import World, WorldClosed
+from mwrun.worlds.worldspec import WorldSpec, from_environment
 
 FORM_TIMEOUT = 300.0  # by hand, people start processes one terminal at a time
 
@@ -19,9 +19,9 @@ FORM_TIMEOUT = 300.0  # by hand, people start processes one terminal at a time
 class Job:
     """The worlds of this process. ``job.world(name)`` or ``job.worlds[name]``."""
 
-    def __init__(self, worlds: dict[str, World], agent: Agent | None = None):
+    def __init__(self, worlds: dict[str, World], link: SupervisorLink | None = None):
         self.worlds = worlds
-        self._agent = agent
+        self._link = link
 
     def world(self, name: str) -> World:
         try:
@@ -34,8 +34,8 @@ class Job:
         """Leave every world; the process can then exit normally."""
         for world in self.worlds.values():
             world.close()
-        if self._agent is not None:
-            self._agent.close()
+        if self._link is not None:
+            self._link.close()
 
     def __enter__(self) -> Job:
         return self
@@ -71,7 +71,7 @@ def init(worlds: Mapping[str, WorldSpec] | None = None, *, timeout: float | None
     work; ``init`` raises only if no world formed at all.
     """
     environ = os.environ
-    agent = None
+    link = None
     if worlds is None:
         specs = from_environment(environ)
         control = environ.get("MWRUN_CONTROL")
@@ -79,28 +79,28 @@ def init(worlds: Mapping[str, WorldSpec] | None = None, *, timeout: float | None
             # A hang is declared after the world's timeout without a beat; five beats per
             # timeout (at most one per 5 s) keep that margin and the supervisor idle.
             interval = max(0.05, min(5.0, min(s.timeout for s in specs.values()) / 5))
-            agent = Agent(control, environ.get("MWRUN_PROCESS", str(os.getpid())), interval)
-            agent.start()
+            link = SupervisorLink(control, environ.get("MWRUN_PROCESS", str(os.getpid())), interval)
+            link.start()
     else:
         specs = _specs(worlds)
     if not specs:
         raise MwrunError("no worlds to join")
     local_addr = environ.get("MWRUN_HOST_ADDR") if worlds is None else None
-    joined = {name: World(name, spec, agent=agent, local_addr=local_addr)
+    joined = {name: World(name, spec, link=link, local_addr=local_addr)
               for name, spec in specs.items()}
     deadline = time.monotonic() + (FORM_TIMEOUT if timeout is None else timeout)
     failures = _form_all(joined, deadline)
     if len(failures) == len(joined):
         for world in joined.values():
             world.close()
-        if agent is not None:
-            agent.close()
+        if link is not None:
+            link.close()
         first = next(iter(failures.values()))
         raise first
     for name, error in failures.items():
         why = error.reason if isinstance(error, BrokenWorldError) else error
         print(f"mwrun: world {name!r} did not form: {why}", file=sys.stderr)
-    return Job(joined, agent)
+    return Job(joined, link)
 
 
 def _form_all(worlds: dict[str, World], deadline: float) -> dict[str, BaseException]:

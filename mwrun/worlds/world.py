@@ -15,10 +15,11 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from mwrun import backends, protocol
-from mwrun.calls import Calls
+from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError
-from mwrun.spec import WorldSpec
+from mwrun.worlds import backends
+from mwrun.worlds.calls import Calls
+from mwrun.worlds.worldspec import WorldSpec
 
 log = logging.getLogger("mwrun")
 _FOREVER = timedelta(hours=1)  # a watcher's wait, renewed for as long as the world lives
@@ -41,14 +42,14 @@ def summarize(exc: BaseException) -> str:
 class World(Calls):
     """A world as one of its members uses it. Made by ``mwrun.init``."""
 
-    def __init__(self, name: str, spec: WorldSpec, *, agent=None, local_addr: str | None = None):
+    def __init__(self, name: str, spec: WorldSpec, *, link=None, local_addr: str | None = None):
         self.name = name
         self.rank = spec.rank
         self.size = spec.size
         self.backend = spec.backend
         self.timeout = spec.timeout
         self._spec = spec
-        self._agent = agent
+        self._link = link
         self._local_addr = local_addr or backends.local_address(spec.addr)
         self._lock = threading.Lock()  # state below changes under it; calls read it bare
         self._rejoin_lock = threading.Lock()
@@ -149,8 +150,8 @@ class World(Calls):
         self._watcher = threading.Thread(target=self._watch, args=(generation,),
                                          name=f"mwrun-watch-{self.name}", daemon=True)
         self._watcher.start()
-        if self._agent is not None:
-            self._agent.world_event(self.name, generation, "ready")
+        if self._link is not None:
+            self._link.world_event(self.name, generation, "ready")
 
     def _store_wait(self, key: str, deadline: float | None, generation: int) -> str:
         while True:
@@ -226,8 +227,8 @@ class World(Calls):
         if self._server is not None:  # by hand, the host lets the next generation form
             with contextlib.suppress(RuntimeError, TimeoutError):
                 protocol.open_next(self._server, generation)
-        if self._agent is not None:
-            self._agent.world_event(self.name, generation, "broken", reason)
+        if self._link is not None:
+            self._link.world_event(self.name, generation, "broken", reason)
         return error
 
     def _failed(self, generation: int, exc: BaseException) -> BrokenWorldError:
@@ -257,7 +258,7 @@ class World(Calls):
                 # Not published: another member may still be reading the last words of
                 # the one that left, and a published break would abort that read.
                 return f"rank {left[0]} left the world (it closed it)"
-            if self._agent is not None:
+            if self._link is not None:
                 give_up = time.monotonic() + 0.1
                 while time.monotonic() < give_up:
                     found = protocol.broken_reason(store, generation)
@@ -325,8 +326,8 @@ class World(Calls):
             generation = self._generation
         # Tell the supervisor and the store first: the moment the group's sockets close,
         # peers notice, and their reports must find this member already gone.
-        if self._agent is not None:
-            self._agent.world_event(self.name, generation, "closed")
+        if self._link is not None:
+            self._link.world_event(self.name, generation, "closed")
         store = self._store
         if store is not None and generation >= 0:
             with contextlib.suppress(RuntimeError, TimeoutError):

@@ -2,7 +2,7 @@
 
 Never the default group, never torch's private group registry. A call waits in the
 plain ``Work.wait()`` of torch, so it costs what the raw call costs; when the world
-breaks, the group's connections are shut down (see backends and gloo_sockets) so a
+breaks, the group's connections are shut down (see backends and gloo_abort) so a
 blocked call fails at once and is raised as ``BrokenWorldError``. Arguments are
 checked before anything is sent.
 """
@@ -16,7 +16,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from mwrun.work import Work
+from mwrun.worlds.work import Work
 
 # Issue-time errors that mean the connection, not the arguments.
 _TRANSPORT = re.compile(r"Connection (closed|reset|refused)|pair|Timed out|timed out|"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from mwrun.output import paint, seconds, size, table
+from mwrun.terminal import paint, seconds, size, table
 
 STATE_COLOURS = {"running": 32, "healthy": 32, "finished": 32, "exited": 32, "starting": 33,
                  "forming": 33, "restarting": 33, "stopping": 33, "hung": 31, "failed": 31,

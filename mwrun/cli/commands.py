@@ -59,7 +59,7 @@ run_arg = click.argument("run", required=False)
 
 
 def _plan(path: str, choose_port):
-    from mwrun import inventory, placement, topology
+    from mwrun.plan import inventory, placement, topology
 
     topo = topology.load(path)
     return topo, placement.place(topo, inventory.inventory(topo), choose_port, sys.executable)
@@ -72,7 +72,7 @@ def validate(topology):
 
     Exit status 0 when it is right, 2 when it is not.
     """
-    from mwrun.ports import probe_free
+    from mwrun.plan.ports import probe_free
 
     _, plan = _plan(topology, probe_free)
     worlds = "; ".join(f"{w.name}: {', '.join(w.members)}" for w in plan.worlds.values())
@@ -109,20 +109,22 @@ def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):
     if dry_run:
         _dry_run(topology, run_id, as_json)
         return
-    from mwrun import launch as launching
+    from mwrun.head import bringup
 
     if detach:
-        run = launching.detach(topology, run_id, grace)
+        run = bringup.detach(topology, run_id, grace)
         click.echo(f"started run {run} in the background\n"
                    f"  mwrun status {run} --watch\n  mwrun logs PROCESS {run} -f\n"
                    f"  mwrun stop {run}")
         return
-    sys.exit(launching.run(topology, run_id, grace, sys.stdout, existing_dir=detached_child))
+    sys.exit(bringup.run(topology, run_id, grace, sys.stdout, existing_dir=detached_child))
 
 
 def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:
-    from mwrun import environment, planview, rundir
-    from mwrun.ports import probe_free
+    from mwrun.cli import planview
+    from mwrun.head import rundir
+    from mwrun.plan import environment
+    from mwrun.plan.ports import probe_free
 
     _, plan = _plan(topology, probe_free)
     run_id = run_id or rundir.new_run_id(plan.name)
@@ -134,7 +136,7 @@ def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:
 
 def _live_status(run: str | None) -> tuple[str, dict, bool]:
     """(run id, status document, whether its supervisor answered)."""
-    from mwrun import control, rundir
+    from mwrun.head import control, rundir
 
     run_id, state = rundir.find(run)
     if rundir.is_live(state):
@@ -161,8 +163,8 @@ def status(run, as_json, watch):
     """
     import json
 
-    from mwrun.output import use_colour
-    from mwrun.statusview import render
+    from mwrun.cli.statusview import render
+    from mwrun.terminal import use_colour
 
     while True:
         run_id, doc, live = _live_status(run)
@@ -196,7 +198,7 @@ def kill_world(world, run, rank, sig):
       mwrun kill-world world1 --signal STOP      # a hang: declared hung after the timeout
       mwrun kill-world world2 --rank 0 --signal TERM
     """
-    from mwrun import control, rundir
+    from mwrun.head import control, rundir
 
     try:
         control.signal_number(sig)
@@ -212,7 +214,7 @@ def kill_world(world, run, rank, sig):
 
 
 def _require_live(run_id: str, state: dict) -> None:
-    from mwrun import rundir
+    from mwrun.head import rundir
 
     if not rundir.is_live(state):
         raise RunError(f"run {run_id} is not running (it is {state.get('state')});"
@@ -230,7 +232,7 @@ def stop(run, no_wait):
       mwrun stop
       mwrun stop star-20261122-101500
     """
-    from mwrun import control, rundir
+    from mwrun.head import control, rundir
 
     run_id, state = rundir.find(run)
     _require_live(run_id, state)
@@ -258,14 +260,15 @@ def logs(process, run, follow):
       mwrun logs leader
       mwrun logs worker-0 star-20261122-101500 -f
     """
-    from mwrun import logfile, rundir
+    from mwrun.cli import logview
+    from mwrun.head import rundir
 
     run_id, state = rundir.find(run)
     names = [p["name"] for p in state.get("processes", [])]
     if process not in names:
         raise RunError(f"run {run_id} has no process {process!r}; it has: {', '.join(names)}")
     path = rundir.run_path(run_id) / "logs" / f"{process}.log"
-    logfile.show(path, follow, lambda: rundir.is_live(rundir.read_state(run_id) or {}),
+    logview.show(path, follow, lambda: rundir.is_live(rundir.read_state(run_id) or {}),
                  click.echo)
 
 

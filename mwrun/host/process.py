@@ -13,7 +13,7 @@ import threading
 
 import psutil
 
-from mwrun.supervisor import StartError
+from mwrun.errors import StartError
 
 
 class ProcessHandle:

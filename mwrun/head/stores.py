@@ -16,7 +16,7 @@ import socket
 from datetime import timedelta
 
 from mwrun import protocol
-from mwrun.placement import Plan
+from mwrun.plan.placement import Plan
 
 
 class WorldStores:

@@ -6,8 +6,8 @@ import json
 import shlex
 from dataclasses import asdict
 
-from mwrun.output import seconds, table
-from mwrun.placement import Plan, format_cpus
+from mwrun.plan.placement import Plan, format_cpus
+from mwrun.terminal import seconds, table
 
 
 def restart_text(proc) -> str:

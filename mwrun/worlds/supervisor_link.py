@@ -4,7 +4,7 @@ Under ``mwrun launch``, ``MWRUN_CONTROL`` names the supervisor's control socket.
 library keeps one connection to it and writes JSON lines that need no reply:
 ``hello`` once, ``heartbeat`` from one thread at a steady pace (so the supervisor can
 tell a stopped or wedged process from a quiet one), and ``world`` events (a
-generation formed, or broke as seen from here). If the supervisor goes away the agent
+generation formed, or broke as seen from here). If the supervisor goes away the link
 falls silent; the job's worlds do not depend on it. ``bye`` ends the beating when the
 process leaves its worlds (``job.close()``).
 """
@@ -17,7 +17,7 @@ import socket
 import threading
 
 
-class Agent:
+class SupervisorLink:
     def __init__(self, path: str, process: str, interval: float):
         self._path = path
         self._process = process
@@ -27,7 +27,7 @@ class Agent:
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self) -> Agent:
+    def start(self) -> SupervisorLink:
         try:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.settimeout(2.0)

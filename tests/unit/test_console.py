@@ -1,7 +1,9 @@
 import io
 
-from mwrun import printer
-from mwrun.printer import LineBuffer, Printer
+from mwrun.head import console
+from mwrun.head.console import Printer
+from mwrun.host import lines
+from mwrun.host.lines import LineBuffer
 
 
 def test_line_buffer_splits_and_keeps_partial_lines():
@@ -13,13 +15,13 @@ def test_line_buffer_splits_and_keeps_partial_lines():
 
 
 def test_a_line_without_end_is_cut_rather_than_held(monkeypatch):
-    monkeypatch.setattr(printer, "LONGEST_LINE", 10)
+    monkeypatch.setattr(lines, "LONGEST_LINE", 10)
     assert LineBuffer().feed(b"x" * 25) == ["x" * 25]
 
 
 def test_output_is_prefixed_aligned_and_logged_with_rotation(tmp_path, monkeypatch):
     (tmp_path / "logs").mkdir()
-    monkeypatch.setattr(printer, "LOG_BYTES", 200)
+    monkeypatch.setattr(console, "LOG_BYTES", 200)
     out = io.StringIO()
     shown = Printer(["leader", "w"], out, colour=False, run_dir=tmp_path)
     for i in range(30):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from mwrun.placement import Plan, ProcessPlan
+from mwrun.plan.placement import Plan, ProcessPlan
 
 # Variables mwrun sets; a copy of the supervisor's own values must never leak through
 # (an outer torchrun's TORCHELASTIC_*, a job launched from inside another job). The

@@ -16,8 +16,8 @@ from pathlib import Path
 import yaml
 
 from mwrun.errors import TopologyError, UsageError
-from mwrun.fields import FieldReader, parse_cpus  # noqa: F401 - parse_cpus is public here
-from mwrun.yamlread import Pos, compose
+from mwrun.plan.fields import FieldReader, parse_cpus  # noqa: F401 - parse_cpus is public here
+from mwrun.plan.yamlread import Pos, compose
 
 BACKENDS = ("gloo", "nccl")
 RESTART_POLICIES = ("never", "on-failure", "always")

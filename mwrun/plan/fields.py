@@ -11,7 +11,7 @@ import shlex
 
 import yaml
 
-from mwrun.yamlread import Reader, scalar_value
+from mwrun.plan.yamlread import Reader, scalar_value
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by mwrun for every process; a user value would silently lose or break ranks.

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mwrun.errors import Diagnostic, TopologyError
-from mwrun.inventory import HostInventory
-from mwrun.topology import Process, Topology
-from mwrun.yamlread import Pos
+from mwrun.plan.inventory import HostInventory
+from mwrun.plan.topology import Process, Topology
+from mwrun.plan.yamlread import Pos
 
 
 @dataclass(frozen=True)

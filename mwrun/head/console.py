@@ -1,5 +1,6 @@
-"""Process output: split into lines, shown prefixed with the process's name, and kept
-in ``logs/NAME.log`` (rotated at a size cap, so a chatty job cannot fill the disk)."""
+"""The head's console: every process's lines shown prefixed with its name, and kept in
+``logs/NAME.log`` (rotated at a size cap, so a chatty job cannot fill the disk); mwrun's
+own events likewise, in ``events.log``."""
 
 from __future__ import annotations
 
@@ -8,30 +9,10 @@ import time
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
-from mwrun.output import colour_for, paint
+from mwrun.terminal import colour_for, paint
 
 LOG_BYTES = 10 * 2**20
 LOG_BACKUPS = 3
-LONGEST_LINE = 64 * 1024  # a line without newline is cut here rather than held forever
-
-
-class LineBuffer:
-    """Bytes in, whole decoded lines out."""
-
-    def __init__(self):
-        self._pending = b""
-
-    def feed(self, data: bytes) -> list[str]:
-        self._pending += data
-        *lines, self._pending = self._pending.split(b"\n")
-        if len(self._pending) > LONGEST_LINE:
-            lines.append(self._pending)
-            self._pending = b""
-        return [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
-
-    def flush(self) -> list[str]:
-        rest, self._pending = self._pending, b""
-        return [rest.decode("utf-8", "replace")] if rest else []
 
 
 def _file(path: Path) -> RotatingFileHandler:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from mwrun.topology import Host, Topology
+from mwrun.plan.topology import Host, Topology
 
 
 @dataclass(frozen=True)
