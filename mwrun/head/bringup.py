@@ -103,9 +103,9 @@ def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
                     str(rundir.control_path(run_id)))
     try:
         code = loop.run()
+        _summary(printer, loop)
     finally:
         printer.close()
-    _summary(printer, loop)
     return code
 
 

@@ -1,10 +1,24 @@
 """The head's console: every process's lines shown prefixed with its name, and kept in
 ``logs/NAME.log`` (rotated at a size cap, so a chatty job cannot fill the disk); mwrun's
-own events likewise, in ``events.log``."""
+own events likewise, in ``events.log``.
+
+The log files get every line as the process wrote it. The terminal gets what it can
+take: it is written by a thread of its own from a bounded buffer, so a terminal
+nobody reads (``mwrun launch ... | sleep 90``, a paused ssh session) never blocks the
+supervisor; lines that do not fit are dropped, and a notice says how many. Lines shown
+there are cleaned of control sequences other than colours, so a child cannot retitle
+the terminal, move its cursor or clear it.
+"""
 
 from __future__ import annotations
 
+import collections
+import io
 import logging
+import os
+import re
+import stat
+import threading
 import time
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
@@ -13,6 +27,41 @@ from mwrun.terminal import colour_for, paint
 
 LOG_BYTES = 10 * 2**20
 LOG_BACKUPS = 3
+CONSOLE_BYTES = 1 << 20  # what may wait for a slow terminal before lines are dropped
+CLOSE_WAIT = 1.0  # seconds the last lines may take to reach the terminal at the end
+
+# ESC sequences (CSI with its parameters, OSC/DCS/APC/PM/SOS strings up to their end,
+# two-character ones), 8-bit CSI/OSC, and C0/C1 controls other than tab.
+_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI ... final (SGR is CSI ... m)
+    r"|\x9b[0-?]*[ -/]*[@-~]"
+    r"|[\x1b][\]PX^_].*?(?:\x07|\x1b\\|$)|[\x9d\x90\x98\x9e\x9f].*?(?:\x07|\x9c|$)"
+    r"|\x1b[ -/]*[0-~]?"
+    r"|[\x00-\x08\x0a-\x1f\x7f-\x9f]",
+    re.DOTALL)
+_SGR = re.compile(r"(?:\x1b\[|\x9b)[0-9;:]*m")
+_SUSPECT = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def clean(text: str) -> str:
+    """A line safe to show: colours (SGR) kept and reset at its end, every other
+    control sequence removed; after a carriage return only what a terminal would
+    finally show (a progress bar's last state)."""
+    if not _SUSPECT.search(text):
+        return text  # the common case, at the cost of one scan
+    if "\r" in text:
+        text = next((part for part in reversed(text.split("\r")) if part), "")
+    coloured = False
+
+    def keep(match: re.Match) -> str:
+        nonlocal coloured
+        if _SGR.fullmatch(match.group()):
+            coloured = True
+            return match.group()
+        return ""
+
+    text = _CONTROL.sub(keep, text)
+    return text + "\x1b[0m" if coloured else text
 
 
 def _file(path: Path) -> RotatingFileHandler:
@@ -22,33 +71,150 @@ def _file(path: Path) -> RotatingFileHandler:
     return handler
 
 
+def _emit(handler: RotatingFileHandler, texts: list[str]) -> None:
+    # One write (and one flush) per batch of lines: per line, the handler's rollover
+    # check and flush would cost more than everything else the loop does. A batch
+    # stays well under the size cap, so a file never grows past it.
+    most = min(64 * 1024, LOG_BYTES // 8)
+    batch: list[str] = []
+    size = 0
+    for text in texts:
+        if batch and size + len(text) > most:
+            handler.emit(logging.makeLogRecord({"msg": "\n".join(batch)}))
+            batch, size = [], 0
+        batch.append(text)
+        size += len(text) + 1
+    if batch:
+        handler.emit(logging.makeLogRecord({"msg": "\n".join(batch)}))
+
+
+class Terminal:
+    """Text to a terminal (or pipe) without ever blocking the caller.
+
+    A writer thread does the blocking writes, straight to the descriptor (no Python
+    buffer lock to hold). ``write`` only queues; past CONSOLE_BYTES it drops and
+    counts, and ``dropped()`` hands the count over once there is room again.
+    """
+
+    def __init__(self, fd: int, encoding: str):
+        self.fd = fd
+        self.encoding = encoding
+        self.queue: collections.deque[bytes] = collections.deque()
+        self.queued = 0
+        self.lost = 0
+        self.gone = False
+        self.cond = threading.Condition()
+        threading.Thread(target=self._pump, name="mwrun-console", daemon=True).start()
+
+    def write(self, text: str, lines: int) -> None:
+        data = text.encode(self.encoding, "replace")
+        with self.cond:
+            if self.gone:
+                return
+            if self.queued + len(data) > CONSOLE_BYTES:
+                self.lost += lines
+                return
+            self.queue.append(data)
+            self.queued += len(data)
+            self.cond.notify()
+
+    def dropped(self) -> int:
+        """Lines dropped since the last call, once the terminal has caught up enough
+        to show a notice; else 0."""
+        with self.cond:
+            if not self.lost or self.queued > CONSOLE_BYTES // 2:
+                return 0
+            lost, self.lost = self.lost, 0
+            return lost
+
+    def _pump(self) -> None:
+        while True:
+            with self.cond:
+                while not self.queue:
+                    self.cond.wait()
+                data = b"".join(self.queue)
+                self.queue.clear()
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self.fd, view):]
+            except OSError:
+                with self.cond:  # the terminal went away; the logs carry on
+                    self.gone, self.queued = True, 0
+                    self.cond.notify_all()
+                return
+            with self.cond:
+                self.queued -= len(data)
+                self.cond.notify_all()
+
+    def close(self, timeout: float) -> None:
+        """Let the last lines out, waiting at most ``timeout``: nobody may be reading."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self.queued and not self.gone and time.monotonic() < deadline:
+                self.cond.wait(max(deadline - time.monotonic(), 0.0))
+
+
 class Printer:
     def __init__(self, names: list[str], stream, colour: bool, run_dir: Path):
         self.stream = stream
         self.colour = colour
         self.width = max(len(n) for n in [*names, "mwrun"])
-        self.colours = {name: colour_for(i) for i, name in enumerate(names)}
+        self.prefixes = {name: paint(name.ljust(self.width), colour_for(i), colour) + " | "
+                         for i, name in enumerate(names)}
+        self.own = paint("mwrun".ljust(self.width), 1, colour) + " | "
         self.logs = {name: _file(run_dir / "logs" / f"{name}.log") for name in names}
         self.events = _file(run_dir / "events.log")
+        self.terminal = _terminal(stream)
 
     def line(self, name: str, text: str) -> None:
-        self._show(paint(name.ljust(self.width), self.colours.get(name), self.colour), text)
-        self.logs[name].emit(logging.makeLogRecord({"msg": text}))
+        self.lines(name, [text])
+
+    def lines(self, name: str, texts: list[str]) -> None:
+        """Lines of process ``name``: all to its log as written, cleaned to the console."""
+        if not texts:
+            return
+        _emit(self.logs[name], texts)
+        prefix = self.prefixes[name]
+        self._show("".join(f"{prefix}{clean(text)}\n" for text in texts), len(texts))
 
     def event(self, text: str) -> None:
         stamp = time.strftime("%H:%M:%S")
-        self._show(paint("mwrun".ljust(self.width), 1, self.colour), text)
+        self._show(f"{self.own}{text}\n", 1)
         self.events.emit(logging.makeLogRecord({"msg": f"{stamp} {text}"}))
 
-    def _show(self, prefix: str, text: str) -> None:
+    def _show(self, text: str, count: int) -> None:
+        if self.terminal is not None:
+            lost = self.terminal.dropped()
+            if lost:
+                self.terminal.write(f"{self.own}{lost} line{'s' * (lost != 1)} not shown:"
+                                    " the console could not keep up (the logs have them)\n",
+                                    1)
+            self.terminal.write(text, count)
+            return
         if self.stream is None:
             return
         try:
-            self.stream.write(f"{prefix} | {text}\n")
+            self.stream.write(text)
             self.stream.flush()
         except (OSError, ValueError):
             self.stream = None  # the terminal went away; the logs carry on
 
     def close(self) -> None:
+        if self.terminal is not None:
+            self.terminal.close(CLOSE_WAIT)
         for handler in [*self.logs.values(), self.events]:
             handler.close()
+
+
+def _terminal(stream) -> Terminal | None:
+    """A non-blocking writer for a stream with a descriptor (a terminal, a pipe); None
+    for in-memory streams and files, written directly."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return None  # a regular file takes every line without blocking
+    stream.flush()  # what was written through the stream goes first
+    return Terminal(fd, getattr(stream, "encoding", None) or "utf-8")

@@ -16,6 +16,7 @@ The handlers only translate requests into calls on the supervisor.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -24,8 +25,11 @@ import socket
 import struct
 
 from mwrun.errors import RunError
+from mwrun.head import requests
 
 MAX_LINE = 1 << 20
+MAX_PENDING = 1000  # requests read but not yet served, per client
+MAX_UNSENT = 1 << 20  # bytes of replies a client may leave unread before it is dropped
 
 
 def signal_number(value) -> int:
@@ -91,52 +95,80 @@ HANDLERS = {"status": handle_status, "kill_world": handle_kill_world, "stop": ha
 
 
 class Connection:
-    """One client: bytes in, whole lines out, replies written back."""
+    """One client: bytes in, whole lines out, replies queued and sent without blocking.
+
+    The loop must never wait on a client: replies go out as the socket takes them, and
+    a client that lets more than MAX_UNSENT bytes of replies pile up (it sends but
+    does not read) is dropped.
+    """
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.buffer = b""
+        self.pending: collections.deque[bytes] = collections.deque()  # lines to serve
+        self.unsent = b""
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def read_lines(self) -> list[dict] | None:
-        """Complete requests received so far; None once the peer has gone."""
+    def receive(self) -> bool:
+        """Take what the client sent (one read); False once it has gone or sent a line
+        longer than MAX_LINE. Holds off while MAX_PENDING requests wait to be served."""
+        if len(self.pending) >= MAX_PENDING:
+            return True
         try:
             data = self.sock.recv(65536)
-        except BlockingIOError:
-            return []
+        except (BlockingIOError, InterruptedError):
+            return True
         except OSError:
-            return None
+            return False
         if not data:
-            return None
+            return False
         self.buffer += data
-        if len(self.buffer) > MAX_LINE:
-            return None
         *lines, self.buffer = self.buffer.split(b"\n")
-        requests = []
-        for line in lines:
-            with contextlib.suppress(ValueError):
-                request = json.loads(line)
-                if isinstance(request, dict):
-                    requests.append(request)
-        return requests
+        self.pending.extend(line for line in lines if line.strip())
+        return len(self.buffer) <= MAX_LINE
+
+    def take(self, limit: int) -> list[bytes]:
+        return [self.pending.popleft() for _ in range(min(limit, len(self.pending)))]
 
     def reply(self, message: dict) -> None:
-        self.sock.setblocking(True)
-        self.sock.settimeout(2.0)
-        with contextlib.suppress(OSError):
-            self.sock.sendall(json.dumps(message).encode() + b"\n")
-        self.sock.setblocking(False)
+        self.unsent += json.dumps(message).encode() + b"\n"
+
+    def flush(self) -> bool:
+        """Send what the socket takes now; False when the client must be dropped."""
+        while self.unsent:
+            try:
+                sent = self.sock.send(self.unsent)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                return False
+            self.unsent = self.unsent[sent:]
+        return len(self.unsent) <= MAX_UNSENT
 
     def close(self) -> None:
         self.sock.close()
 
 
+def serve(loop, line: bytes) -> dict | None:
+    """One request line -> its reply (None for the verbs that get none). A line that
+    is not a well-formed request is refused and changes nothing."""
+    request, error = requests.parse(line)
+    if request is None:
+        return {"ok": False, "error": error}
+    error = requests.problem(request)
+    if error is not None:
+        return None if request.get("verb") in requests.NO_REPLY else {"ok": False,
+                                                                      "error": error}
+    return dispatch(loop, request)
+
+
 def dispatch(loop, request: dict) -> dict | None:
-    handler = HANDLERS.get(request.get("verb"))
+    verb = request.get("verb")
+    handler = HANDLERS.get(verb) if isinstance(verb, str) else None
     if handler is None:
-        return {"ok": False, "error": f"unknown verb {request.get('verb')!r}"}
+        return {"ok": False, "error": f"unknown verb {verb!r}"}
     try:
         return handler(loop, request)
     except (TypeError, ValueError, KeyError) as exc:

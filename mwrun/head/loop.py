@@ -26,6 +26,11 @@ from mwrun.host.process import ProcessHandle
 from mwrun.plan import environment
 
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
+OUTPUT_PER_TURN = 128 * 1024  # bytes of children's output handled in one turn, shared
+OUTPUT_SLICE_MIN = 4096
+EXIT_DRAIN = 256 * 1024  # what is read of a child's pipe before its exit is reported
+REQUESTS_PER_TURN = 16  # control requests served per client in one turn of the loop
+FINISH_WAIT = 2.0  # at the very end, for the last exits and output after SIGKILL
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -45,6 +50,7 @@ class Loop:
         self.usage_at = 0.0
         self.selector = selectors.DefaultSelector()
         self.signals: list[int] = []
+        self.backlog: set[control.Connection] = set()  # clients with requests left to serve
         self.saved: tuple | None = None
         self.next_tick = 0.0
         self.supervisor = Supervisor(plan, self, grace)
@@ -123,9 +129,22 @@ class Loop:
         deadline = self.supervisor.deadline()
         if deadline is not None:
             due = min(due, deadline)
-        for key, _ in self.selector.select(max(due - time.monotonic(), 0.0)):
+        wait = 0.0 if self.backlog else max(due - time.monotonic(), 0.0)
+        output = []
+        for key, _ in self.selector.select(wait):
             callback, arg = key.data
-            callback(arg)
+            if callback == self._drain:
+                output.append(arg)
+            else:
+                callback(arg)  # exits, signals, control: before any output
+        # Output in a bounded slice per child per turn: a child printing faster than
+        # the loop can show it must not keep exits, timers and requests waiting.
+        share = max(OUTPUT_PER_TURN // max(len(output), 1), OUTPUT_SLICE_MIN)
+        for fd in output:
+            self._drain(fd, share)
+        for connection in list(self.backlog):
+            if connection in self.backlog:
+                self._serve(connection)
         now = time.monotonic()
         if now >= due:
             self.supervisor.on_tick()
@@ -149,33 +168,36 @@ class Loop:
         code = handle.returncode()
         if code is None:
             return  # the fallback notifier can run a moment ahead of the reaping
-        self._drain(handle.output_fd)  # the last words before the exit is reported
+        # Its group may outlive it (a grandchild that ignores SIGTERM, a daemon it
+        # forked): nothing of a process outlives the process itself.
+        handle.signal(signal.SIGKILL)
+        self._drain(handle.output_fd, EXIT_DRAIN)  # its last words before its exit
         self.selector.unregister(handle.exit_fd)
         handle.close_exit()
         self._tell_watchdog(f"-{handle.pid}")
         self.supervisor.on_exit(name, code)
 
-    def _drain(self, fd: int) -> None:
+    def _drain(self, fd: int, limit: int) -> None:
+        """Read up to ``limit`` bytes of a child's output (what is there; never waits)."""
         entry = self.lines.get(fd)
         if entry is None:
             return
         name, handle, buffer = entry
-        while True:
+        while limit > 0:
             try:
-                data = os.read(fd, 65536)
+                data = os.read(fd, min(limit, 65536))
             except BlockingIOError:
                 return
             except OSError:
                 data = b""
             if not data:  # EOF: every writer (grandchildren too) has closed it
-                for line in buffer.flush():
-                    self.printer.line(name, line)
+                self.printer.lines(name, buffer.flush())
                 self.selector.unregister(fd)
                 del self.lines[fd]
                 handle.close_output()
                 return
-            for line in buffer.feed(data):
-                self.printer.line(name, line)
+            limit -= len(data)
+            self.printer.lines(name, buffer.feed(data))
 
     def _accept(self, listener: socket.socket) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -188,15 +210,32 @@ class Loop:
                                    (self._request, control.Connection(sock)))
 
     def _request(self, connection: control.Connection) -> None:
-        requests = connection.read_lines()
-        if requests is None:
-            self.selector.unregister(connection.sock)
-            connection.close()
+        if not connection.receive():
+            self._drop(connection)
             return
-        for request in requests:
-            reply = control.dispatch(self, request)
+        self._serve(connection)
+
+    def _serve(self, connection: control.Connection) -> None:
+        """A bounded number of the client's requests per turn, so that one client
+        sending thousands cannot hold the loop; the rest wait for the next turns."""
+        for line in connection.take(REQUESTS_PER_TURN):
+            reply = control.serve(self, line)
             if reply is not None:
                 connection.reply(reply)
+        if connection.pending:
+            self.backlog.add(connection)
+        else:
+            self.backlog.discard(connection)
+        if not connection.flush():
+            self._drop(connection)  # it does not read its replies
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.unsent else 0)
+        self.selector.modify(connection.sock, events, (self._request, connection))
+
+    def _drop(self, connection: control.Connection) -> None:
+        self.backlog.discard(connection)
+        self.selector.unregister(connection.sock)
+        connection.close()
 
     def _tell_watchdog(self, line: str) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -204,30 +243,49 @@ class Loop:
             self.watchdog.stdin.flush()
 
     def _finish(self, listener, wake_read, wake_write) -> None:
-        for fd in list(self.lines):
-            self._drain(fd)  # what is there now; a grandchild may hold a pipe open for ever
-        for name, handle, buffer in self.lines.values():
-            for line in buffer.flush():
-                self.printer.line(name, line)
-            self.selector.unregister(handle.output_fd)
-            handle.close_output()
-        self.lines.clear()
+        """Leave nothing behind, and never wait without limit: SIGKILL every group
+        (whatever became of its leader), then wait at most FINISH_WAIT for the last
+        exits and the last output (a process stuck in the kernel dies when it can)."""
+        for handle in self.handles.values():
+            handle.signal(signal.SIGKILL)
+        deadline = time.monotonic() + FINISH_WAIT
         for name, handle in self.handles.items():
-            if handle.returncode() is None:  # only after an exception in the loop
-                handle.signal(signal.SIGKILL)
-                handle.popen.wait()
-            self.supervisor.on_exit(name, handle.popen.returncode)
+            code = handle.wait(max(deadline - time.monotonic(), 0.0))
+            if code is not None:
+                self.supervisor.on_exit(name, code)  # only after an exception in the loop
+        self._drain_to_end(deadline)
         self._save()
         self._tell_watchdog("exit")
         with contextlib.suppress(OSError):
             self.watchdog.stdin.close()
-        self.watchdog.wait()
+        try:
+            self.watchdog.wait(timeout=FINISH_WAIT)
+        except subprocess.TimeoutExpired:
+            self.watchdog.kill()
         for sock in (listener, wake_read, wake_write):
             sock.close()
         with contextlib.suppress(OSError):
             os.unlink(self.control_path)
         self.selector.close()
         self.stores.close()
+
+    def _drain_to_end(self, deadline: float) -> None:
+        """The output still in the pipes, until their end or the deadline (a process
+        that left its group may hold a pipe open for ever)."""
+        with selectors.DefaultSelector() as pipes:
+            for fd in self.lines:
+                pipes.register(fd, selectors.EVENT_READ)
+            while self.lines and time.monotonic() < deadline:
+                for key, _ in pipes.select(max(deadline - time.monotonic(), 0.0)):
+                    gone = key.fd not in self.lines
+                    self._drain(key.fd, OUTPUT_PER_TURN)
+                    if not gone and key.fd not in self.lines:
+                        pipes.unregister(key.fd)
+        for name, handle, buffer in self.lines.values():
+            self.printer.lines(name, buffer.flush())
+            self.selector.unregister(handle.output_fd)
+            handle.close_output()
+        self.lines.clear()
 
     # -- the status document -------------------------------------------------------------
 

@@ -58,6 +58,14 @@ class ProcessHandle:
         """The exit status once the child has exited (reaping it), else None."""
         return self.popen.poll()
 
+    def wait(self, timeout: float) -> int | None:
+        """The exit status, waiting at most ``timeout`` seconds for it; None if it
+        still runs (a process stuck in the kernel ignores even SIGKILL)."""
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
     def close_exit(self) -> None:
         """Release the exit notifier (after the exit was handled)."""
         with contextlib.suppress(OSError):

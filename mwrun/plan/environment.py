@@ -69,6 +69,10 @@ def mwrun_env(plan: Plan, name: str, *, run_id: str, control: str,
         # Exclusive GPUs: a process that asked for none sees none.
         "CUDA_VISIBLE_DEVICES": ",".join(proc.gpus),
     }
+    if "PYTHONUNBUFFERED" not in proc.env:
+        # A process killed right after print() must not lose the line to a pipe's
+        # block buffer; the topology's env may still say otherwise.
+        env["PYTHONUNBUFFERED"] = "1"
     if proc.cpus is not None and "OMP_NUM_THREADS" not in proc.env:
         # torch sizes its thread pools by the machine, not the affinity mask.
         env["OMP_NUM_THREADS"] = str(len(proc.cpus))

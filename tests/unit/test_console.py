@@ -1,4 +1,6 @@
+import contextlib
 import io
+import os
 
 from mwrun.head import console
 from mwrun.head.console import Printer
@@ -35,3 +37,58 @@ def test_output_is_prefixed_aligned_and_logged_with_rotation(tmp_path, monkeypat
     assert (tmp_path / "logs" / "w.log").stat().st_size <= 200
     assert "line 29" in (tmp_path / "logs" / "w.log").read_text()
     assert "w exited normally" in (tmp_path / "events.log").read_text()
+
+
+def test_control_sequences_are_stripped_but_colours_kept():
+    assert console.clean("plain text\tok") == "plain text\tok"
+    assert console.clean("\x1b]0;owned\x07title") == "title"  # no retitling
+    assert console.clean("\x1b]8;;http://x\x1b\\link") == "link"
+    assert console.clean("a\x1b[2Jb\x1b[10;1Hc\x1b[?25ld") == "abcd"  # no clearing, moving
+    assert console.clean("\x1bc\x1b(Bx\x07\x08\x00\x7f") == "x"
+    assert console.clean("\x9b2J\x9d0;t\x9cz") == "z"  # the 8-bit forms too
+    assert console.clean("\x1b[31mred\x1b[0m") == "\x1b[31mred\x1b[0m\x1b[0m"
+    assert console.clean("\x1b[1;32mgreen") == "\x1b[1;32mgreen\x1b[0m"  # reset at the end
+    assert console.clean(" 10%\r 50%\r100%") == "100%"  # a progress bar's last state
+    assert console.clean("done\r") == "done"
+
+
+def test_the_console_is_cleaned_the_log_keeps_the_raw_line(tmp_path):
+    (tmp_path / "logs").mkdir()
+    out = io.StringIO()
+    shown = Printer(["w"], out, colour=False, run_dir=tmp_path)
+    shown.line("w", "\x1b]0;owned\x07hello")
+    shown.close()
+    assert out.getvalue() == "w     | hello\n"
+    assert (tmp_path / "logs" / "w.log").read_text() == "\x1b]0;owned\x07hello\n"
+
+
+def test_a_console_nobody_reads_never_blocks_and_counts_what_it_drops(tmp_path):
+    (tmp_path / "logs").mkdir()
+    read, write = os.pipe()
+    stream = os.fdopen(write, "w")
+    shown = Printer(["w"], stream, colour=False, run_dir=tmp_path)
+    line = "x" * 100
+    for _ in range(100):  # 10 MB: ten times what may wait, and the pipe is never read
+        shown.lines("w", [line] * 1000)
+    shown.close()  # returns although nobody reads
+    got = b""
+    os.set_blocking(read, False)
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(read, 1 << 20):
+            got += chunk
+    shown.terminal.close(10)  # now that it was read, the rest goes out
+    shown.event("the end")
+    shown.close()
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(read, 1 << 20):
+            got += chunk
+    text = got.decode()
+    shown_lines = text.count(line)
+    assert 0 < shown_lines < 100000
+    notice = next(t for t in text.splitlines() if "not shown" in t)
+    assert notice == (f"mwrun | {100000 - shown_lines} lines not shown: the console could"
+                      " not keep up (the logs have them)")
+    assert text.endswith("mwrun | the end\n")
+    assert (tmp_path / "logs" / "w.log").read_text().count(line) == 100000
+    stream.close()
+    os.close(read)

@@ -189,3 +189,12 @@ def test_process_env_drops_inherited_mwrun_names_and_adds_user_env():
     assert env["RANK"] == "0" and env["CUDA_VISIBLE_DEVICES"] == ""
     assert json.loads(env["MWRUN_WORLDS"])["w"]["size"] == 1
     assert "OMP_NUM_THREADS" not in env
+
+
+def test_python_output_is_unbuffered_unless_the_topology_says_otherwise():
+    text = ("processes:\n  a: {cmd: x}\n  b: {cmd: y, env: {PYTHONUNBUFFERED: ''}}\n"
+            "worlds:\n  w: {members: [a, b]}\n")
+    plan = plan_of(text)
+    assert process_env(plan, "a", {}, run_id="r", control="c")["PYTHONUNBUFFERED"] == "1"
+    assert process_env(plan, "b", {"PYTHONUNBUFFERED": "1"}, run_id="r",
+                       control="c")["PYTHONUNBUFFERED"] == ""

@@ -1,0 +1,93 @@
+"""What each control verb must carry: a request is checked whole before any handler
+sees it, so a malformed line (``{"verb": ["status"]}``, a pid that is a string, an
+interval of NaN) is refused with a reason and changes nothing.
+
+Fields not listed here are ignored, so a newer library may send more.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+WORLD_EVENTS = ("ready", "closed", "broken")
+NO_REPLY = ("hello", "heartbeat", "world", "bye")  # the library never reads a reply
+
+
+def _name(value) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 256
+
+
+def _pid(value) -> bool:
+    return type(value) is int and value > 0  # bool is an int; a pid is not
+
+
+def _count(value) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _interval(value) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and 0 < value <= 3600
+
+
+def _rank(value) -> bool:
+    return value is None or _count(value)
+
+
+def _signal(value) -> bool:
+    return (type(value) is int and value > 0) or (isinstance(value, str) and len(value) <= 16)
+
+
+def _reason(value) -> bool:
+    return isinstance(value, str)
+
+
+def _event(value) -> bool:
+    return value in WORLD_EVENTS
+
+
+PROCESS = {"process": (_name, True), "pid": (_pid, True)}
+
+# verb -> field -> (check, required)
+FIELDS = {
+    "status": {},
+    "stop": {},
+    "kill_world": {"world": (_name, True), "rank": (_rank, False),
+                   "signal": (_signal, False)},
+    "hello": {**PROCESS, "interval": (_interval, False)},
+    "heartbeat": PROCESS,
+    "bye": PROCESS,
+    "world": {**PROCESS, "world": (_name, True), "generation": (_count, True),
+              "event": (_event, True), "reason": (_reason, False)},
+}
+
+
+def _show(value) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def parse(line: bytes) -> tuple[dict | None, str | None]:
+    """One request line -> (request, None) or (None, why it is refused)."""
+    try:
+        request = json.loads(line)
+    except (ValueError, RecursionError):  # nesting deep enough to exhaust the parser
+        return None, "bad request: not JSON"
+    if not isinstance(request, dict):
+        return None, "bad request: not a JSON object"
+    return request, None
+
+
+def problem(request: dict) -> str | None:
+    """Why ``request`` cannot be served, or None when every field is right."""
+    verb = request.get("verb")
+    if not isinstance(verb, str) or verb not in FIELDS:
+        return f"unknown verb {_show(verb)}; verbs: {', '.join(FIELDS)}"
+    for field, (check, required) in FIELDS[verb].items():
+        if field not in request:
+            if required:
+                return f"bad request: {verb} needs {field!r}"
+            continue
+        if not check(request[field]):
+            return f"bad request: {verb}: {field!r} cannot be {_show(request[field])}"
+    return None

@@ -1,0 +1,85 @@
+"""Every control request is checked before it reaches the supervisor: a malformed one
+is refused (or, for the verbs that get no reply, ignored) and changes nothing."""
+
+import json
+
+import pytest
+
+from mwrun.head import control, requests
+
+GOOD = {
+    "status": {},
+    "stop": {},
+    "kill_world": {"world": "world1", "rank": 1, "signal": "KILL"},
+    "hello": {"process": "leader", "pid": 42, "interval": 1.0},
+    "heartbeat": {"process": "leader", "pid": 42},
+    "bye": {"process": "leader", "pid": 42},
+    "world": {"process": "leader", "pid": 42, "world": "world1", "generation": 0,
+              "event": "ready", "reason": ""},
+}
+WRONG = [["x"], {"a": 1}, None, True, 1.5, "", -3, float("nan"), 10**30]
+
+
+class Recorder:
+    """Stands in for the loop: records every call that would reach the supervisor."""
+
+    def __init__(self):
+        self.calls = []
+        self.supervisor = self
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self.calls.append((name, args)) or []
+
+    def document(self, fresh_usage=False):
+        self.calls.append(("document", ()))
+        return {}
+
+
+def cases():
+    for verb, fields in GOOD.items():
+        for field in fields:
+            for value in WRONG:
+                if requests.FIELDS[verb][field][0](value):
+                    continue  # a right value of another shape (None for rank)
+                yield verb, field, value
+
+
+@pytest.mark.parametrize("verb", list(GOOD))
+def test_a_well_formed_request_reaches_the_supervisor(verb):
+    loop = Recorder()
+    reply = control.serve(loop, json.dumps({"verb": verb, **GOOD[verb]}).encode())
+    assert requests.problem({"verb": verb, **GOOD[verb]}) is None
+    assert loop.calls
+    assert (reply is None) == (verb in requests.NO_REPLY)
+
+
+@pytest.mark.parametrize(("verb", "field", "value"), list(cases()))
+def test_a_wrong_field_is_refused_and_changes_nothing(verb, field, value):
+    loop = Recorder()
+    line = json.dumps({"verb": verb, **GOOD[verb], field: value}).encode()
+    reply = control.serve(loop, line)
+    assert loop.calls == []
+    if verb in requests.NO_REPLY:
+        assert reply is None
+    else:
+        assert reply["ok"] is False and repr(field) in reply["error"]
+
+
+@pytest.mark.parametrize("line", [
+    b'{"verb": ["status"]}', b'{"verb": {"a": 1}}', b'{"verb": null}', b'{"verb": 7}',
+    b'{"nothing": 1}', b'[1, 2]', b'"status"', b'not json', b'{"verb": "status"',
+    b"[" * 100000, b'{"verb": "world", "process": "leader"}',
+    b'{"verb": "kill_world"}', b'\xff\xfe'])
+def test_malformed_lines_get_an_error_and_change_nothing(line):
+    loop = Recorder()
+    reply = control.serve(loop, line)
+    assert loop.calls == []
+    if reply is not None:  # world without its fields: ignored, it gets no reply
+        assert reply["ok"] is False and reply["error"]
+    else:
+        assert b'"world"' in line
+
+
+def test_a_required_field_missing_is_named():
+    assert requests.problem({"verb": "kill_world"}) == "bad request: kill_world needs 'world'"
+    assert requests.problem({"verb": ["status"]}).startswith('unknown verb ["status"]')
