@@ -7,6 +7,8 @@ Process::
     (exit) --restart policy says yes--> RESTARTING --backoff over--> STARTING
     (exit) --code 0, no restart--> EXITED
     (exit) --failed, no restart left--> FAILED
+    RESTARTING --its worlds closed: nothing to rejoin--> FAILED (EXITED if it had exited 0)
+    any live state --did not die after SIGKILL--> FAILED
     any live state --the job is being stopped--> STOPPED
 
 World::

@@ -239,8 +239,10 @@ class Supervisor:
         now = self.host.now()
         for rec in self.procs.values():
             if rec.state is P.RESTARTING and self._nothing_to_join(rec):
-                # RESTARTING -> STOPPED: every world it would join has closed for good
-                rec.state, rec.why = P.STOPPED, f"{rec.why}; not restarted: its worlds closed"
+                # RESTARTING -> FAILED|EXITED: every world it would join has closed for
+                # good; a failure that is never repaired fails the job.
+                rec.state = P.EXITED if rec.exit_code == 0 else P.FAILED
+                rec.why = f"{rec.why}; not restarted: its worlds closed"
                 self.host.say(rec.why)
             elif rec.state is P.RESTARTING and not self.stopping and rec.restart_at <= now:
                 rec.restarts += 1
@@ -310,7 +312,8 @@ class Supervisor:
             for rec in self.procs.values():
                 if rec.state.alive:
                     self.host.say(f"{rec.plan.name} (pid {rec.pid}) did not die; giving up")
-                    rec.state, rec.why = P.STOPPED, "did not die after SIGKILL"
+                    # live -> FAILED: a process left running is a failed job
+                    rec.state, rec.why = P.FAILED, "did not die after SIGKILL"
             self.give_up_at = None
 
     def kill_world(self, world_name: str, rank: int | None, sig: int) -> list[dict]:

@@ -341,10 +341,39 @@ def test_no_restart_into_worlds_that_have_closed():
     host.t += 2
     sup.on_tick()
     rec = sup.procs["worker-0"]
-    assert rec.state is P.STOPPED and rec.why.endswith("not restarted: its worlds closed")
+    assert rec.state is P.FAILED and rec.why.endswith("not restarted: its worlds closed")
     assert [c[0] for c in host.of("spawn")] == ["leader", "worker-0", "worker-1"]
     sup.on_exit("worker-1", 0)
+    # Its crash was never repaired: a CI pipeline must see the job fail.
+    assert sup.state is R.FAILED and sup.exit_code == 1
+
+
+def test_a_clean_exit_not_restarted_into_closed_worlds_is_no_failure():
+    sup, host = make(STAR.replace("restart: on-failure, max", "restart: always, max"))
+    join_all(sup)
+    sup.on_exit("worker-0", 0)  # restart: always, backoff 1 s
+    sup.on_exit("leader", 0)
+    host.t += 2
+    sup.on_tick()
+    assert sup.procs["worker-0"].state is P.EXITED
+    sup.on_exit("worker-1", 0)
+    sup.on_tick()
     assert sup.state is R.FINISHED and sup.exit_code == 0
+
+
+def test_a_process_that_does_not_die_after_sigkill_fails_the_job():
+    sup, host = make(grace=1.0)
+    join_all(sup)
+    sup.request_stop("Ctrl-C")
+    for name in ("leader", "worker-0"):
+        sup.on_exit(name, -15)
+    host.t += 1.0
+    sup.on_tick()  # SIGKILL to worker-1, which is stuck in the kernel
+    assert ("worker-1", signal.SIGKILL) in host.of("signal")
+    host.t += 10.0
+    sup.on_tick()
+    assert sup.procs["worker-1"].state is P.FAILED
+    assert sup.state is R.FAILED and sup.exit_code == 1
 
 
 def test_a_process_that_just_beat_is_not_probed():
