@@ -54,6 +54,25 @@ def main():
     """
 
 
+class _Seconds(click.ParamType):
+    """A finite, non-negative number of seconds (``nan`` and ``inf`` would never
+    escalate to SIGKILL)."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(number) or number < 0:
+            self.fail(f"{value!r} must be a finite number of seconds, 0 or more", param, ctx)
+        return number
+
+
+_SECONDS = _Seconds()
 topology_arg = click.argument("topology", type=click.Path(dir_okay=False, path_type=str))
 run_arg = click.argument("run", required=False)
 
@@ -86,7 +105,7 @@ def validate(topology):
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
 @click.option("--detach", is_flag=True, help="Run in the background; print the run id.")
 @click.option("--run-id", help="Name of the run (default: NAME-YYYYMMDD-HHMMSS).")
-@click.option("--grace", type=click.FloatRange(min=0), default=10.0, show_default=True,
+@click.option("--grace", type=_SECONDS, default=10.0, show_default=True,
               envvar="MWRUN_GRACE", help="Seconds between SIGTERM and SIGKILL on stop.")
 @click.option("--detached-child", is_flag=True, hidden=True)
 def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):

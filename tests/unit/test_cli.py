@@ -74,3 +74,12 @@ def test_json_needs_dry_run():
     result = run("launch", STAR, "--json")
     assert result.exit_code == 2
     assert "--json goes with --dry-run" in result.output
+
+
+def test_grace_must_be_a_finite_number_of_seconds():
+    for bad in ("nan", "inf", "-1", "-inf", "soon"):
+        result = run("launch", STAR, "--grace", bad)
+        assert result.exit_code == 2, (bad, result.output)
+        assert "--grace" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(main, ["launch", STAR, "--dry-run"], env={"MWRUN_GRACE": "nan"})
+    assert result.exit_code == 2 and "--grace" in result.output
