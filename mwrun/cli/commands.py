@@ -136,7 +136,9 @@ def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):
                    f"  mwrun status {run} --watch\n  mwrun logs PROCESS {run} -f\n"
                    f"  mwrun stop {run}")
         return
-    sys.exit(bringup.run(topology, run_id, grace, sys.stdout, existing_dir=detached_child))
+    if detached_child:
+        sys.exit(bringup.run_detached(topology, run_id, grace))
+    sys.exit(bringup.run(topology, run_id, grace, sys.stdout))
 
 
 def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -18,9 +20,11 @@ from dataclasses import asdict
 
 from mwrun.errors import RunError, TopologyError
 from mwrun.head import rundir
-from mwrun.head.console import Printer
+from mwrun.head.console import Printer, RotatedOutput
 from mwrun.plan import inventory, placement, ports, topology
 from mwrun.terminal import seconds, use_colour
+
+DETACH_WAIT = 120.0  # seconds --detach waits for its supervisor to run
 
 
 def plan_for_launch(path: str):
@@ -76,10 +80,24 @@ def _bind(addr: str, port: int) -> socket.socket:
     return sock
 
 
-def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
-        existing_dir: bool = False) -> int:
+def run(path: str, run_id: str | None, grace: float, stream=sys.stdout) -> int:
     """Launch in this process and supervise until the job ends; returns the exit status."""
     _, plan, listeners = plan_for_launch(path)
+    return _supervise(path, plan, listeners, run_id, grace, stream, existing_dir=False)
+
+
+def run_detached(path: str, run_id: str, grace: float) -> int:
+    """The background half of ``--detach``: the plan and its bound sockets come from
+    the parent on stdin (planned once, so the ports it checked are the ones used);
+    the console goes to ``supervisor.log``, rotated."""
+    plan, fds = pickle.load(sys.stdin.buffer)
+    listeners = {name: socket.socket(fileno=fd) for name, fd in fds.items()}
+    log = RotatedOutput(rundir.run_path(run_id) / "supervisor.log")
+    return _supervise(path, plan, listeners, run_id, grace, log, existing_dir=True)
+
+
+def _supervise(path: str, plan, listeners: dict, run_id: str | None, grace: float, stream,
+               existing_dir: bool) -> int:
     try:
         run_id = run_id or rundir.new_run_id(plan.name)
         run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id)
@@ -121,28 +139,63 @@ def _summary(printer: Printer, loop) -> None:
 
 
 def detach(path: str, run_id: str | None, grace: float) -> str:
-    """Start the supervisor in the background; return once it runs (or say why not)."""
+    """Start the supervisor in the background; return once it runs (or say why not,
+    leaving nothing running)."""
     _, plan, listeners = plan_for_launch(path)  # every mistake shows here, in the terminal
-    for sock in listeners.values():
-        sock.close()
-    run_id = run_id or rundir.new_run_id(plan.name)
-    run_dir = rundir.create(run_id)
-    log = open(run_dir / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
-    with log:
+    try:
+        run_id = run_id or rundir.new_run_id(plan.name)
+        run_dir = rundir.create(run_id)
+        child = _start_detached(path, run_id, grace, run_dir, plan, listeners)
+    finally:
+        for sock in listeners.values():
+            sock.close()  # the child has its own copies now
+    try:
+        _wait_running(child, run_id, run_dir)
+    except BaseException:
+        _stop(child, grace)  # given up (or interrupted): no job runs unwatched by anyone
+        raise
+    return run_id
+
+
+def _start_detached(path: str, run_id: str, grace: float, run_dir, plan,
+                    listeners: dict) -> subprocess.Popen:
+    fds = {name: sock.fileno() for name, sock in listeners.items()}
+    with open(run_dir / "supervisor.log", "ab") as log:
         child = subprocess.Popen(
             [sys.executable, "-m", "mwrun", "launch", os.path.abspath(path), "--run-id",
              run_id, "--grace", str(grace), "--detached-child"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=os.getcwd())
-    deadline = time.monotonic() + 120
+            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+            pass_fds=list(fds.values()), start_new_session=True, cwd=os.getcwd())
+    with contextlib.suppress(BrokenPipeError), child.stdin:
+        child.stdin.write(pickle.dumps((plan, fds)))
+    return child
+
+
+def _wait_running(child: subprocess.Popen, run_id: str, run_dir) -> None:
+    deadline = time.monotonic() + DETACH_WAIT
     while time.monotonic() < deadline:
         state = rundir.read_state(run_id)
         if state and state.get("state") != "starting":
-            return run_id
+            return
         if child.poll() is not None:
             break
         time.sleep(0.1)  # waiting for another process's file; nothing to block on
+    else:
+        raise RunError(f"the supervisor did not start within {DETACH_WAIT:g}s; it was"
+                       f" stopped (see {run_dir / 'supervisor.log'})")
     with contextlib.suppress(OSError):
         tail = (run_dir / "supervisor.log").read_text().strip().splitlines()[-5:]
         raise RunError("the supervisor did not start:\n  " + "\n  ".join(tail))
     raise RunError("the supervisor did not start")
+
+
+def _stop(child: subprocess.Popen, grace: float) -> None:
+    """Stop a detached supervisor as Ctrl-C would, then for good."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, sig)
+        try:
+            child.wait(timeout=grace + 5.0)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -207,6 +207,34 @@ class Printer:
             handler.close()
 
 
+class RotatedOutput:
+    """The console of a detached supervisor: its stdout and stderr (fds 1 and 2, a
+    file), renamed to ``NAME.1`` and started afresh each time it reaches LOG_BYTES, so
+    that it never grows without bound while tracebacks still land in the current file."""
+
+    def __init__(self, path: Path, fds: tuple[int, ...] = (1, 2)):
+        self.path = path
+        self.fds = fds
+        self.size = os.fstat(fds[0]).st_size
+
+    def write(self, text: str) -> None:
+        data = text.encode("utf-8", "replace")
+        if self.size and self.size + len(data) > LOG_BYTES:
+            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            for target in self.fds:
+                os.dup2(fd, target)
+            os.close(fd)
+            self.size = 0
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fds[0], view):]
+        self.size += len(data)
+
+    def flush(self) -> None:
+        pass
+
+
 def _terminal(stream) -> Terminal | None:
     """A non-blocking writer for a stream with a descriptor (a terminal, a pipe); None
     for in-memory streams and files, written directly."""

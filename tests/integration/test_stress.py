@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -32,11 +33,12 @@ def topology(tmp_path, **processes):
     return path
 
 
-def start(home, path, stdout=subprocess.DEVNULL):
+def start(home, path, *extra, stdout=subprocess.DEVNULL):
     """mwrun launch without the test's PYTHONUNBUFFERED, its console where told."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     env.update(MWRUN_HOME=str(home), NO_COLOR="1")
-    return subprocess.Popen([PY, "-m", "mwrun", "launch", str(path), "--run-id", "job"],
+    return subprocess.Popen([PY, "-m", "mwrun", "launch", str(path), "--run-id", "job",
+                             *extra],
                             stdout=stdout, stderr=subprocess.STDOUT, env=env,
                             start_new_session=True)
 
@@ -162,6 +164,38 @@ def test_no_grandchild_outlives_its_process_or_the_run(home, tmp_path):
         log = (home / "runs" / "job" / "logs" / "first.log").read_text()
         assert "last words before SIGKILL" in log  # PYTHONUNBUFFERED: no line is lost
     finally:
+        job.kill()
+        job.wait()
+
+
+FREEZER = Path("/sys/fs/cgroup/freezer")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not FREEZER.is_dir(),
+                    reason="needs root and the cgroup v1 freezer to make SIGKILL wait")
+def test_a_process_that_cannot_be_killed_ends_the_run_failed_not_hung(home, tmp_path):
+    # A frozen task takes SIGKILL only when thawed: it stands for one stuck in the kernel.
+    group = FREEZER / f"mwrun-test-{os.getpid()}"
+    group.mkdir()
+    job = start(home, topology(tmp_path, a=IDLE, b=IDLE), "--grace", "0.1")
+    pid = None
+    try:
+        pid = proc_state(running(home), "a")["pid"]
+        (group / "cgroup.procs").write_text(str(pid))
+        (group / "freezer.state").write_text("FROZEN")
+        wait_for(lambda: (group / "freezer.state").read_text().strip() == "FROZEN", 10,
+                 "the freeze")
+        assert ask(home, {"verb": "stop"})["ok"]
+        assert job.wait(timeout=40) == 1  # it ends, and says the job failed
+        events = (home / "runs" / "job" / "events.log").read_text()
+        assert f"a (pid {pid}) did not die; giving up" in events
+        doc = json.loads((home / "runs" / "job" / "state.json").read_text())
+        assert proc_state(doc, "a")["state"] == "failed"
+    finally:
+        (group / "freezer.state").write_text("THAWED")
+        if pid is not None:
+            wait_for(lambda: not alive(pid), 10, "the thawed process to die")
+        group.rmdir()
         job.kill()
         job.wait()
 

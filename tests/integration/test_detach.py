@@ -1,0 +1,73 @@
+"""``mwrun launch --detach``: planned once, its console bounded, and never left running
+by a parent that gave up on it."""
+
+import json
+import os
+import sys
+
+import pytest
+
+from mwrun.errors import RunError
+from mwrun.head import bringup, console, control
+from mwrun.plan import ports
+from tests.helpers import wait_gone
+from tests.integration.jobs import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+IDLE = json.dumps([sys.executable, "-c", "import time; time.sleep(600)"])
+
+
+@pytest.fixture
+def job(home, tmp_path, monkeypatch):
+    monkeypatch.setenv("MWRUN_HOME", str(home))
+    path = tmp_path / "job.yaml"
+    path.write_text(f"version: 1\nname: job\nprocesses:\n  a: {{cmd: {IDLE}}}\n"
+                    f"  b: {{cmd: {IDLE}}}\nworlds:\n  w1: {{members: [a, b]}}\n"
+                    "  w2: {members: [b, a]}\n")
+    return path
+
+
+@pytest.mark.filterwarnings("ignore:subprocess .* is still running:ResourceWarning")
+def test_the_background_supervisor_uses_the_plan_checked_in_the_terminal(job, home, monkeypatch):
+    chosen = []
+    bind_free = ports.bind_free
+
+    def recording(addr, taken):
+        sock = bind_free(addr, taken)
+        chosen.append(sock.getsockname()[1])
+        return sock
+
+    monkeypatch.setattr(ports, "bind_free", recording)
+    run = bringup.detach(str(job), "bg", 5.0)
+    state = json.loads((home / "runs" / run / "state.json").read_text())
+    assert sorted(w["port"] for w in state["worlds"]) == sorted(chosen)
+    assert "run bg: 2 processes in 2 worlds" in (home / "runs" / run / "supervisor.log").read_text()
+    control.request(state["control"], {"verb": "stop"})
+    wait_for(lambda: json.loads((home / "runs" / run / "state.json").read_text())["state"]
+             == "finished", 30, "the run to finish")
+    wait_gone(home)
+
+
+def test_a_parent_that_gives_up_waiting_leaves_nothing_running(job, home, monkeypatch):
+    monkeypatch.setattr(bringup, "DETACH_WAIT", 0.0)
+    with pytest.raises(RunError, match="did not start within 0s; it was stopped"):
+        bringup.detach(str(job), "given-up", 5.0)
+    wait_gone(home)
+
+
+def test_the_detached_console_is_rotated(tmp_path, monkeypatch):
+    monkeypatch.setattr(console, "LOG_BYTES", 1000)
+    path = tmp_path / "supervisor.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    spare = os.dup(fd)  # stands in for stderr
+    out = console.RotatedOutput(path, (fd, spare))
+    for i in range(100):
+        out.write(f"line {i:03d} {'.' * 40}\n")
+    os.write(spare, b"traceback\n")  # stderr follows the rotation
+    for held in (fd, spare):
+        os.close(held)
+    assert path.stat().st_size <= 1000 + len("traceback\n")
+    assert (tmp_path / "supervisor.log.1").stat().st_size <= 1000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["supervisor.log", "supervisor.log.1"]
+    text = path.read_text()
+    assert "line 099" in text and text.endswith("traceback\n")
