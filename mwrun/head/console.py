@@ -40,7 +40,7 @@ _CONTROL = re.compile(
     r"|[\x00-\x08\x0a-\x1f\x7f-\x9f]",
     re.DOTALL)
 _SGR = re.compile(r"(?:\x1b\[|\x9b)[0-9;:]*m")
-_SUSPECT = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_SUSPECT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # a newline is no suspect
 
 
 def clean(text: str) -> str:
@@ -71,21 +71,21 @@ def _file(path: Path) -> RotatingFileHandler:
     return handler
 
 
-def _emit(handler: RotatingFileHandler, texts: list[str]) -> None:
-    # One write (and one flush) per batch of lines: per line, the handler's rollover
-    # check and flush would cost more than everything else the loop does. A batch
-    # stays well under the size cap, so a file never grows past it.
+def _emit(handler: RotatingFileHandler, body: str) -> None:
+    """Lines (joined by newlines) to a log, in a few writes: per line, the handler's
+    rollover check and flush would cost more than everything else the loop does. A
+    write stays well under the size cap, so a file never grows past it."""
     most = min(64 * 1024, LOG_BYTES // 8)
-    batch: list[str] = []
-    size = 0
-    for text in texts:
-        if batch and size + len(text) > most:
-            handler.emit(logging.makeLogRecord({"msg": "\n".join(batch)}))
-            batch, size = [], 0
-        batch.append(text)
-        size += len(text) + 1
-    if batch:
-        handler.emit(logging.makeLogRecord({"msg": "\n".join(batch)}))
+    start = 0
+    while start < len(body):
+        end = len(body)
+        if end - start > most:
+            end = body.rfind("\n", start, start + most)
+            if end <= start:  # one line longer than a write: whole, all the same
+                end = body.find("\n", start + most)
+                end = len(body) if end < 0 else end
+        handler.emit(logging.makeLogRecord({"msg": body[start:end]}))
+        start = end + 1
 
 
 class Terminal:
@@ -174,9 +174,12 @@ class Printer:
         """Lines of process ``name``: all to its log as written, cleaned to the console."""
         if not texts:
             return
-        _emit(self.logs[name], texts)
+        body = "\n".join(texts)
+        _emit(self.logs[name], body)
         prefix = self.prefixes[name]
-        self._show("".join(f"{prefix}{clean(text)}\n" for text in texts), len(texts))
+        if not all(text.isprintable() for text in texts):  # cheaper than a regex scan
+            body = "\n".join(clean(text) for text in texts)
+        self._show(prefix + body.replace("\n", "\n" + prefix) + "\n", len(texts))
 
     def event(self, text: str) -> None:
         stamp = time.strftime("%H:%M:%S")

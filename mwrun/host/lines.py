@@ -17,11 +17,20 @@ class LineBuffer:
 
     def feed(self, data: bytes) -> list[str]:
         self._pending += data
-        *lines, self._pending = self._pending.split(b"\n")
+        end = self._pending.rfind(b"\n")
+        lines: list[str] = []
+        if end >= 0:
+            # One decode and one split for every whole line of the read: per line, they
+            # would cost the supervisor more than the reading itself.
+            text = self._pending[:end].decode("utf-8", "replace")
+            self._pending = self._pending[end + 1:]
+            lines = text.split("\n")
+            if "\r" in text:
+                lines = [line.rstrip("\r") for line in lines]
         if len(self._pending) > LONGEST_LINE:
-            lines.append(self._pending)
+            lines.append(self._pending.decode("utf-8", "replace"))
             self._pending = b""
-        return [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
+        return lines
 
     def flush(self) -> list[str]:
         rest, self._pending = self._pending, b""
