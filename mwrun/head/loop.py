@@ -26,6 +26,7 @@ from mwrun.host.process import ProcessHandle
 from mwrun.plan import environment
 
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
+USAGE_FRESH = 1.0  # a status request reuses readings younger than this
 OUTPUT_PER_TURN = 128 * 1024  # bytes of children's output handled in one turn, shared
 OUTPUT_SLICE_MIN = 4096
 EXIT_DRAIN = 256 * 1024  # what is read of a child's pipe before its exit is reported
@@ -292,7 +293,10 @@ class Loop:
     def document(self, fresh_usage: bool = False) -> dict:
         sup = self.supervisor
         now = time.monotonic()
-        if fresh_usage or now - self.usage_at >= USAGE_EVERY:
+        # Fresh for a status request, but read at most once a second: a client asking
+        # in a loop must not make the supervisor read /proc for every process each time.
+        if (fresh_usage and now - self.usage_at >= USAGE_FRESH) or \
+                now - self.usage_at >= USAGE_EVERY:
             self.usage_at = now
             self.usage = {name: self.handles[name].usage() for name, rec in sup.procs.items()
                           if rec.state.alive and name in self.handles}

@@ -76,7 +76,7 @@ def test_a_flooding_child_does_not_starve_the_loop(home, tmp_path):
     job = start(home, topology(tmp_path, flood=[PY, str(BIN / "flood.py")], crasher=CRASH))
     try:
         running(home)
-        served_while(home, lambda: log_size(home, "flood") > 4 << 20)
+        served_while(home, lambda: log_size(home, "flood") > 1 << 20)
         assert job.wait(timeout=30) == 1  # the crasher failed for good
         wait_gone(home)
     finally:
@@ -86,7 +86,7 @@ def test_a_flooding_child_does_not_starve_the_loop(home, tmp_path):
 
 def test_a_console_nobody_reads_does_not_block_supervision(home, tmp_path):
     read, write = os.pipe()  # `mwrun launch ... | sleep 90`: nobody reads
-    chatty = [PY, "-c", "import time\nwhile True: print('.' * 200, flush=True); time.sleep(0.001)"]
+    chatty = [PY, "-c", "while True: print('.' * 200, flush=True)"]
     job = start(home, topology(tmp_path, flood=chatty, crasher=CRASH), stdout=write)
     os.close(write)
     try:
