@@ -183,7 +183,7 @@ class Printer:
 
     def event(self, text: str) -> None:
         stamp = time.strftime("%H:%M:%S")
-        self._show(f"{self.own}{text}\n", 1)
+        self._show(f"{self.own}{clean(text)}\n", 1)  # it may quote a process's words
         self.events.emit(logging.makeLogRecord({"msg": f"{stamp} {text}"}))
 
     def _show(self, text: str, count: int) -> None:
@@ -247,5 +247,8 @@ def _terminal(stream) -> Terminal | None:
         return None
     if stat.S_ISREG(os.fstat(fd).st_mode):
         return None  # a regular file takes every line without blocking
-    stream.flush()  # what was written through the stream goes first
+    try:
+        stream.flush()  # what was written through the stream goes first
+    except (OSError, ValueError):
+        return None
     return Terminal(fd, getattr(stream, "encoding", None) or "utf-8")

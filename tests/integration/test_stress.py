@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -65,11 +64,11 @@ def served_while(home, busy):
     """Once ``busy()`` holds: status answers, sees the crasher fail, and a stop ends the
     run; returns the launcher's exit status."""
     wait_for(busy, 30, "the flood to reach the supervisor")
-    doc = wait_for(lambda: (d := ask(home, {"verb": "status"}, timeout=5)["status"])
+    doc = wait_for(lambda: (d := ask(home, {"verb": "status"}, timeout=10)["status"])
                    and proc_state(d, "crasher")["state"] == "failed" and d, 30,
                    "the crash to be handled")
     assert proc_state(doc, "flood")["state"] in ("starting", "running")
-    assert ask(home, {"verb": "stop"}, timeout=5)["ok"]
+    assert ask(home, {"verb": "stop"}, timeout=10)["ok"]
 
 
 def test_a_flooding_child_does_not_starve_the_loop(home, tmp_path):
@@ -133,9 +132,7 @@ def test_greedy_and_malformed_control_clients_change_nothing(home, tmp_path):
         greedy.connect(running_path(home))
         greedy.settimeout(30)
         greedy.sendall(b'{"verb": "status"}\n' * 5000)  # and reads no reply for now
-        started = time.monotonic()
-        assert ask(home, {"verb": "status"}, timeout=10)["ok"]
-        assert time.monotonic() - started < 8  # generous: a stalled loop takes minutes
+        assert ask(home, {"verb": "status"}, timeout=10)["ok"]  # a stalled loop: minutes
         wait_for(lambda: greedy_dropped(greedy), 30, "the greedy client to be dropped")
         greedy.close()
         assert ask(home, {"verb": "stop"})["ok"]
