@@ -15,7 +15,7 @@ NO_REPLY = ("hello", "heartbeat", "world", "bye")  # the library never reads a r
 
 
 def _name(value) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= 256
+    return isinstance(value, str) and value != ""
 
 
 def _pid(value) -> bool:
