@@ -278,9 +278,8 @@ class Loop:
                 pipes.register(fd, selectors.EVENT_READ)
             while self.lines and time.monotonic() < deadline:
                 for key, _ in pipes.select(max(deadline - time.monotonic(), 0.0)):
-                    gone = key.fd not in self.lines
                     self._drain(key.fd, OUTPUT_PER_TURN)
-                    if not gone and key.fd not in self.lines:
+                    if key.fd not in self.lines:  # its end: closed by _drain
                         pipes.unregister(key.fd)
         for name, handle, buffer in self.lines.values():
             self.printer.lines(name, buffer.flush())
