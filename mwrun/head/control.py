@@ -173,6 +173,9 @@ def dispatch(loop, request: dict) -> dict | None:
         return handler(loop, request)
     except (TypeError, ValueError, KeyError) as exc:
         return {"ok": False, "error": f"bad request: {exc}"}
+    except Exception as exc:  # a bug in one request must never end the whole job
+        return {"ok": False, "error": f"the supervisor could not serve {verb}:"
+                                      f" {type(exc).__name__}: {exc}"}
 
 
 def listen(path: str) -> socket.socket:
