@@ -30,38 +30,27 @@ LOG_BACKUPS = 3
 CONSOLE_BYTES = 1 << 20  # what may wait for a slow terminal before lines are dropped
 CLOSE_WAIT = 1.0  # seconds the last lines may take to reach the terminal at the end
 
-# ESC sequences (CSI with its parameters, OSC/DCS/APC/PM/SOS strings up to their end,
-# two-character ones), 8-bit CSI/OSC, and C0/C1 controls other than tab.
+# Every control sequence but colour (SGR: ESC [ digits and ';' then 'm'): other CSI
+# sequences (cut short ones too), 8-bit CSI, OSC/DCS/SOS/PM/APC strings up to their
+# end, two-character ESC sequences, and C0/C1 controls other than tab. One pass, no
+# callback: what is left of ESC [ is colour.
 _CONTROL = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI ... final (SGR is CSI ... m)
-    r"|\x9b[0-?]*[ -/]*[@-~]"
-    r"|[\x1b][\]PX^_].*?(?:\x07|\x1b\\|$)|[\x9d\x90\x98\x9e\x9f].*?(?:\x07|\x9c|$)"
-    r"|\x1b[ -/]*[0-~]?"
-    r"|[\x00-\x08\x0a-\x1f\x7f-\x9f]",
+    r"\x1b\[(?![0-9;:]*m)[0-?]*[ -/]*[@-~]?"
+    r"|\x9b[0-?]*[ -/]*[@-~]?"
+    r"|\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)|[\x90\x98\x9d\x9e\x9f].*?(?:\x07|\x9c|$)"
+    r"|\x1b(?!\[)[ -/]*[0-~]?"
+    r"|[\x00-\x08\x0a-\x1a\x1c-\x1f\x7f-\x9f]",
     re.DOTALL)
-_SGR = re.compile(r"(?:\x1b\[|\x9b)[0-9;:]*m")
-_SUSPECT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # a newline is no suspect
 
 
 def clean(text: str) -> str:
     """A line safe to show: colours (SGR) kept and reset at its end, every other
     control sequence removed; after a carriage return only what a terminal would
     finally show (a progress bar's last state)."""
-    if not _SUSPECT.search(text):
-        return text  # the common case, at the cost of one scan
     if "\r" in text:
         text = next((part for part in reversed(text.split("\r")) if part), "")
-    coloured = False
-
-    def keep(match: re.Match) -> str:
-        nonlocal coloured
-        if _SGR.fullmatch(match.group()):
-            coloured = True
-            return match.group()
-        return ""
-
-    text = _CONTROL.sub(keep, text)
-    return text + "\x1b[0m" if coloured else text
+    text = _CONTROL.sub("", text)
+    return text + "\x1b[0m" if "\x1b[" in text else text
 
 
 def _file(path: Path) -> RotatingFileHandler:

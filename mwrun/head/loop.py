@@ -27,7 +27,7 @@ from mwrun.plan import environment
 
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
 USAGE_FRESH = 1.0  # a status request reuses readings younger than this
-OUTPUT_PER_TURN = 128 * 1024  # bytes of children's output handled in one turn, shared
+OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
 OUTPUT_SLICE_MIN = 4096
 EXIT_DRAIN = 256 * 1024  # what is read of a child's pipe before its exit is reported
 REQUESTS_PER_TURN = 16  # control requests served per client in one turn of the loop

@@ -71,30 +71,21 @@ def served_while(home, busy):
     assert ask(home, {"verb": "stop"}, timeout=10)["ok"]
 
 
-def test_a_flooding_child_does_not_starve_the_loop(home, tmp_path):
-    job = start(home, topology(tmp_path, flood=[PY, str(BIN / "flood.py")], crasher=CRASH))
+def test_a_flooding_child_and_a_console_nobody_reads_never_stall_supervision(home, tmp_path):
+    # Either one alone stalled the loop: reading a pipe that never ran dry, or writing
+    # to a terminal that never took the lines (`mwrun launch ... | sleep 90`).
+    read, write = os.pipe()
+    job = start(home, topology(tmp_path, flood=[PY, str(BIN / "flood.py")], crasher=CRASH),
+                stdout=write)
+    os.close(write)
     try:
         running(home)
         served_while(home, lambda: log_size(home, "flood") > 1 << 20)
         assert job.wait(timeout=30) == 1  # the crasher failed for good
         wait_gone(home)
-    finally:
-        job.kill()
-        job.wait()
-
-
-def test_a_console_nobody_reads_does_not_block_supervision(home, tmp_path):
-    read, write = os.pipe()  # `mwrun launch ... | sleep 90`: nobody reads
-    chatty = [PY, "-c", "while True: print('.' * 200, flush=True)"]
-    job = start(home, topology(tmp_path, flood=chatty, crasher=CRASH), stdout=write)
-    os.close(write)
-    try:
-        running(home)
-        served_while(home, lambda: log_size(home, "flood") > 1 << 20)
-        assert job.wait(timeout=30) == 1
-        wait_gone(home)
-        log = (home / "runs" / "job" / "logs" / "flood.log").read_text()
-        assert log.count("." * 200) > 4000  # the log got what the console could not
+        logs = home / "runs" / "job" / "logs"
+        size = sum(p.stat().st_size for p in logs.glob("flood.log*"))
+        assert size > 1 << 20  # the log got what the console could not take
     finally:
         job.kill()
         job.wait()
