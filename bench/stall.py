@@ -2,6 +2,7 @@
 
     python bench/stall.py                 # 2 flooding children, 10 status requests
     python bench/stall.py --flooders 4
+    python bench/stall.py --colour        # lines full of colour sequences
 
 Each flooding child writes 100-byte lines as fast as its pipe takes them (far more than
 any terminal shows), with the console going to /dev/null. Measured meanwhile:
@@ -47,11 +48,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flooders", type=int, default=2)
     parser.add_argument("--requests", type=int, default=10)
+    parser.add_argument("--colour", action="store_true",
+                        help="lines full of colour sequences, through 1 MiB pipes")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mwrun-bench-") as tmp:
         work = Path(tmp)
         go = work / "go"
-        flooders = "".join(f"  flood-{i}: {{cmd: [{PY}, {HERE / 'bin' / 'flood.py'}]}}\n"
+        flood = [PY, str(HERE / "bin" / "flood.py"), *(["--colour"] if args.colour else [])]
+        flooders = "".join(f"  flood-{i}: {{cmd: {json.dumps(flood)}}}\n"
                            for i in range(args.flooders))
         members = ", ".join([*(f"flood-{i}" for i in range(args.flooders)), "crasher"])
         (work / "flood.yaml").write_text(
@@ -97,7 +101,9 @@ def main() -> None:
             job.kill()
             job.wait()
     ms = [w * 1000 for w in waits]
-    print(f"{args.flooders} children flooding their output ({total / 2**20:.0f} MiB logged):")
+    kind = "coloured " if args.colour else ""
+    print(f"{args.flooders} children flooding their output with {kind}lines"
+          f" ({total / 2**20:.0f} MiB logged):")
     print(f"  status round trip   median {statistics.median(ms):7.1f} ms   max"
           f" {max(ms):7.1f} ms   ({STALLED:g} s = no answer)")
     print(f"  exit -> seen failed {seen * 1000:7.1f} ms")
