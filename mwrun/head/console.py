@@ -17,6 +17,7 @@ import io
 import logging
 import os
 import re
+import select
 import stat
 import threading
 import time
@@ -126,7 +127,10 @@ class Terminal:
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(self.fd, view):]
+                    try:
+                        view = view[os.write(self.fd, view):]
+                    except BlockingIOError:  # someone made the descriptor non-blocking
+                        select.select([], [self.fd], [], 1.0)
             except OSError:
                 with self.cond:  # the terminal went away; the logs carry on
                     self.gone, self.queued = True, 0
