@@ -18,7 +18,8 @@ def traffic_cells(w: dict, live: bool) -> list[str]:
         calls = rate = last = "-"
     else:
         calls = f"{w['calls_per_s']:.1f}"
-        rate = f"{w['bytes_per_s'] / 1e6:.2f}"
+        mb = w["bytes_per_s"] / 1e6
+        rate = "0" if mb == 0 else "<0.01" if mb < 0.01 else f"{mb:.2f}"
         age = w.get("last_call_age_s")
         last = "never" if age is None else f"{age * 1000:.0f}ms ago" if age < 1 \
             else f"{seconds(age)} ago"

@@ -28,6 +28,7 @@ class Fault:
     end: float | None = None  # re-formed; None while down (or for good)
     outcome: str = "still down"  # re-formed | closed: REASON | still down
     breaks: int = 1
+    since: float = 0.0  # when the world had formed before it broke
 
     @property
     def start(self) -> float:
@@ -124,7 +125,8 @@ def faults(tl: Timeline) -> list[Fault]:
             if world in open_:
                 open_[world].breaks += 1  # broke again before it re-formed
                 continue
-            fault = open_[world] = Fault(world, e["t"], str(e.get("reason") or "?"))
+            fault = open_[world] = Fault(world, e["t"], str(e.get("reason") or "?"),
+                                         since=formed[world])
             cause = _drill_before(tl, world, e["t"], formed[world])
             if cause is not None:
                 fault.kill, fault.killed = cause["t"], f"{cause['signal']} to {cause['process']}"
@@ -199,14 +201,15 @@ def _fault_lines(tl: Timeline, f: Fault) -> list[str]:
     end = f"re-formed +{_secs(f.end - f.start)}" if f.end is not None else f.outcome
     out = [f"{what},", f"  {end}: down {_secs(f.downtime(tl.last))}"]
     stop = f.end if f.end is not None else tl.last
-    before = mean_rate(tl, f.world, f.start - AROUND, f.start)
+    first = max(f.start - AROUND, f.since)  # "before" is while the world was up
+    before = mean_rate(tl, f.world, first, f.start)
     during = mean_rate(tl, f.world, f.start, stop)
     after = mean_rate(tl, f.world, stop, stop + AROUND) if f.end is not None else None
     out.append(f"  {f.world}: before {_rate(before)}, during {_rate(during)},"
                f" after {_rate(after)}")
     kept, slowed = [], []
     for other in tl.worlds:
-        was = mean_rate(tl, other, f.start - AROUND, f.start)
+        was = mean_rate(tl, other, first, f.start)
         was_during = mean_rate(tl, other, f.start, stop)
         if other == f.world or was is None or was_during is None or was[0] <= 0:
             continue
