@@ -44,13 +44,16 @@ def draw(tl: Timeline, out: Path) -> list[str]:
     lines = summary(tl)
     lanes = list(tl.worlds)
     text_height = 0.16 * len(lines) + 0.3
+    lane = 1.5 if len(lanes) <= 4 else 0.75  # many worlds: thinner lanes, one picture
     fig, axes = plt.subplots(len(lanes) + 1, 1, sharex=False, squeeze=False,
-                             figsize=(10, 1.5 * len(lanes) + text_height + 0.8),
-                             gridspec_kw={"height_ratios": [1.5] * len(lanes) + [text_height]})
+                             figsize=(10, lane * len(lanes) + text_height + 0.8),
+                             gridspec_kw={"height_ratios": [lane] * len(lanes) + [text_height]})
     axes = [a[0] for a in axes]
     for ax, world in zip(axes, lanes, strict=False):
         _lane(ax, tl, world)
         ax.sharex(axes[0])
+        if ax is not axes[-2]:
+            ax.tick_params(labelbottom=False)
     axes[-2].set_xlabel("seconds since the run started")
     handles = [plt.Line2D([], [], color=c, linestyle=s, label=label)
                for c, s, label in MARKS.values()]
@@ -62,9 +65,9 @@ def draw(tl: Timeline, out: Path) -> list[str]:
     text.axis("off")
     text.text(0, 1, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=7.5,
               transform=text.transAxes)
-    fig.tight_layout()
+    fig.tight_layout(h_pad=0.4)
     try:
-        fig.savefig(out, dpi=90)
+        fig.savefig(out, dpi=90, bbox_inches="tight", pad_inches=0.2)  # all the text
     except OSError as exc:
         raise MwrunError(f"cannot write {out}: {exc.strerror}") from None
     finally:

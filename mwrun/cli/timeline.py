@@ -177,17 +177,24 @@ def summary(tl: Timeline) -> list[str]:
     restarts = sum(1 for e in tl.events if e["event"] == "spawn" and e.get("restarts", 0) > 0)
     lines = [f"run {tl.run_id} ({tl.name}): {took:.1f} s of history, {state};"
              f" {len(tl.faults)} fault(s), {restarts} restart(s)"]
+    calm = [w for w in tl.worlds if not any(f.world == w for f in tl.faults)]
     for world in tl.worlds:
         mine = [f for f in tl.faults if f.world == world]
-        if not mine:
+        if not mine and len(calm) <= 4:
             pace = mean_rate(tl, world, tl.start, tl.last)
             lines.append(f"{world}: no breaks" + (f"; {_rate(pace)} on average" if pace else ""))
+        if not mine:
             continue
         down = sum(f.downtime(tl.last) for f in mine)
         lines.append(f"{world}: {sum(f.breaks for f in mine)} break(s), down {_secs(down)}"
                      " in all")
         for f in mine:
             lines += ["  " + line for line in _fault_lines(tl, f)]
+    if len(calm) > 4:  # many worlds: one line for the unbroken ones
+        paces = [p[0] for w in calm if (p := mean_rate(tl, w, tl.start, tl.last))]
+        other = " other" if tl.faults else ""
+        lines.append(f"{len(calm)}{other} worlds: no breaks" + (
+            f"; {min(paces):.1f} to {max(paces):.1f} calls/s on average" if paces else ""))
     return lines + [f"note: {n}" for n in tl.notes]
 
 

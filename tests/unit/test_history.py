@@ -108,3 +108,12 @@ def test_a_history_without_its_start_or_at_all_is_a_clear_error(tmp_path):
     (tmp_path / "history.jsonl").write_text('{"t": 1.0, "rates": {"w": [1, 2]}}\n{"t": 2')
     with pytest.raises(RunError, match="has no start record"):
         build(*load(tmp_path, "r"), "r")
+
+
+def test_many_unbroken_worlds_share_one_summary_line():
+    worlds = {f"w{i}": ["leader", f"worker-{i}"] for i in range(6)}
+    records = [{"t": 0.0, "event": "start", "run_id": "r", "name": "n", "worlds": worlds}]
+    records += [{"t": float(t), "rates": {w: [float(i + 1), 8.0] for i, w in enumerate(worlds)}}
+                for t in range(1, 6)]
+    assert summary(build(records, [], "r"))[1:] == [
+        "6 worlds: no breaks; 1.0 to 6.0 calls/s on average"]
