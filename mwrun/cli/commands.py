@@ -156,6 +156,12 @@ def _live_status(run: str | None) -> tuple[str, dict, bool]:
 def status(run, as_json, watch):
     """Processes and worlds of RUN (default: the newest live run).
 
+    Per world: its state, generation and breaks, its traffic over the last 5 s
+    (calls/s and MB/s, counted by the members' own calls), the age of its last
+    completed call and how long it has been healthy. A world is forming until its
+    members have really joined; a plain torch.distributed world mwrun cannot see
+    into shows as unknown. --watch redraws in place on a terminal.
+
     \b
     Examples:
       mwrun status
