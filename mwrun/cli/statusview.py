@@ -8,7 +8,23 @@ from mwrun.terminal import paint, seconds, size, table
 
 STATE_COLOURS = {"running": 32, "healthy": 32, "finished": 32, "exited": 32, "starting": 33,
                  "forming": 33, "restarting": 33, "stopping": 33, "hung": 31, "failed": 31,
-                 "broken": 31, "stopped": 35, "closed": 35}
+                 "broken": 31, "stopped": 35, "closed": 35, "unknown": 35}
+
+
+def traffic_cells(w: dict, live: bool) -> list[str]:
+    """CALLS/S, MB/S, LAST CALL, HEALTHY FOR of a world: '-' where nothing is known
+    (no member beat yet, a plain script's world, a finished run's last word)."""
+    if not live or w.get("calls_per_s") is None:
+        calls = rate = last = "-"
+    else:
+        calls = f"{w['calls_per_s']:.1f}"
+        mb = w["bytes_per_s"] / 1e6
+        rate = "0" if mb == 0 else "<0.01" if mb < 0.01 else f"{mb:.2f}"
+        age = w.get("last_call_age_s")
+        last = "never" if age is None else f"{age * 1000:.0f}ms ago" if age < 1 \
+            else f"{seconds(age)} ago"
+    up = w.get("healthy_for_s")
+    return [calls, rate, last, "-" if up is None or not live else seconds(up)]
 
 
 def render(doc: dict, live: bool, colour: bool = False, now: float | None = None) -> str:
@@ -33,9 +49,11 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
                      " ".join(f"{w}:{r}" for w, r in p["worlds"].items())])
     procs = table(["PROCESS", "HOST", "PID", "STATE", "EXIT", "RESTARTS", "UPTIME", "CPU%",
                    "MEMORY", "WORLDS:RANK"], rows)
-    worlds = table(["WORLD", "STATE", "GENERATION", "BREAKS", "BACKEND", "PORT", "MEMBERS"],
+    worlds = table(["WORLD", "STATE", "GENERATION", "BREAKS", "CALLS/S", "MB/S", "LAST CALL",
+                    "HEALTHY FOR", "BACKEND", "PORT", "MEMBERS"],
                    [[w["name"], state(w["state"]), str(w["generation"]), str(w["breaks"]),
-                     w["backend"], str(w["port"]), ", ".join(w["members"])]
+                     *traffic_cells(w, live), w["backend"], str(w["port"]),
+                     ", ".join(w["members"])]
                     for w in doc["worlds"]])
     notes = [f"  {p['name']}: {p['last_event']}" for p in doc["processes"]
              if p.get("last_event") and p["state"] != "running"]
@@ -45,3 +63,10 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
     if notes:
         out += ["", "last events:", *notes]
     return "\n".join(out)
+
+
+def in_place(text: str, first: bool) -> str:
+    """A --watch frame for a terminal: drawn over the last one (home, each line cleared
+    to its end, the rest of the screen cleared), so it updates without flicker."""
+    lines = text.split("\n")
+    return ("\033[2J" if first else "") + "\033[H" + "\033[K\n".join(lines) + "\033[K\n\033[J"

@@ -77,6 +77,9 @@ def handle_hello(loop, request: dict) -> None:
 
 def handle_heartbeat(loop, request: dict) -> None:
     loop.supervisor.on_heartbeat(request.get("process"), request.get("pid"))
+    if isinstance(request.get("traffic"), dict):  # see mwrun/head/traffic.py
+        loop.traffic.beat(request.get("process"), request.get("pid"), float(request["t"]),
+                          request["traffic"], loop.now())
 
 
 def handle_bye(loop, request: dict) -> None:

@@ -20,7 +20,9 @@ import time
 
 from mwrun.head import control, rundir
 from mwrun.head.console import Printer
+from mwrun.head.history import SAMPLE_EVERY, History
 from mwrun.head.supervisor import TICK, Supervisor
+from mwrun.head.traffic import Traffic
 from mwrun.host.lines import LineBuffer
 from mwrun.host.process import ProcessHandle
 from mwrun.plan import environment
@@ -54,6 +56,10 @@ class Loop:
         self.backlog: set[control.Connection] = set()  # clients with requests left to serve
         self.saved: tuple | None = None
         self.next_tick = 0.0
+        self.next_sample = 0.0
+        self.traffic = Traffic()
+        self.history = History(run_dir, {"run_id": run_id, "name": plan.name, "worlds": {
+            n: list(w.members) for n, w in plan.worlds.items()}})
         self.supervisor = Supervisor(plan, self, grace)
         self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.host.watchdog"],
                                          stdin=subprocess.PIPE, text=True,
@@ -85,6 +91,10 @@ class Loop:
         handle = self.handles.get(name)
         if handle is not None:
             handle.signal(sig)
+            rec = self.supervisor.procs[name]
+            why = "stop" if self.supervisor.stopping else \
+                "hang" if rec.hung is not None else "drill"
+            self.history.signalled(name, sig, why)
 
     def mark_broken(self, world: str, generation: int, reason: str) -> None:
         self.stores.mark_broken(world, generation, reason)
@@ -151,7 +161,28 @@ class Loop:
             self.supervisor.on_tick()
             if now >= self.next_tick:
                 self.next_tick = now + TICK
+                self._look_into_stores()
+            if now >= self.next_sample:
+                self.next_sample = now + SAMPLE_EVERY
+                self.history.sample(self._rates(now, SAMPLE_EVERY))
         self._save()
+
+    def _look_into_stores(self) -> None:
+        for world in self.supervisor.plain_forming():
+            self.supervisor.on_store_seen(world, self.stores.plain_ranks(world))
+
+    def _rates(self, now: float, span: float) -> dict:
+        """Per world [calls/s, bytes/s] for the history (rounded: it is for pictures)."""
+        rates = {}
+        for name, world in self.supervisor.worlds.items():
+            view = self.traffic.view(self._pids(world), name, now, span)
+            if view["calls_per_s"] is not None:
+                rates[name] = [round(view["calls_per_s"], 2), round(view["bytes_per_s"])]
+        return rates
+
+    def _pids(self, world) -> dict:
+        procs = self.supervisor.procs
+        return {m: procs[m].pid for m in world.plan.members if procs[m].state.alive}
 
     def _record_signal(self, signum, frame) -> None:
         self.signals.append(signum)  # acted on by the loop, never in the handler
@@ -256,6 +287,7 @@ class Loop:
                 self.supervisor.on_exit(name, code)  # only after an exception in the loop
         self._drain_to_end(deadline)
         self._save()
+        self.history.close()
         self._tell_watchdog("exit")
         with contextlib.suppress(OSError):
             self.watchdog.stdin.close()
@@ -309,11 +341,17 @@ class Loop:
                 "gpus": [int(g) if g.isdigit() else g for g in rec.plan.gpus],
                 "cpus": list(rec.plan.cpus) if rec.plan.cpus is not None else [],
                 "started_at": rec.started_at, "cpu_percent": cpu, "rss_bytes": rss,
-                "last_event": rec.why or None})
+                "last_event": rec.why or None,
+                "traffic": self.traffic.per_member(name, rec.pid, rec.plan.worlds, now)})
         worlds = [{"name": name, "backend": w.plan.backend, "size": w.plan.size,
                    "members": list(w.plan.members), "generation": w.generation,
-                   "state": w.state.value, "breaks": w.breaks, "port": w.plan.port,
-                   "reason": w.reason} for name, w in sup.worlds.items()]
+                   "state": "unknown" if w.opaque and w.state.value == "forming"
+                   else w.state.value, "breaks": w.breaks, "port": w.plan.port,
+                   "reason": w.reason or w.opaque,
+                   **self.traffic.view(self._pids(w), name, now),
+                   "healthy_for_s": round(now - w.healthy_since, 3)
+                   if w.state.value == "healthy" and w.healthy_since is not None else None}
+                  for name, w in sup.worlds.items()]
         return {"run_id": self.run_id, "name": self.plan.name, "state": sup.state.value,
                 "supervisor_pid": os.getpid(), "started_at": self.started_at,
                 "topology": str(self.run_dir / "topology.yaml"), "control": self.control_path,
@@ -324,6 +362,7 @@ class Loop:
         """Write state.json when a state changed (a heartbeat changes none) or the
         usage readings are due; building the document for every event would cost
         the supervisor more than everything else it does."""
+        self.history.observe(self.supervisor)
         key = (self.supervisor.signature(), self.usage_at)
         if key == self.saved and time.monotonic() - self.usage_at < USAGE_EVERY:
             return

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 from datetime import timedelta
 
 from mwrun import protocol
 from mwrun.plan.placement import Plan
+
+# A gloo group's rendezvous: each rank sets PREFIX/R to its address, as in
+# 'default_pg/0//cpu//0/2' (torch 2.x); the group exists once every rank's key is there.
+_GLOO_RANK = re.compile(r"^(?P<prefix>.*//cpu//\d+)/(?P<rank>\d+)$")
 
 
 class WorldStores:
@@ -47,8 +52,37 @@ class WorldStores:
                         store.delete_key(key)
         protocol.open_next(store, generation)
 
+    def plain_ranks(self, world: str) -> set[int] | None:
+        """The ranks of a plain torch.distributed gloo group that have met in the world's
+        store (keys outside mwrun's own), or None when the store cannot list its keys
+        or holds keys of a kind mwrun does not know how to read (nccl's)."""
+        store = self._stores[world]
+        if not hasattr(store, "list_keys"):
+            return None
+        try:
+            keys = [k for k in store.list_keys() if not k.startswith(protocol.PREFIX)]
+        except RuntimeError:
+            return None
+        return plain_ranks(keys)
+
     def close_world(self, world: str, generation: int, reason: str) -> None:
         protocol.close(self._stores[world], generation, self._sizes[world], reason)
 
     def close(self) -> None:
         self._stores.clear()  # the servers stop with their last reference
+
+
+def plain_ranks(keys: list[str]) -> set[int] | None:
+    """The ranks of the gloo group whose rendezvous keys are among a store's plain
+    (non-mwrun) keys; None if there are keys but none of gloo's (nccl's, a script's
+    own): mwrun cannot tell from them whether the group exists."""
+    ranks: dict[str, set[int]] = {}
+    for key in keys:
+        found = _GLOO_RANK.match(key)
+        if found is not None:
+            ranks.setdefault(found["prefix"], set()).add(int(found["rank"]))
+    if not ranks:
+        return None if keys else set()
+    # Several prefixes are several groups (a script's new_group()s), which can only
+    # come after the default group, the biggest: it is the one to judge by.
+    return max(ranks.values(), key=len)

@@ -19,9 +19,6 @@ from mwrun.head.states import WorldState as W
 from mwrun.plan.placement import Plan, ProcessPlan, WorldPlan
 
 TICK = 0.5  # seconds between checks for hung processes and due restarts
-# A member that never speaks the mwrun protocol (a plain torch.distributed script)
-# counts as joined once it has run this long; mwrun cannot see inside its group.
-PLAIN_GRACE = 3.0
 KILL_WAIT = 5.0  # after SIGKILL, how long to wait for processes stuck in the kernel
 
 
@@ -53,6 +50,8 @@ class WorldRecord:
     state: W = W.FORMING
     breaks: int = 0
     reason: str | None = None
+    healthy_since: float | None = None  # monotonic, when it last became HEALTHY
+    opaque: str | None = None  # why mwrun cannot tell whether its plain members joined
 
 
 class Supervisor:
@@ -120,9 +119,10 @@ class Supervisor:
     def _joined(self, rec: ProcessRecord, world: str, now: float) -> bool:
         if not rec.state.alive:
             return False
-        if world in rec.ready and rec.generations.get(world) == self.worlds[world].generation:
-            return True
-        return not rec.said_hello and now - rec.started >= PLAIN_GRACE
+        # Joined means it said so (the library's "ready"), or, for a plain
+        # torch.distributed script, that its group's rendezvous shows in the world's
+        # store (on_store_seen). Having merely run for a while proves nothing.
+        return world in rec.ready and rec.generations.get(world) == self.worlds[world].generation
 
     def _world_progress(self, world: WorldRecord, now: float) -> None:
         members = [self.procs[m] for m in world.plan.members]
@@ -131,6 +131,7 @@ class Supervisor:
         if world.state is W.FORMING and all(self._joined(m, world.plan.name, now)
                                             for m in members):
             world.state, world.reason = W.HEALTHY, None  # FORMING -> HEALTHY
+            world.healthy_since, world.opaque = now, None
 
     # -- events ----------------------------------------------------------------------------
 
@@ -233,6 +234,32 @@ class Supervisor:
             if self._can_reform(world):
                 world.generation += 1
                 self.host.open_next(world_name, generation)
+        self._settle()
+
+    def plain_forming(self) -> list[str]:
+        """Worlds forming with a live member that has not spoken the mwrun protocol
+        (yet): the loop looks into their stores for a plain group's rendezvous."""
+        return [name for name, world in self.worlds.items() if world.state is W.FORMING
+                and any(self.procs[m].state.alive and not self.procs[m].said_hello
+                        for m in world.plan.members)]
+
+    def on_store_seen(self, world_name: str, ranks: set[int] | None) -> None:
+        """What a forming world's store shows of a plain torch.distributed group: the
+        ranks whose rendezvous keys are there, or None when mwrun cannot read them (a
+        backend whose keys it does not know); the world is then shown as unknown."""
+        world = self.worlds[world_name]
+        if world.state is not W.FORMING:
+            return
+        if ranks is None:
+            world.opaque = "mwrun cannot see this world's process group form in its store"
+            return
+        world.opaque = None
+        if set(range(world.plan.size)) <= ranks:  # the whole group met: it exists
+            for member in world.plan.members:
+                rec = self.procs[member]
+                if rec.state.alive and not rec.said_hello:
+                    rec.ready.add(world_name)
+                    rec.generations[world_name] = world.generation
         self._settle()
 
     def on_tick(self) -> None:

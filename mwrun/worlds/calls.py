@@ -5,6 +5,11 @@ plain ``Work.wait()`` of torch, so it costs what the raw call costs; when the wo
 breaks, the group's connections are shut down (see backends and gloo_abort) so a
 blocked call fails at once and is raised as ``BrokenWorldError``. Arguments are
 checked before anything is sent.
+
+Every completed call is counted (calls, bytes of the tensor it carried, the moment it
+completed) in plain attributes of the world, without a lock: the heartbeat thread only
+reads them, and two threads calling on one world at the same instant may, rarely, lose
+one count, which a rate shown to people can afford (a lock per call could not).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import re
 import time
 from datetime import timedelta
+from time import monotonic
 
 import torch
 import torch.distributed as dist
@@ -29,7 +35,7 @@ _SLICE = timedelta(milliseconds=100)
 class Calls:
     """Mixed into World, which provides _live, _failed, _error, _generation, _device."""
 
-    def _run(self, issue, async_op: bool):
+    def _run(self, issue, async_op: bool, nbytes: int = 0):
         """Issue a collective on the live group and wait for it (or hand back a Work)."""
         group = self._live()
         generation = self._generation
@@ -40,8 +46,9 @@ class Calls:
                 raise self._failed(generation, exc) from None
             raise  # the arguments: torch said why
         if async_op:
-            return Work(self, work, generation, False)
+            return Work(self, work, generation, False, nbytes)
         self._wait(work, generation, False)
+        self._count(nbytes)
         return None
 
     def _wait(self, work, generation: int, p2p: bool, timeout: float | None = None) -> None:
@@ -74,6 +81,19 @@ class Calls:
                     raise self._failed(generation, exc) from None
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError(f"{self.name}: not done after {timeout:g}s") from None
+
+    def _count(self, nbytes: int) -> None:
+        """A call completed (async ones, once their Work was waited for)."""
+        self._calls += 1
+        self._bytes += nbytes
+        self._last_call = monotonic()
+
+    def _traffic(self) -> tuple[int, int, int, float | None]:
+        """(calls, bytes, failures, seconds since the last completed call) so far, for
+        the heartbeat: counts since this process joined, across generations."""
+        last = self._last_call
+        return self._calls, self._bytes, self._failures, \
+            (monotonic() - last if last else None)
 
     def _tensor(self, tensor, what: str = "tensor") -> None:
         if not isinstance(tensor, torch.Tensor):
@@ -129,11 +149,12 @@ class Calls:
                 raise self._failed(generation, exc) from None
             raise
         if async_op:
-            return Work(self, work, generation, True)
+            return Work(self, work, generation, True, tensor.nbytes)
         try:
             work.wait()  # see _wait: no slicing for point-to-point calls
         except RuntimeError as exc:
             raise self._failed(generation, exc) from None
+        self._count(tensor.nbytes)
         return None
 
     def isend(self, tensor, dst: int) -> Work:
@@ -146,24 +167,24 @@ class Calls:
         self._tensor(tensor)
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.rootTensor = self._rank(src, "src"), 0
-        return self._run(lambda g: g.broadcast([tensor], opts), async_op)
+        return self._run(lambda g: g.broadcast([tensor], opts), async_op, tensor.nbytes)
 
     def all_reduce(self, tensor, op=dist.ReduceOp.SUM, async_op: bool = False):
         self._tensor(tensor)
         opts = dist.AllreduceOptions()
         opts.reduceOp = op
-        return self._run(lambda g: g.allreduce([tensor], opts), async_op)
+        return self._run(lambda g: g.allreduce([tensor], opts), async_op, tensor.nbytes)
 
     def reduce(self, tensor, dst: int, op=dist.ReduceOp.SUM, async_op: bool = False):
         self._tensor(tensor)
         opts = dist.ReduceOptions()
         opts.reduceOp, opts.rootRank, opts.rootTensor = op, self._rank(dst, "dst"), 0
-        return self._run(lambda g: g.reduce([tensor], opts), async_op)
+        return self._run(lambda g: g.reduce([tensor], opts), async_op, tensor.nbytes)
 
     def all_gather(self, tensor_list, tensor, async_op: bool = False):
         self._tensor(tensor)
         outputs = self._list(tensor_list, tensor, "tensor_list")
-        return self._run(lambda g: g.allgather([outputs], [tensor]), async_op)
+        return self._run(lambda g: g.allgather([outputs], [tensor]), async_op, tensor.nbytes)
 
     def gather(self, tensor, gather_list=None, dst: int = 0, async_op: bool = False):
         self._tensor(tensor)
@@ -176,7 +197,7 @@ class Calls:
             raise ValueError(f"{self.name}: only rank {dst} (dst) takes a gather_list")
         else:
             outputs = []
-        return self._run(lambda g: g.gather(outputs, [tensor], opts), async_op)
+        return self._run(lambda g: g.gather(outputs, [tensor], opts), async_op, tensor.nbytes)
 
     def scatter(self, tensor, scatter_list=None, src: int = 0, async_op: bool = False):
         self._tensor(tensor)
@@ -189,7 +210,7 @@ class Calls:
             raise ValueError(f"{self.name}: only rank {src} (src) takes a scatter_list")
         else:
             inputs = []
-        return self._run(lambda g: g.scatter([tensor], inputs, opts), async_op)
+        return self._run(lambda g: g.scatter([tensor], inputs, opts), async_op, tensor.nbytes)
 
     def barrier(self, async_op: bool = False):
         return self._run(lambda g: g.barrier(dist.BarrierOptions()), async_op)

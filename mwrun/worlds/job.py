@@ -88,6 +88,8 @@ def init(worlds: Mapping[str, WorldSpec] | None = None, *, timeout: float | None
     local_addr = environ.get("MWRUN_HOST_ADDR") if worlds is None else None
     joined = {name: World(name, spec, link=link, local_addr=local_addr)
               for name, spec in specs.items()}
+    if link is not None:
+        link.worlds = joined  # its heartbeats carry their traffic
     deadline = time.monotonic() + (FORM_TIMEOUT if timeout is None else timeout)
     failures = _form_all(joined, deadline)
     if len(failures) == len(joined):

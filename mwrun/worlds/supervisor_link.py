@@ -7,6 +7,12 @@ tell a stopped or wedged process from a quiet one), and ``world`` events (a
 generation formed, or broke as seen from here). If the supervisor goes away the link
 falls silent; the job's worlds do not depend on it. ``bye`` ends the beating when the
 process leaves its worlds (``job.close()``).
+
+Each heartbeat carries this process's traffic per world, counted by the calls
+themselves (see calls.py): ``"t"`` (its monotonic clock) and ``"traffic": {world:
+[calls, bytes, failures, seconds since the last completed call or null]}``, counts
+since the process joined. The supervisor turns them into rates, so beats come at least
+once a second whatever the hang timeout allows.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ import json
 import os
 import socket
 import threading
+import time
+
+TRAFFIC_EVERY = 1.0  # seconds: the longest gap between beats, for traffic rates
 
 
 class SupervisorLink:
@@ -26,6 +35,7 @@ class SupervisorLink:
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        self.worlds: dict = {}  # name -> World, set by init once they exist
 
     def start(self) -> SupervisorLink:
         try:
@@ -57,8 +67,10 @@ class SupervisorLink:
                    "reason": reason})
 
     def _beat(self) -> None:
-        while not self._stop.wait(self._interval):
-            self.send({"verb": "heartbeat", "process": self._process, "pid": os.getpid()})
+        while not self._stop.wait(min(self._interval, TRAFFIC_EVERY)):
+            self.send({"verb": "heartbeat", "process": self._process, "pid": os.getpid(),
+                       "t": time.monotonic(),
+                       "traffic": {name: w._traffic() for name, w in list(self.worlds.items())}})
             if self._sock is None:
                 return
 

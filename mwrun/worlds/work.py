@@ -16,13 +16,14 @@ class Work:
     call as done. ``await work`` does the same without blocking the event loop.
     """
 
-    __slots__ = ("_generation", "_p2p", "_work", "_world")
+    __slots__ = ("_generation", "_nbytes", "_p2p", "_work", "_world")
 
-    def __init__(self, world, work, generation: int, p2p: bool):
+    def __init__(self, world, work, generation: int, p2p: bool, nbytes: int = 0):
         self._world = world
         self._work = work
         self._generation = generation
         self._p2p = p2p
+        self._nbytes = nbytes  # counted once, by the first wait() that sees it done
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the call is done; after ``timeout`` seconds raise TimeoutError.
@@ -32,6 +33,9 @@ class Work:
         call pending; a timed-out collective stays pending and may be waited again.
         """
         self._world._wait(self._work, self._generation, self._p2p, timeout)
+        if self._nbytes is not None:
+            self._world._count(self._nbytes)
+            self._nbytes = None
         return True
 
     def is_completed(self) -> bool:

@@ -61,6 +61,8 @@ class World(Calls):
         self._watcher: threading.Thread | None = None
         self._closed = False
         self._broke_at = -1  # the last generation this member saw break
+        self._calls = self._bytes = self._failures = 0  # traffic, see calls.py
+        self._last_call = 0.0
         self._device = torch.device("cpu") if self.backend == "gloo" else torch.device("cuda", 0)
 
     # -- what users read -----------------------------------------------------------------
@@ -233,6 +235,7 @@ class World(Calls):
 
     def _failed(self, generation: int, exc: BaseException) -> BrokenWorldError:
         """A call of ``generation`` failed in the backend: the world is broken."""
+        self._failures += 1
         error = self._error
         if error is not None and error.generation == generation:
             return error

@@ -10,6 +10,8 @@ import torch
 
 import mwrun
 
+NUMEL = int(sys.argv[1]) if len(sys.argv) > 1 else 1  # float32 elements per message
+
 
 def say(**fields):
     # One write per line: the world threads print at the same time.
@@ -18,11 +20,11 @@ def say(**fields):
 
 
 def serve(world):
-    t = torch.zeros(1)
+    t = torch.zeros(NUMEL)
     while True:
         try:
             world.recv(t, 1)
-            say(event="recv", world=world.name, value=t.item(), generation=world.generation)
+            say(event="recv", world=world.name, value=t[0].item(), generation=world.generation)
         except mwrun.BrokenWorldError as exc:
             say(event="broken", world=world.name, reason=exc.reason, t=time.monotonic())
             try:
@@ -33,6 +35,7 @@ def serve(world):
             say(event="rejoined", world=world.name, generation=world.generation)
 
 
+say(event="init", t=time.time())
 job = mwrun.init()
 threads = [threading.Thread(target=serve, args=(w,)) for w in job.worlds.values()]
 for thread in threads:

@@ -1,6 +1,8 @@
-"""Rank 1 of one world: sends a counter to rank 0; can crash on purpose."""
+"""Rank 1 of one world: sends a counter to rank 0 every --interval (on a fixed
+schedule, so its rate is known); can crash on purpose."""
 
 import argparse
+import json
 import os
 import time
 
@@ -15,8 +17,10 @@ parser.add_argument("--crash-after", type=float, help="seconds, then exit --cras
 parser.add_argument("--crash-code", type=int, default=3)
 parser.add_argument("--crash-restarts", type=int, default=1,
                     help="crash only while MWRUN_RESTART_COUNT is below this")
+parser.add_argument("--numel", type=int, default=1, help="float32 elements per message")
 args = parser.parse_args()
 
+print(json.dumps({"event": "init", "t": time.time()}), flush=True)
 job = mwrun.init()
 [world] = job.worlds.values()
 started = time.monotonic()
@@ -27,7 +31,7 @@ while args.count == 0 or step < args.count:
             time.monotonic() - started >= args.crash_after:
         print(f"crashing with code {args.crash_code}", flush=True)
         os._exit(args.crash_code)
-    world.send(torch.tensor([float(step)]), 0)
+    world.send(torch.full((args.numel,), float(step)), 0)
     step += 1
-    time.sleep(args.interval)
+    time.sleep(max(started + step * args.interval - time.monotonic(), 0))
 job.close()

@@ -90,7 +90,7 @@ def test_every_module_sits_in_a_part_and_is_short():
         assert doc and "import" in doc, f"mwrun/{part}/__init__.py must say what it may import"
 
 
-def test_help_validate_and_status_do_not_import_torch(tmp_path):
+def test_help_validate_and_status_do_not_import_torch_or_matplotlib(tmp_path):
     run = tmp_path / "runs" / "done-1"
     run.mkdir(parents=True)
     (run / "state.json").write_text(json.dumps({
@@ -105,7 +105,8 @@ def test_help_validate_and_status_do_not_import_torch(tmp_path):
             "assert r.exit_code == 0 and 'finished' in r.output, r.output\n"
             "r = CliRunner().invoke(main, ['status', 'done-1', '--json'])\n"
             "assert r.exit_code == 0, r.output\n"
-            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch',"
+            " 'matplotlib')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, env={"MWRUN_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr

@@ -8,7 +8,7 @@ from mwrun.errors import StartError
 from mwrun.head.states import ProcessState as P
 from mwrun.head.states import RunState as R
 from mwrun.head.states import WorldState as W
-from mwrun.head.supervisor import PLAIN_GRACE, Supervisor
+from mwrun.head.supervisor import Supervisor
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import place
 from mwrun.plan.topology import parse
@@ -267,13 +267,43 @@ def test_kill_world_without_exclusive_members_needs_a_rank():
         sup.kill_world("w1", None, signal.SIGKILL)
 
 
-def test_plain_members_join_after_a_grace_period():
+def test_plain_members_are_never_taken_as_joined_for_having_run_a_while():
     sup, host = make()
-    assert sup.worlds["world1"].state is W.FORMING
-    host.t += PLAIN_GRACE
+    host.t += 60.0  # once, 3 s of silence passed for having joined
     sup.on_tick()
-    assert all(w.state is W.HEALTHY for w in sup.worlds.values())
-    assert all(r.state is P.RUNNING for r in sup.procs.values())
+    assert all(w.state is W.FORMING for w in sup.worlds.values())
+    assert all(r.state is P.STARTING for r in sup.procs.values())
+
+
+def test_a_plain_group_joins_when_its_rendezvous_shows_in_the_store():
+    sup, host = make()
+    assert sup.plain_forming() == ["world1", "world2"]
+    sup.on_store_seen("world1", {0})  # rank 1 has not reached init_process_group yet
+    assert sup.worlds["world1"].state is W.FORMING
+    sup.on_store_seen("world1", {0, 1})
+    assert sup.worlds["world1"].state is W.HEALTHY
+    assert sup.worlds["world1"].healthy_since == host.t
+    assert sup.procs["worker-0"].state is P.RUNNING
+    assert sup.procs["leader"].state is P.STARTING  # world2 has not formed
+    assert sup.plain_forming() == ["world2"]
+
+
+def test_a_plain_group_mwrun_cannot_read_is_unknown_never_healthy():
+    sup, host = make()
+    sup.on_store_seen("world2", None)
+    host.t += 60.0
+    sup.on_tick()
+    world = sup.worlds["world2"]
+    assert world.state is W.FORMING and world.opaque.startswith("mwrun cannot see")
+
+
+def test_an_mwrun_member_still_starting_is_not_joined_by_the_store():
+    sup, _ = make()
+    for name, rec in sup.procs.items():
+        sup.on_hello(name, rec.pid, 1.0)
+    assert sup.plain_forming() == []
+    sup.on_store_seen("world1", {0, 1})  # said hello: only its own "ready" counts
+    assert sup.worlds["world1"].state is W.FORMING
 
 
 def test_a_command_that_cannot_start_fails_at_once_and_only_its_world_closes():

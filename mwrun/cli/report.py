@@ -1,0 +1,120 @@
+"""``mwrun report``: a run's timeline (timeline.py) drawn as one picture.
+
+One lane per world with its calls/s over time; kills, breaks, restarts and re-forms
+marked; each fault's downtime shaded and measured on the lane; the text summary under
+the lanes. matplotlib is an optional extra (``pip install 'mwrun[report]'``), imported
+only here, so ``mwrun --help`` and ``status`` never pay for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mwrun.cli.timeline import Timeline, summary
+from mwrun.errors import MwrunError, UsageError
+
+FORMATS = (".png", ".svg", ".pdf")
+MARKS = {  # event -> (colour, line style, legend label)
+    "kill": ("#d62728", "--", "kill (drill)"),
+    "break": ("#d62728", "-", "break"),
+    "restart": ("#ff7f0e", ":", "restart"),
+    "form": ("#2ca02c", "-", "re-form"),
+}
+
+
+def pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise MwrunError("mwrun report draws with matplotlib, which is not installed here;"
+                         " install it with: pip install 'mwrun[report]'") from None
+    matplotlib.use("Agg")  # files only: no display needed, none opened
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def draw(tl: Timeline, out: Path) -> list[str]:
+    """Write the picture of ``tl`` to ``out`` (format from its suffix); return the
+    summary it carries."""
+    if out.suffix.lower() not in FORMATS:
+        raise UsageError(f"{out}: the picture can be {', '.join(FORMATS)}, not"
+                         f" {out.suffix or 'a file without a suffix'}")
+    plt = pyplot()
+    lines = summary(tl)
+    lanes = list(tl.worlds)
+    text_height = 0.16 * len(lines) + 0.3
+    lane = 1.5 if len(lanes) <= 4 else 0.75  # many worlds: thinner lanes, one picture
+    fig, axes = plt.subplots(len(lanes) + 1, 1, sharex=False, squeeze=False,
+                             figsize=(10, lane * len(lanes) + text_height + 0.8),
+                             gridspec_kw={"height_ratios": [lane] * len(lanes) + [text_height]})
+    axes = [a[0] for a in axes]
+    for ax, world in zip(axes, lanes, strict=False):
+        _lane(ax, tl, world)
+        ax.sharex(axes[0])
+        if ax is not axes[-2]:
+            ax.tick_params(labelbottom=False)
+    axes[-2].set_xlabel("seconds since the run started")
+    handles = [plt.Line2D([], [], color=c, linestyle=s, label=label)
+               for c, s, label in MARKS.values()]
+    handles.append(plt.Rectangle((0, 0), 1, 1, color="#d62728", alpha=0.15, label="down"))
+    axes[0].legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.02), ncol=5,
+                   fontsize=8, frameon=False)
+    axes[0].set_title(f"run {tl.run_id}: calls/s per world", loc="right", fontsize=10)
+    text = axes[-1]
+    text.axis("off")
+    text.text(0, 1, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=7.5,
+              transform=text.transAxes)
+    fig.tight_layout(h_pad=0.4)
+    try:
+        fig.savefig(out, dpi=90, bbox_inches="tight", pad_inches=0.2)  # all the text
+    except OSError as exc:
+        raise MwrunError(f"cannot write {out}: {exc.strerror}") from None
+    finally:
+        plt.close(fig)
+    return lines
+
+
+def _lane(ax, tl: Timeline, world: str) -> None:
+    t0 = tl.start
+    points = tl.samples[world]
+    xs = [t - t0 for t, _, _ in points]
+    ys = [c for _, c, _ in points]
+    top = max(ys, default=0) or 1.0
+    if points:
+        ax.plot(xs, ys, drawstyle="steps-pre", color="#1f77b4", linewidth=1.2)
+        ax.fill_between(xs, ys, step="pre", color="#1f77b4", alpha=0.15)
+    ax.set_ylim(0, top * 1.35)
+    ax.set_xlim(0, max(tl.last - t0, 1.0))
+    ax.set_ylabel(world, rotation=0, ha="right", va="center", fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    members = tl.worlds[world]
+    for e in tl.events:
+        kind = _mark(e, world, members)
+        if kind is not None:
+            colour, style, _ = MARKS[kind]
+            ax.axvline(e["t"] - t0, color=colour, linestyle=style, linewidth=1)
+    for f in (f for f in tl.faults if f.world == world):
+        a, b = f.start - t0, (f.end if f.end is not None else tl.last) - t0
+        ax.axvspan(a, b, color="#d62728", alpha=0.15, linewidth=0)
+        ax.annotate("", xy=(a, top * 1.15), xytext=(b, top * 1.15),
+                    arrowprops={"arrowstyle": "<->", "color": "#d62728", "lw": 1})
+        down = f.downtime(tl.last)
+        label = f"down {down * 1000:.0f} ms" if down < 1 else f"down {down:.2f} s"
+        more = "" if f.end is not None else " (so far)" if tl.ended is None else ""
+        ax.text((a + b) / 2, top * 1.2, label + more,
+                ha="center", va="bottom", fontsize=8, color="#d62728")
+
+
+def _mark(e: dict, world: str, members: list[str]) -> str | None:
+    kind = e["event"]
+    if kind == "signal" and e.get("why") == "drill" and e.get("process") in members:
+        return "kill"
+    if kind == "break" and e.get("world") == world:
+        return "break"
+    if kind == "spawn" and e.get("restarts", 0) > 0 and e.get("process") in members:
+        return "restart"
+    if kind == "form" and e.get("world") == world and e.get("generation", 0) > 0:
+        return "form"
+    return None

@@ -1,0 +1,241 @@
+"""A run's history (mwrun/head/history.py) read back as a timeline: lanes of per-world
+rates, the events, and each fault with its downtime. Pure: no files but ``load``'s,
+no drawing (report.py draws), no torch."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mwrun.errors import RunError
+from mwrun.terminal import size
+
+AROUND = 10.0  # seconds before and after a fault that "before" and "after" average over
+KILL_LEADS = 10.0  # a drill's signal this long before a break is taken as its cause
+SPAN = 1.0  # seconds between a history's rate samples (SAMPLE_EVERY in head/history.py)
+
+
+@dataclass
+class Fault:
+    world: str
+    broke: float
+    reason: str
+    kill: float | None = None  # the drill's signal that caused it, if one did
+    killed: str = ""  # "SIGKILL to worker-0"
+    restart: float | None = None  # a member restarted for it
+    end: float | None = None  # re-formed; None while down (or for good)
+    outcome: str = "still down"  # re-formed | closed: REASON | still down
+    breaks: int = 1
+    since: float = 0.0  # when the world had formed before it broke
+
+    @property
+    def start(self) -> float:
+        return self.kill if self.kill is not None else self.broke
+
+    def downtime(self, last: float) -> float:
+        return (self.end if self.end is not None else last) - self.start
+
+
+@dataclass
+class Timeline:
+    run_id: str
+    name: str
+    worlds: dict[str, list[str]]  # name -> members
+    start: float
+    last: float  # the last moment the history knows of
+    samples: dict[str, list[tuple[float, float, float]]]  # world -> (t, calls/s, bytes/s)
+    events: list[dict]
+    faults: list[Fault] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    ended: str | None = None  # finished | failed; None: live, or the history was cut short
+
+    @property
+    def traffic(self) -> bool:
+        return any(s for s in self.samples.values())
+
+
+def load(run_dir: Path, run_id: str) -> tuple[list[dict], list[str]]:
+    """The history's records (rotated part first) and notes on what could not be read."""
+    paths = [run_dir / "history.1.jsonl", run_dir / "history.jsonl"]
+    if not paths[1].exists():
+        raise RunError(f"run {run_id} has no history ({paths[1]} is missing): it was"
+                       " started by an mwrun without history, or the file was removed")
+    records, notes, bad = [], [], 0
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise RunError(f"cannot read {path}: {exc.strerror}") from None
+        lines = text.split("\n")
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict) or not isinstance(record.get("t"), int | float):
+                    raise ValueError(line)
+                records.append(record)
+            except ValueError:
+                if i == len(lines) - 1:  # no newline after it: cut short mid-write
+                    notes.append(f"{path.name} ends in a line cut short; it was left out")
+                else:
+                    bad += 1
+    if bad:
+        notes.append(f"{bad} unreadable line(s) in the history were left out")
+    return records, notes
+
+
+def build(records: list[dict], notes: list[str], run_id: str) -> Timeline:
+    """The timeline of a run from its history records (see load)."""
+    starts = [r for r in records if r.get("event") == "start"]
+    if not starts or not isinstance(starts[0].get("worlds"), dict):
+        raise RunError(f"the history of run {run_id} has no start record (it was cut short"
+                       " or is not mwrun's); nothing to draw")
+    head = starts[-1]
+    records = sorted(records, key=lambda r: r["t"])
+    events = [r for r in records if "event" in r and r["event"] != "start"]
+    worlds = {str(k): list(v) for k, v in head["worlds"].items()}
+    samples: dict[str, list] = {w: [] for w in worlds}
+    for r in records:
+        for world, rate in (r.get("rates") or {}).items():
+            if world in samples and isinstance(rate, list) and len(rate) == 2:
+                samples[world].append((r["t"], float(rate[0]), float(rate[1])))
+    ended = next((e["state"] for e in events if e["event"] == "end"), None)
+    tl = Timeline(run_id, head.get("name", run_id), worlds, records[0]["t"], records[-1]["t"],
+                  samples, events, notes=list(notes), ended=ended)
+    tl.faults = faults(tl)
+    if not tl.traffic:
+        tl.notes.append("no traffic was recorded: no member made a call through the mwrun"
+                        " library (plain torch.distributed calls are not counted)")
+    return tl
+
+
+def faults(tl: Timeline) -> list[Fault]:
+    """Each break, from the drill that caused it (if any) to the world's re-form."""
+    found: list[Fault] = []
+    open_: dict[str, Fault] = {}
+    formed = {w: tl.start for w in tl.worlds}  # when each world last formed
+    for e in tl.events:
+        kind, world = e["event"], e.get("world")
+        if kind == "break" and world in tl.worlds:
+            if world in open_:
+                open_[world].breaks += 1  # broke again before it re-formed
+                continue
+            fault = open_[world] = Fault(world, e["t"], str(e.get("reason") or "?"),
+                                         since=formed[world])
+            cause = _drill_before(tl, world, e["t"], formed[world])
+            if cause is not None:
+                fault.kill, fault.killed = cause["t"], f"{cause['signal']} to {cause['process']}"
+            found.append(fault)
+        elif kind == "spawn" and e.get("restarts", 0) > 0:
+            for w, fault in open_.items():
+                if e["process"] in tl.worlds[w] and fault.restart is None:
+                    fault.restart = e["t"]
+        elif kind == "form" and world in tl.worlds:
+            formed[world] = e["t"]
+            if world in open_:
+                fault = open_.pop(world)
+                fault.end, fault.outcome = e["t"], "re-formed"
+        elif kind == "close" and world in open_:
+            stopping = any(x["event"] == "stop" and x["t"] <= e["t"] for x in tl.events)
+            open_.pop(world).outcome = "not re-formed before the run stopped" if stopping \
+                else f"closed for good ({e.get('reason')})"
+    return found
+
+
+def _drill_before(tl: Timeline, world: str, broke: float, since: float) -> dict | None:
+    drills = [e for e in tl.events if e["event"] == "signal" and e.get("why") == "drill"
+              and e.get("process") in tl.worlds[world] and since <= e["t"] <= broke
+              and broke - e["t"] <= KILL_LEADS]
+    return drills[-1] if drills else None
+
+
+def mean_rate(tl: Timeline, world: str, a: float, b: float) -> tuple[float, float] | None:
+    """Time-weighted mean (calls/s, bytes/s) over [a, b]; None if no sample covers it.
+    A sample at t holds the rate since the sample before it (at most SPAN earlier)."""
+    total = calls = nbytes = 0.0
+    previous = None
+    for t, c, n in tl.samples[world]:
+        since = t - SPAN if previous is None else max(previous, t - 2 * SPAN)
+        previous = t
+        overlap = min(t, b) - max(since, a)
+        if overlap > 0:
+            total, calls, nbytes = total + overlap, calls + c * overlap, nbytes + n * overlap
+    if total <= 0:
+        return None
+    return calls / total, nbytes / total
+
+
+def summary(tl: Timeline) -> list[str]:
+    """The text under the picture: per world, its breaks, downtime, and pace."""
+    took = tl.last - tl.start
+    state = tl.ended or "live, or cut short"
+    restarts = sum(1 for e in tl.events if e["event"] == "spawn" and e.get("restarts", 0) > 0)
+    lines = [f"run {tl.run_id} ({tl.name}): {took:.1f} s of history, {state};"
+             f" {len(tl.faults)} fault(s), {restarts} restart(s)"]
+    calm = [w for w in tl.worlds if not any(f.world == w for f in tl.faults)]
+    for world in tl.worlds:
+        mine = [f for f in tl.faults if f.world == world]
+        if not mine and len(calm) <= 4:
+            pace = mean_rate(tl, world, tl.start, tl.last)
+            lines.append(f"{world}: no breaks" + (f"; {_rate(pace)} on average" if pace else ""))
+        if not mine:
+            continue
+        down = sum(f.downtime(tl.last) for f in mine)
+        lines.append(f"{world}: {sum(f.breaks for f in mine)} break(s), down {_secs(down)}"
+                     " in all")
+        for f in mine:
+            lines += ["  " + line for line in _fault_lines(tl, f)]
+    if len(calm) > 4:  # many worlds: one line for the unbroken ones
+        paces = [p[0] for w in calm if (p := mean_rate(tl, w, tl.start, tl.last))]
+        other = " other" if tl.faults else ""
+        lines.append(f"{len(calm)}{other} worlds: no breaks" + (
+            f"; {min(paces):.1f} to {max(paces):.1f} calls/s on average" if paces else ""))
+    return lines + [f"note: {n}" for n in tl.notes]
+
+
+def _fault_lines(tl: Timeline, f: Fault) -> list[str]:
+    at = time.strftime("%H:%M:%S", time.localtime(f.start)) + f"{f.start % 1:.3f}"[1:]
+    what = f"{at} killed ({f.killed}), broke +{_secs(f.broke - f.start)}" if f.kill \
+        is not None else f"{at} broke"
+    what += f" ({f.reason})"
+    if f.restart is not None:
+        what += f", restarted +{_secs(f.restart - f.start)}"
+    end = f"re-formed +{_secs(f.end - f.start)}" if f.end is not None else f.outcome
+    out = [f"{what},", f"  {end}: down {_secs(f.downtime(tl.last))}"]
+    stop = f.end if f.end is not None else tl.last
+    first = max(f.start - AROUND, f.since)  # "before" is while the world was up
+    before = mean_rate(tl, f.world, first, f.start)
+    during = mean_rate(tl, f.world, f.start, stop)
+    after = mean_rate(tl, f.world, stop, stop + AROUND) if f.end is not None else None
+    out.append(f"  {f.world}: before {_rate(before)}, during {_rate(during)},"
+               f" after {_rate(after)}")
+    kept, slowed = [], []
+    for other in tl.worlds:
+        was = mean_rate(tl, other, first, f.start)
+        was_during = mean_rate(tl, other, f.start, stop)
+        if other == f.world or was is None or was_during is None or was[0] <= 0:
+            continue
+        (kept if was_during[0] >= 0.9 * was[0] else slowed).append((other, was, was_during))
+    if len(kept) + len(slowed) <= 3:
+        for other, was, was_during in kept + slowed:
+            out.append(f"  meanwhile {other}: {_rate(was)} before, {_rate(was_during)} during"
+                       + (" (kept its pace)" if (other, was, was_during) in kept else ""))
+    elif kept or slowed:
+        out.append(f"  meanwhile {len(kept)} other world(s) kept their pace"
+                   + (f"; slower: {', '.join(o for o, _, _ in slowed)}" if slowed else ""))
+    return out
+
+
+def _rate(rate: tuple[float, float] | None) -> str:
+    if rate is None:
+        return "-"
+    return f"{rate[0]:.1f} calls/s ({size(rate[1])}/s)"
+
+
+def _secs(value: float) -> str:
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"

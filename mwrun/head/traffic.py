@@ -1,0 +1,105 @@
+"""Per-world traffic, from the counts members report with their heartbeats.
+
+Each member's heartbeat carries, per world, its calls, bytes and failures so far and
+the age of its last completed call, stamped with its own monotonic clock (see
+mwrun/worlds/supervisor_link.py). Rates are differences of those counts over the
+member's own clock, so a busy supervisor reading a beat late does not skew them.
+
+A world's rate is its busiest member's: in a send/recv pair both ends count each
+message once, and in a collective every member counts each call once, so the busiest
+member's count is the number of messages (or collectives) the world carried. Its
+failures are every member's, added up; its last call is the most recent of any member.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+WINDOW = 5.0  # seconds of beats that status rates average over
+KEEP = 64  # beats kept per member (a minute at one beat a second, ample for WINDOW)
+
+
+@dataclass
+class Member:
+    pid: int
+    # (member clock, calls, bytes), oldest first
+    beats: deque = field(default_factory=lambda: deque(maxlen=KEEP))
+    failures: int = 0
+    last_age: float | None = None  # age of its last call when the last beat left it
+    heard: float = 0.0  # supervisor clock when the last beat arrived
+
+    def rate(self, span: float) -> tuple[float, float]:
+        """(calls/s, bytes/s) over about the last ``span`` seconds of its beats."""
+        if len(self.beats) < 2:
+            return 0.0, 0.0
+        t1, c1, b1 = self.beats[-1]
+        base = self.beats[0]
+        for beat in reversed(self.beats):
+            if beat[0] <= t1 - span * 0.95:  # a beat a little early still opens the span
+                base = beat
+                break
+        t0, c0, b0 = base
+        if t1 <= t0:
+            return 0.0, 0.0
+        return (c1 - c0) / (t1 - t0), (b1 - b0) / (t1 - t0)
+
+
+class Traffic:
+    def __init__(self):
+        self.members: dict[tuple[str, str], Member] = {}  # (process, world) -> its counts
+
+    def beat(self, process: str, pid: int, t: float, traffic: dict, now: float) -> None:
+        """A heartbeat's counts. A new pid starts afresh: a restarted process counts
+        from zero again."""
+        for world, counts in traffic.items():
+            calls, nbytes, failures, age = counts
+            member = self.members.get((process, world))
+            if member is None or member.pid != pid:
+                member = self.members[(process, world)] = Member(pid)
+            if member.beats and t <= member.beats[-1][0]:
+                continue  # out of order or repeated
+            member.beats.append((float(t), int(calls), int(nbytes)))
+            member.failures, member.last_age, member.heard = int(failures), age, now
+
+    def member(self, process: str, pid: int | None, world: str) -> Member | None:
+        """The live member's record, or None (never beat, or an earlier incarnation's)."""
+        member = self.members.get((process, world))
+        if member is None or pid is None or member.pid != pid:
+            return None
+        return member
+
+    def view(self, members: dict[str, int | None], world: str, now: float,
+             span: float = WINDOW) -> dict:
+        """What status shows of one world: members maps process name -> its live pid."""
+        found = [(name, m) for name, pid in members.items()
+                 if (m := self.member(name, pid, world)) is not None]
+        if not found:
+            return {"calls_per_s": None, "bytes_per_s": None, "last_call_age_s": None,
+                    "failures": None}
+        rates = [_fresh_rate(m, now, span) for _, m in found]
+        ages = [m.last_age + (now - m.heard) for _, m in found if m.last_age is not None]
+        return {"calls_per_s": round(max(r[0] for r in rates), 3),
+                "bytes_per_s": round(max(r[1] for r in rates), 1),
+                "last_call_age_s": round(min(ages), 3) if ages else None,
+                "failures": sum(m.failures for _, m in found)}
+
+    def per_member(self, process: str, pid: int | None, worlds, now: float) -> dict:
+        """One process's own traffic per world, for its entry in the status document."""
+        out = {}
+        for world in worlds:
+            m = self.member(process, pid, world)
+            if m is not None:
+                calls, nbytes = _fresh_rate(m, now, WINDOW)
+                out[world] = {"calls_per_s": round(calls, 3), "bytes_per_s": round(nbytes, 1),
+                              "failures": m.failures,
+                              "last_call_age_s": None if m.last_age is None
+                              else round(m.last_age + now - m.heard, 3)}
+        return out
+
+
+def _fresh_rate(member: Member, now: float, span: float) -> tuple[float, float]:
+    # A member that stopped beating (stopped, wedged) carries nothing we can vouch for.
+    if now - member.heard > span + 2.0:
+        return 0.0, 0.0
+    return member.rate(span)

@@ -1,0 +1,85 @@
+"""mwrun report on run folders made by hand: a picture and a summary, or a clear
+message, never a traceback."""
+
+import json
+import struct
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from mwrun.cli.commands import main
+from tests.unit.test_history import record_drill
+
+
+def run_folder(home, run_id="r"):
+    path = home / "runs" / run_id
+    path.mkdir(parents=True)
+    (path / "state.json").write_text(json.dumps({
+        "run_id": run_id, "name": "star", "state": "finished", "supervisor_pid": None,
+        "started_at": 1.0, "exit_code": 0, "processes": [], "worlds": []}))
+    return path
+
+
+def report(home, *args):
+    return CliRunner().invoke(main, ["report", *args], env={"MWRUN_HOME": str(home)})
+
+
+def png_size(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_a_drill_becomes_a_picture_and_a_summary(tmp_path):
+    record_drill(run_folder(tmp_path))
+    result = report(tmp_path, "r")
+    assert result.exit_code == 0, result.output
+    assert "world1: 1 break(s), down 1.51 s in all" in result.output
+    picture = tmp_path / "runs" / "r" / "report.png"
+    assert f"picture: {picture}" in result.output
+    width, height = png_size(picture)
+    assert 600 <= width <= 1200 and 300 <= height <= 1200
+    svg = tmp_path / "drill.svg"
+    assert report(tmp_path, "-o", str(svg)).exit_code == 0  # the newest run, as SVG
+    assert svg.read_text().lstrip().startswith("<?xml")
+
+
+def test_a_run_with_no_traffic_says_so(tmp_path):
+    path = run_folder(tmp_path)
+    (path / "history.jsonl").write_text(
+        '{"t": 1.0, "event": "start", "run_id": "r", "name": "star",'
+        ' "worlds": {"default": ["rank-0", "rank-1"]}}\n'
+        '{"t": 1.1, "event": "spawn", "process": "rank-0", "pid": 5, "restarts": 0}\n'
+        '{"t": 9.0, "event": "end", "state": "finished"}\n')
+    result = report(tmp_path, "r", "-o", str(tmp_path / "r.png"))
+    assert result.exit_code == 0, result.output
+    assert "note: no traffic was recorded: no member made a call through the mwrun" \
+        " library" in result.output
+    png_size(tmp_path / "r.png")
+
+
+def test_a_truncated_history_and_bad_requests_get_clear_messages(tmp_path):
+    path = run_folder(tmp_path)
+    (path / "history.jsonl").write_text('{"t": 1.0, "event": "sta')
+    result = report(tmp_path, "r")
+    assert result.exit_code == 1
+    assert result.output == "Error: the history of run r has no start record (it was cut" \
+        " short or is not mwrun's); nothing to draw\n"
+    (path / "history.jsonl").unlink()
+    assert "run r has no history" in report(tmp_path, "r").output
+    assert report(tmp_path, "nope").output.startswith("Error: no run 'nope'")
+    record_drill(path)
+    bad = report(tmp_path, "r", "-o", str(tmp_path / "r.gif"))
+    assert bad.exit_code == 2 and "the picture can be .png, .svg, .pdf, not .gif" in bad.output
+
+
+def test_without_matplotlib_report_says_how_to_get_it(tmp_path):
+    record_drill(run_folder(tmp_path))
+    code = ("import sys\nsys.modules['matplotlib'] = None\n"
+            "from mwrun.cli import main\nmain(['report', 'r'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"MWRUN_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert out.returncode == 1
+    assert out.stderr == "Error: mwrun report draws with matplotlib, which is not installed" \
+        " here; install it with: pip install 'mwrun[report]'\n"

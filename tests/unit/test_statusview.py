@@ -1,0 +1,43 @@
+"""mwrun status's table of worlds: traffic columns, and --watch frames."""
+
+import json
+
+from click.testing import CliRunner
+
+from mwrun.cli.commands import main
+from mwrun.cli.statusview import in_place, render
+
+WORLD = {"name": "world1", "backend": "gloo", "size": 2, "members": ["leader", "worker-0"],
+         "generation": 1, "state": "healthy", "breaks": 1, "port": 29501, "reason": None,
+         "calls_per_s": 812.5, "bytes_per_s": 3328000.0, "last_call_age_s": 0.012,
+         "failures": 0, "healthy_for_s": 75.0}
+DOC = {"run_id": "r", "name": "star", "state": "running", "supervisor_pid": 1,
+       "started_at": 100.0, "processes": [], "worlds": [
+           WORLD, {**WORLD, "name": "world2", "state": "forming", "calls_per_s": None,
+                   "bytes_per_s": None, "last_call_age_s": None, "healthy_for_s": None}]}
+
+
+def test_the_worlds_table_shows_traffic_and_healthy_time():
+    lines = render(DOC, live=True, now=200.0).splitlines()
+    header = next(line for line in lines if line.startswith("WORLD"))
+    assert header.split()[:8] == ["WORLD", "STATE", "GENERATION", "BREAKS", "CALLS/S", "MB/S",
+                                  "LAST", "CALL"]
+    assert next(line for line in lines if line.startswith("world1")).split()[:9] == \
+        ["world1", "healthy", "1", "1", "812.5", "3.33", "12ms", "ago", "1m15s"]
+    assert next(line for line in lines if line.startswith("world2")).split()[:8] == \
+        ["world2", "forming", "1", "1", "-", "-", "-", "-"]
+    # a finished run's last word claims no rates
+    assert "812.5" not in render({**DOC, "state": "finished"}, live=False, now=200.0)
+
+
+def test_watch_draws_over_the_last_frame_on_a_terminal_and_plain_lines_when_piped(tmp_path):
+    frame = in_place("a\nbb", first=False)
+    assert frame == "\033[Ha\033[K\nbb\033[K\n\033[J"
+    assert in_place("a", first=True).startswith("\033[2J\033[H")
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "state.json").write_text(json.dumps({**DOC, "state": "finished", "exit_code": 0}))
+    result = CliRunner().invoke(main, ["status", "r", "--watch"],
+                                env={"MWRUN_HOME": str(tmp_path)})
+    assert result.exit_code == 0 and "\033" not in result.output
+    assert result.output.startswith("run r (star): finished")

@@ -1,0 +1,101 @@
+"""Traffic: counts in the library, rates at the supervisor, keys of plain groups."""
+
+import pytest
+import torch
+
+from mwrun.head.stores import plain_ranks
+from mwrun.head.traffic import Traffic
+from mwrun.worlds import backends
+from mwrun.worlds.world import World
+from mwrun.worlds.worldspec import WorldSpec
+
+
+class Done:
+    def wait(self, *args):
+        return True
+
+    def is_completed(self):
+        return True
+
+
+class Idle:
+    """A stand-in group whose calls complete at once."""
+
+    def send(self, *args):
+        return Done()
+
+    recv = allreduce = allgather = send
+
+
+def idle_world():
+    world = World("w", WorldSpec(rank=0, size=2))
+    world._group = backends.Backend("gloo", Idle(), torch.device("cpu"))
+    world._generation = 0
+    return world
+
+
+def test_completed_calls_are_counted_with_their_bytes():
+    world = idle_world()
+    assert world._traffic() == (0, 0, 0, None)
+    t = torch.ones(256)  # 1 KiB
+    world.send(t, 1)
+    world.recv(t, 1)
+    world.all_reduce(torch.ones(4, dtype=torch.float64))
+    work = world.all_reduce(t, async_op=True)
+    assert world._traffic()[:2] == (3, 2048 + 32)  # not done until waited for
+    work.wait()
+    work.wait()  # waited twice, counted once
+    calls, nbytes, failures, age = world._traffic()
+    assert (calls, nbytes, failures) == (4, 3072 + 32, 0) and 0 <= age < 1.0
+
+
+def test_a_failed_call_counts_as_a_failure_not_a_call():
+    world = idle_world()
+
+    class Failing(Idle):
+        def send(self, *args):
+            raise RuntimeError("Connection closed by peer [127.0.0.1]:1")
+
+    world._group = backends.Backend("gloo", Failing(), torch.device("cpu"))
+    with pytest.raises(RuntimeError):  # BrokenWorldError, a RuntimeError
+        world.send(torch.ones(1), 1)
+    assert world._traffic()[:3] == (0, 0, 1)
+
+
+def beats(traffic, process, pid, start, rate, size, seconds, now=0.0):
+    for i in range(seconds + 1):
+        traffic.beat(process, pid, start + i, {"w": [rate * i, rate * i * size, 0, 0.01]},
+                     now + i)
+
+
+def test_rates_come_from_the_members_own_clock_over_the_window():
+    traffic = Traffic()
+    beats(traffic, "leader", 10, 1000.0, 20, 4096, 8)
+    beats(traffic, "worker", 11, 5000.0, 10, 4096, 8)  # another clock, half the pace
+    view = traffic.view({"leader": 10, "worker": 11}, "w", now=8.2)
+    assert view["calls_per_s"] == 20.0 and view["bytes_per_s"] == 20 * 4096.0
+    assert view["last_call_age_s"] == 0.21 and view["failures"] == 0
+    assert traffic.per_member("worker", 11, ["w"], 8.2)["w"]["calls_per_s"] == 10.0
+
+
+def test_a_restarted_member_counts_afresh_and_an_old_one_is_not_shown():
+    traffic = Traffic()
+    beats(traffic, "worker", 11, 0.0, 10, 4, 6)
+    assert traffic.view({"worker": 12}, "w", now=6.0)["calls_per_s"] is None
+    beats(traffic, "worker", 12, 100.0, 5, 4, 3, now=10.0)  # counts from zero again
+    assert traffic.view({"worker": 12}, "w", now=13.0)["calls_per_s"] == 5.0
+
+
+def test_a_member_that_stopped_beating_shows_no_rate():
+    traffic = Traffic()
+    beats(traffic, "worker", 11, 0.0, 10, 4, 6)
+    assert traffic.view({"worker": 11}, "w", now=6.5)["calls_per_s"] == 10.0
+    assert traffic.view({"worker": 11}, "w", now=20.0)["calls_per_s"] == 0.0
+
+
+def test_plain_gloo_rendezvous_keys_name_their_ranks():
+    assert plain_ranks([]) == set()
+    keys = ["default_pg/0//cpu//0/0", "default_pg/0//cpu//0/2"]
+    assert plain_ranks(keys) == {0, 2}
+    assert plain_ranks([*keys, "default_pg/0//cpu//0/1", "default_pg/1//cpu//0/0"]) == {0, 1, 2}
+    assert plain_ranks(["default_pg/0//cuda//0/ncclUniqueId"]) is None  # cannot tell
