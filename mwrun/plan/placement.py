@@ -35,6 +35,7 @@ class ProcessPlan:
     max_restarts: int
     restart_backoff: float
     replica_of: str | None = None
+    hang_timeout: float = 60.0  # seconds without a heartbeat before it counts as hung
 
     @property
     def primary(self) -> str:
@@ -222,4 +223,5 @@ def _process_plan(topology, proc: Process, got, worlds, python) -> ProcessPlan:
         cwd=proc.cwd, env=dict(proc.env), gpus=tuple(str(g) for g in got["gpus"]),
         cpus=got["cpus"], worlds=memberships, local_rank=same_host.index(proc.name),
         local_world_size=len(same_host), restart=proc.restart, max_restarts=proc.max_restarts,
-        restart_backoff=proc.restart_backoff, replica_of=proc.replica_of)
+        restart_backoff=proc.restart_backoff, replica_of=proc.replica_of,
+        hang_timeout=topology.hang_deadline(proc.name))

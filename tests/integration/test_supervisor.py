@@ -14,12 +14,12 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def write_star(tmp_path, spoke0="", spoke1="", restart0="never", max_restarts=3,
-               backoff=0.2, timeout=10, extra_world1=""):
+               backoff=0.2, timeout=10, extra_world1="", top=""):
     text = f"""\
 version: 1
 name: star
 timeout: {timeout}
-processes:
+{top}processes:
   leader:
     cmd: [{sys.executable}, {BIN / 'hub.py'}]
   worker-0:
@@ -79,7 +79,7 @@ def test_crash_restarts_only_that_process_and_the_world_reforms(procs, home, tmp
 
 
 def test_a_stopped_process_is_declared_hung_killed_and_restarted(procs, home, tmp_path):
-    topology = write_star(tmp_path, restart0="on-failure", timeout=2)
+    topology = write_star(tmp_path, restart0="on-failure", timeout=2, top="hang_timeout: 2\n")
     job = launch(procs, home, topology)
     expect(job, "leader", "recv", world="world1")
     result = cli(home, "kill-world", "world1", "--signal", "STOP", check=True)
@@ -90,6 +90,28 @@ def test_a_stopped_process_is_declared_hung_killed_and_restarted(procs, home, tm
     assert "worker-0 hung: stopped, no heartbeat for 2s; killing it" in job.output()
     doc = status(home)
     assert proc_state(doc, "worker-0")["restarts"] == 1
+    job.signal(signal.SIGINT)
+    assert job.wait() == 0
+    wait_gone(home)
+
+
+def test_a_supervisor_stopped_past_the_hang_deadline_kills_nobody(procs, home, tmp_path):
+    topology = write_star(tmp_path, timeout=1, top="hang_timeout: 1\n")
+    job = launch(procs, home, topology)
+    expect(job, "leader", "recv", world="world1")
+    expect(job, "leader", "recv", world="world2")
+    job.signal(signal.SIGSTOP)  # a debugger, a swap storm, a paused VM
+    time.sleep(4.0)  # the stall itself: four hang deadlines
+    job.signal(signal.SIGCONT)
+    job.expect(lambda line: "the supervisor itself was not running for" in str(line))
+    # Had it counted the stall, it would kill at its first turn; had it not confirmed,
+    # within a deadline and a grace (1 s + 1 s) of awake time. Watch past both.
+    time.sleep(3.0)
+    doc = status(home)
+    assert "hung" not in job.output()
+    assert [(p["state"], p["restarts"]) for p in doc["processes"]] == [("running", 0)] * 3
+    assert [(w["state"], w["generation"], w["breaks"]) for w in doc["worlds"]] == \
+        [("healthy", 0, 0)] * 2
     job.signal(signal.SIGINT)
     assert job.wait() == 0
     wait_gone(home)

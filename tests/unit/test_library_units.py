@@ -7,6 +7,7 @@ import pytest
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError
 from mwrun.worlds import backends
+from mwrun.worlds.job import beat_interval
 from mwrun.worlds.world import summarize
 from mwrun.worlds.worldspec import WorldSpec, from_environment
 
@@ -185,3 +186,11 @@ def test_broken_world_error_carries_its_fields_and_pickles():
     assert (error.world, error.generation, error.reason) == ("w1", 2, "worker-0 exited")
     assert isinstance(error, RuntimeError)
     assert str(error) == "world 'w1' (generation 2) is broken: worker-0 exited"
+
+
+def test_the_library_beats_five_times_per_hang_deadline():
+    assert beat_interval(30.0, "90") == 5.0  # at most one beat per 5 s
+    assert beat_interval(30.0, "2") == 0.4  # a short hang deadline: beat faster
+    assert beat_interval(1.0, "60") == 0.2  # as before: five beats per call timeout
+    assert beat_interval(30.0, None) == beat_interval(30.0, "nonsense") == 5.0
+

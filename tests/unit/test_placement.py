@@ -173,6 +173,7 @@ def test_environment_of_a_process():
                    "port": 40000, "generation": 0, "timeout": 30.0}}
     worker = mwrun_env(plan, "worker-1", run_id="r", control="c")
     assert (worker["RANK"], worker["MASTER_PORT"]) == ("1", "40000")
+    assert env["MWRUN_HANG_TIMEOUT"] == "90"  # 3 x the 30 s call timeout
 
 
 def test_process_env_drops_inherited_mwrun_names_and_adds_user_env():
