@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError
-from mwrun.worlds import backends
+from mwrun.worlds import backends, failures
 from mwrun.worlds.calls import Calls
 from mwrun.worlds.worldspec import WorldSpec
 
@@ -355,5 +355,4 @@ def _left(deadline: float | None, default: float) -> float:
 
 
 def _is_timeout(exc: BaseException) -> bool:
-    return isinstance(exc, TimeoutError) or "timeout" in str(exc).lower() \
-        or "timed out" in str(exc).lower()
+    return failures.store_timed_out(exc)  # by type: DistNetworkError is a lost store
