@@ -13,6 +13,7 @@ The torch module is a parameter so the nccl path is unit-tested without a GPU.
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 from datetime import timedelta
@@ -84,6 +85,25 @@ def local_address(peer: str) -> str:
             return probe.getsockname()[0]
     except OSError:
         return "127.0.0.1"
+
+
+def store_listener(addr: str, port: int) -> int | None:
+    """A listening descriptor for a store on ``addr`` only (torch's TCPStore would
+    listen on every interface); None where ``addr`` is not this machine's to bind, and
+    the store then listens as torch does. OSError if the port is taken."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addr, port))
+        sock.listen(512)
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or \
+                isinstance(exc, socket.gaierror):
+            return None
+        raise
+    return sock.detach()  # the store owns it now
 
 
 def gloo(store, rank: int, size: int, timeout: float, local_addr: str, c10d=None) -> Backend:

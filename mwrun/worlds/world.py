@@ -103,10 +103,12 @@ class World(Calls):
     def _host(self) -> None:
         spec = self._spec
         try:
+            fd = backends.store_listener(spec.addr, spec.port)  # not every interface
+            extra = {} if fd is None else {"master_listen_fd": fd}
             self._server = dist.TCPStore(spec.addr, spec.port, None, True,
                                          timeout=timedelta(seconds=self.timeout),
-                                         wait_for_workers=False)
-        except RuntimeError as exc:
+                                         wait_for_workers=False, **extra)
+        except (RuntimeError, OSError) as exc:
             raise MwrunError(f"world {self.name!r}: cannot host its store on"
                              f" {spec.addr}:{spec.port}: {summarize(exc)}") from None
         protocol.start(self._server)

@@ -165,3 +165,21 @@ def test_init_returns_the_worlds_that_formed_when_another_cannot(capfd):
         taken.close()
     assert "mwrun: world 'bad' did not form: world 'bad': cannot host its store" in \
         capfd.readouterr().err
+
+
+def test_a_store_hosted_by_hand_listens_on_its_address_only():
+    import psutil
+
+    port = free_port()
+    world = World("w", WorldSpec(rank=0, size=1, addr="127.0.0.1", port=port))
+    world._host()
+    try:
+        listening = [c.laddr.ip for c in psutil.Process().net_connections(kind="tcp")
+                     if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+        assert listening == ["127.0.0.1"]  # torch alone would listen on every interface
+    finally:
+        world._server = None
+
+
+def test_a_store_address_not_on_this_machine_is_left_to_torch():
+    assert backends.store_listener("192.0.2.1", free_port()) is None  # TEST-NET-1
