@@ -101,7 +101,7 @@ def test_gloo_abort_fails_a_blocked_recv_at_once():
     server, groups = gloo_pair()
     outcome = recv_then(groups[0].group, groups[0].abort)
     assert outcome["error"] and "Connection closed" in outcome["error"]
-    assert outcome["seconds"] < 0.3 + 1.0
+    assert outcome["seconds"] < 0.3 + 10.0  # at once: not the world's 30 s timeout
     for g in groups.values():
         g.release()
     del server

@@ -8,7 +8,16 @@ import time
 import pytest
 
 from tests.helpers import BIN, ROOT, leftovers, wait_gone
-from tests.integration.jobs import cli, expect, launch, proc_state, status, wait_status, world_state
+from tests.integration.jobs import (
+    cli,
+    expect,
+    launch,
+    proc_state,
+    status,
+    wait_for,
+    wait_status,
+    world_state,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -141,8 +150,8 @@ def test_killing_the_supervisor_leaves_no_orphans(procs, home, tmp_path):
     assert len(children) >= 4  # three processes and the watchdog
     job.signal(signal.SIGKILL)
     killed_at = time.monotonic()
-    wait_gone(home, timeout=2.0)
-    assert time.monotonic() - killed_at <= 2.0
+    wait_gone(home, timeout=5.0)  # at once, with room for a busy 2-core machine
+    assert time.monotonic() - killed_at <= 5.0
 
 
 def test_ctrl_c_stops_everything_cleanly(procs, home, tmp_path):
@@ -172,6 +181,14 @@ def test_status_kill_world_stop_and_logs_through_the_cli(procs, home, tmp_path):
     topology = write_star(tmp_path, restart0="on-failure")
     started = cli(home, "launch", str(topology), "--detach", "--run-id", "drill", check=True)
     assert "started run drill in the background" in started.stdout
+    leader_log = home / "runs" / "drill" / "logs" / "leader.log"
+
+    def received(world):  # the members' real join: the leader's first receive there
+        text = leader_log.read_text() if leader_log.exists() else ""
+        return f'"event": "recv", "world": "{world}"' in text
+
+    wait_for(lambda: received("world1") and received("world2"), 60,
+             "the leader's first receive in each world")
     doc = wait_status(home, lambda d: all(w["state"] == "healthy" for w in d["worlds"]),
                       "healthy worlds", run="drill")
     pid0 = proc_state(doc, "worker-0")["pid"]
@@ -218,7 +235,7 @@ def test_run_time_mistakes_get_clear_errors(procs, home, tmp_path):
     unknown = cli(home, "status", "never-was")
     assert unknown.stderr.startswith("Error: no run 'never-was'")
     job.signal(signal.SIGKILL)  # a dead supervisor: its socket answers no more
-    wait_gone(home, timeout=2.0)
+    wait_gone(home, timeout=5.0)
     dead = cli(home, "stop", "twice")
     assert dead.returncode == 1
     assert dead.stderr.startswith("Error: run twice is not running")
