@@ -75,6 +75,7 @@ class Supervisor:
     def start(self) -> None:
         for rec in self.procs.values():
             self._spawn(rec)
+        self.clock = hangs.AwakeClock(self.host.now(), TICK)  # spawning many is no stall
         if self.state is R.STARTING:  # STARTING -> RUNNING
             self.state = R.RUNNING
         self._settle()
@@ -261,7 +262,8 @@ class Supervisor:
         awake, stalled = self.clock.read(self.host.now())
         if stalled:
             self.host.say(f"the supervisor itself was not running for {stalled:.1f}s"
-                          " (stopped or starved); that silence counts against no process")
+                          " (stopped, starved or busy); that silence counts against no"
+                          " process")
         return awake
 
     def _check_hung(self, rec: ProcessRecord, now: float) -> None:

@@ -237,6 +237,20 @@ def test_the_supervisors_own_stall_is_forgiven():
     assert all(r.state is P.HUNG for r in sup.procs.values())
 
 
+def test_a_slow_start_is_not_taken_for_a_stall():
+    class SlowSpawns(FakeHost):
+        def spawn(self, name, generations, restarts):
+            self.t += 3.0  # a loaded machine: every spawn takes seconds
+            return super().spawn(name, generations, restarts)
+
+    host = SlowSpawns()
+    sup = Supervisor(place(parse(HANGS, "t.yaml"), {"localhost": HostInventory(True, (0, 1), ())},
+                           lambda a, t: 40000), host)
+    sup.start()
+    sup.on_tick()
+    assert not [c for c in host.of("say") if "not running" in c[0]]
+
+
 def test_the_default_hang_timeout_is_well_above_the_call_timeout():
     sup, _ = make()
     assert {r.plan.hang_timeout for r in sup.procs.values()} == {60.0}
