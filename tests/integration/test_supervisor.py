@@ -106,18 +106,18 @@ def test_a_stopped_process_is_declared_hung_killed_and_restarted(procs, home, tm
 
 def test_a_supervisor_stopped_past_the_hang_deadline_kills_nobody(procs, home, tmp_path):
     # The calls' own timeout stays long (a loaded machine must not break a world): what
-    # is tested is the supervisor's heartbeat deadline, 1 s.
-    topology = write_star(tmp_path, timeout=30, top="hang_timeout: 1\n")
+    # is tested is the supervisor's heartbeat deadline, 2 s.
+    topology = write_star(tmp_path, timeout=30, top="hang_timeout: 2\n")
     job = launch(procs, home, topology)
     expect(job, "leader", "recv", world="world1")
     expect(job, "leader", "recv", world="world2")
     job.signal(signal.SIGSTOP)  # a debugger, a swap storm, a paused VM
-    time.sleep(4.0)  # the stall itself: four hang deadlines
+    time.sleep(5.0)  # the stall itself: past the deadline and the grace (2 s + 1.2 s)
     job.signal(signal.SIGCONT)
     job.expect(lambda line: "the supervisor itself was not running for" in str(line))
     # Had it counted the stall, it would kill at its first turn; had it not confirmed,
-    # within a deadline and a grace (1 s + 1 s) of awake time. Watch past both.
-    time.sleep(3.0)
+    # within a deadline and a grace (2 s + 1.2 s) of awake time. Watch past both.
+    time.sleep(4.0)
     doc = status(home)
     assert "hung" not in job.output()
     assert [(p["state"], p["restarts"]) for p in doc["processes"]] == [("running", 0)] * 3
