@@ -53,5 +53,5 @@ def verdict(silent: float, hang_timeout: float, stopped: bool,
     if stopped:
         return f"stopped, no heartbeat for {hang_timeout:g}s"
     if suspect_for is not None and suspect_for >= confirm_grace(beat_every, hang_timeout):
-        return f"no heartbeat for {silent:.3g}s"
+        return f"no heartbeat for {round(silent, 1):g}s"
     return None

@@ -251,6 +251,14 @@ def test_a_slow_start_is_not_taken_for_a_stall():
     assert not [c for c in host.of("say") if "not running" in c[0]]
 
 
+def test_an_infinite_hang_timeout_turns_hang_detection_off():
+    sup, host = make(HANGS.replace("hang_timeout: 10", "hang_timeout: .inf"))
+    join_all(sup)
+    host.status["worker-0"] = "stopped"
+    run_for(sup, host, 300.0)
+    assert all(r.state is P.RUNNING for r in sup.procs.values())
+
+
 def test_the_default_hang_timeout_is_well_above_the_call_timeout():
     sup, _ = make()
     assert {r.plan.hang_timeout for r in sup.procs.values()} == {60.0}

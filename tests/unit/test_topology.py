@@ -95,6 +95,8 @@ def test_hang_timeout_per_process_then_top_level_then_well_above_the_call_timeou
     topo = parse(minimal(top="hang_timeout: 7\n", extra_process="    hang_timeout: 2.5\n"),
                  "t.yaml")
     assert topo.hang_deadline("a") == 2.5 and topo.hang_deadline("b") == 7.0
+    assert parse(minimal(top="hang_timeout: .inf\n"), "t.yaml").hang_deadline("a") == \
+        float("inf")  # hang detection off
 
 
 @pytest.mark.parametrize("text, expected", [
