@@ -117,6 +117,39 @@ def leftovers(home) -> list[psutil.Process]:
     return found
 
 
+def session_survivors(leader: int) -> list[psutil.Process]:
+    """Live processes of the session ``leader`` started (it led one: start_new_session),
+    other than the leader itself."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):  # gone meanwhile
+            if proc.pid != leader and os.getsid(proc.pid) == leader \
+                    and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
+def settle(find, timeout: float = 5.0) -> list[psutil.Process]:
+    """What ``find()`` still returns after up to ``timeout`` seconds (polled, nothing
+    killed): processes that are on their way out get the time to finish."""
+    deadline = time.monotonic() + timeout
+    found = find()
+    while found and time.monotonic() < deadline:
+        time.sleep(0.05)
+        found = find()
+    return found
+
+
+def describe(procs) -> list:
+    described = []
+    for proc in procs:
+        try:
+            described.append((proc.pid, proc.cmdline()))
+        except psutil.Error:
+            described.append((proc.pid, "?"))
+    return described
+
+
 def wait_gone(home, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while leftovers(home) and time.monotonic() < deadline:

@@ -19,7 +19,7 @@ def restart_text(proc) -> str:
 def plan_text(plan: Plan, envs: dict[str, dict[str, str]]) -> str:
     procs = plan.processes.values()
     worlds = plan.worlds.values()
-    store = plan.worlds and next(iter(worlds)).addr
+    store = ", ".join(sorted({w.addr for w in worlds}))  # loopback for worlds kept local
     out = [f"Plan of '{plan.name}' ({plan.source}): {len(procs)} processes, {len(worlds)}"
            f" worlds; stores on {plan.store_host} ({store})", ""]
     out.append(table(

@@ -25,7 +25,7 @@ import socket
 import struct
 
 from mwrun.errors import RunError
-from mwrun.head import requests
+from mwrun.head import requests, rundir
 
 MAX_LINE = 1 << 20
 MAX_PENDING = 1000  # requests read but not yet served, per client
@@ -182,7 +182,7 @@ def dispatch(loop, request: dict) -> dict | None:
 
 
 def listen(path: str) -> socket.socket:
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    rundir.private_folder(os.path.dirname(path))  # RunError if someone else can write there
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -196,10 +196,13 @@ def listen(path: str) -> socket.socket:
     return sock
 
 
-def same_user(sock: socket.socket) -> bool:
+def peer_uid(sock: socket.socket) -> int:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _, uid, _ = struct.unpack("3i", creds)
-    return uid == os.getuid()
+    return struct.unpack("3i", creds)[1]
+
+
+def same_user(sock: socket.socket) -> bool:
+    return peer_uid(sock) == os.getuid()
 
 
 def request(path: str, message: dict, timeout: float = 10.0) -> dict:
@@ -208,6 +211,9 @@ def request(path: str, message: dict, timeout: float = 10.0) -> dict:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
             sock.connect(path)
+            if not same_user(sock):  # a socket put in the supervisor's place
+                raise RunError(f"refusing {path}: it is answered by uid {peer_uid(sock)},"
+                               f" not by this user's supervisor (uid {os.getuid()})")
             sock.sendall(json.dumps(message).encode() + b"\n")
             data = b""
             while not data.endswith(b"\n"):

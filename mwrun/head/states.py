@@ -3,7 +3,7 @@
 Process::
 
     STARTING --joined its worlds--> RUNNING
-    STARTING | RUNNING --stopped or silent past its timeout--> HUNG --killed--> (exit)
+    STARTING | RUNNING --stopped or silent past its hang_timeout--> HUNG --killed--> (exit)
     (exit) --restart policy says yes--> RESTARTING --backoff over--> STARTING
     (exit) --code 0, no restart--> EXITED
     (exit) --failed, no restart left--> FAILED

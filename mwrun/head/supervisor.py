@@ -12,7 +12,7 @@ import signal
 from dataclasses import dataclass, field
 
 from mwrun.errors import StartError
-from mwrun.head import policy
+from mwrun.head import hangs, policy
 from mwrun.head.states import ProcessState as P
 from mwrun.head.states import RunState as R
 from mwrun.head.states import WorldState as W
@@ -39,6 +39,7 @@ class ProcessRecord:
     beat_every: float | None = None
     last_beat: float = 0.0
     stopped_since: float | None = None
+    suspect_since: float | None = None  # awake time it was first silent past its deadline
     hung: str | None = None
     why: str = ""  # the last thing that happened to it, for status
 
@@ -66,12 +67,14 @@ class Supervisor:
         self.failed_stop = False  # the job was stopped because a world said on_failure: stop
         self.kill_at: float | None = None
         self.give_up_at: float | None = None
+        self.clock = hangs.AwakeClock(host.now(), TICK)  # what heartbeats are judged on
 
     # -- life cycle -----------------------------------------------------------------------
 
     def start(self) -> None:
         for rec in self.procs.values():
             self._spawn(rec)
+        self.clock = hangs.AwakeClock(self.host.now(), TICK)  # spawning many is no stall
         if self.state is R.STARTING:  # STARTING -> RUNNING
             self.state = R.RUNNING
         self._settle()
@@ -91,7 +94,7 @@ class Supervisor:
         rec.started, rec.started_at = now, self.host.wall()
         rec.generations, rec.ready, rec.left = generations, set(), set()
         rec.said_hello, rec.beat_every, rec.stopped_since, rec.hung = False, None, None, None
-        rec.restart_at = None
+        rec.restart_at, rec.suspect_since = None, None
 
     @property
     def finished(self) -> bool:
@@ -201,13 +204,13 @@ class Supervisor:
         rec = self.procs.get(name)
         if rec is None or rec.pid != pid:
             return  # a message from an earlier incarnation
-        rec.said_hello, rec.beat_every, rec.last_beat = True, interval, self.host.now()
+        rec.said_hello, rec.beat_every, rec.last_beat = True, interval, self._awake()
         self._settle()
 
     def on_heartbeat(self, name: str, pid: int) -> None:
         rec = self.procs.get(name)
         if rec is not None and rec.pid == pid:
-            rec.last_beat = self.host.now()
+            rec.last_beat = self._awake()
 
     def on_bye(self, name: str, pid: int) -> None:
         rec = self.procs.get(name)
@@ -264,6 +267,7 @@ class Supervisor:
 
     def on_tick(self) -> None:
         now = self.host.now()
+        awake = self._awake()
         for rec in self.procs.values():
             if rec.state is P.RESTARTING and self._nothing_to_join(rec):
                 # RESTARTING -> FAILED|EXITED: every world it would join has closed for
@@ -277,24 +281,41 @@ class Supervisor:
                               f" of {rec.plan.max_restarts})")
                 self._spawn(rec)
             elif rec.state in (P.STARTING, P.RUNNING) and not self.stopping:
-                self._check_hung(rec, now)
+                self._check_hung(rec, awake)
         if self.stopping:
             self._escalate(now)
         self._settle()
 
+    def _awake(self) -> float:
+        """The awake clock (see hangs.py); says so when the supervisor finds it stalled."""
+        awake, stalled = self.clock.read(self.host.now())
+        if stalled:
+            self.host.say(f"the supervisor itself was not running for {stalled:.1f}s"
+                          " (stopped, starved or busy); that silence counts against no"
+                          " process")
+        return awake
+
     def _check_hung(self, rec: ProcessRecord, now: float) -> None:
-        timeout = min(self.worlds[w].plan.timeout for w in rec.plan.worlds)
+        """``now`` is awake time: the supervisor's own stalls never count as silence."""
+        limit = rec.plan.hang_timeout
         if rec.beat_every is not None:
-            # The library beats from its own thread: silence for a whole timeout means
-            # stopped or wedged. /proc is read only then, to say which.
-            if now - rec.last_beat >= timeout:
-                stopped = self.host.probe(rec.plan.name) == "stopped"
-                self._hang(rec, ("stopped, " if stopped else "") + f"no heartbeat for {timeout:g}s")
+            # The library beats from its own thread: silence past the deadline means
+            # stopped or wedged. /proc is read only then, to confirm it.
+            silent = now - rec.last_beat
+            if silent < limit:
+                rec.suspect_since = None
+                return
+            stopped = self.host.probe(rec.plan.name) == "stopped"
+            if rec.suspect_since is None:
+                rec.suspect_since = now
+            why = hangs.verdict(silent, limit, stopped, now - rec.suspect_since, rec.beat_every)
+            if why is not None:
+                self._hang(rec, why)
             return
         if self.host.probe(rec.plan.name) == "stopped":  # a plain process: ask /proc
             rec.stopped_since = rec.stopped_since if rec.stopped_since is not None else now
-            if now - rec.stopped_since >= timeout:
-                self._hang(rec, f"stopped for {timeout:g}s")
+            if now - rec.stopped_since >= limit:
+                self._hang(rec, f"stopped for {limit:g}s")
             return
         rec.stopped_since = None
 

@@ -22,7 +22,7 @@ from mwrun.plan.placement import Plan, ProcessPlan
 # user's settings (MWRUN_HOME, MWRUN_GRACE) do pass, so a job can drive mwrun itself.
 OWNED_PREFIXES = ("TORCHELASTIC_",)
 OWNED_MWRUN = ("MWRUN_WORLDS", "MWRUN_PROCESS", "MWRUN_RUN_ID", "MWRUN_RESTART_COUNT",
-               "MWRUN_CONTROL", "MWRUN_HOST_ADDR")
+               "MWRUN_CONTROL", "MWRUN_HOST_ADDR", "MWRUN_HANG_TIMEOUT")
 OWNED = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
          "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
          "CUDA_VISIBLE_DEVICES")
@@ -66,6 +66,8 @@ def mwrun_env(plan: Plan, name: str, *, run_id: str, control: str,
         "MWRUN_RESTART_COUNT": str(restart_count),
         "MWRUN_CONTROL": control,
         "MWRUN_HOST_ADDR": proc.addr,
+        # The library beats often enough for this deadline.
+        "MWRUN_HANG_TIMEOUT": f"{proc.hang_timeout:g}",
         # Exclusive GPUs: a process that asked for none sees none.
         "CUDA_VISIBLE_DEVICES": ",".join(proc.gpus),
     }

@@ -8,6 +8,7 @@ position of the node that asked for the impossible.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ class ProcessPlan:
     max_restarts: int
     restart_backoff: float
     replica_of: str | None = None
+    hang_timeout: float = 60.0  # seconds without a heartbeat before it counts as hung
 
     @property
     def primary(self) -> str:
@@ -178,7 +180,7 @@ def place(topology: Topology, inventory: dict[str, HostInventory],
                     got[kind] = pools[proc.host].take_explicit(proc, wanted, at, errors)
                 elif not explicit and isinstance(wanted, int) and wanted:
                     got[kind] = pools[proc.host].take_count(proc, wanted, at, errors)
-    worlds = _place_worlds(topology, topology.hosts[store_host].addr, choose_port, errors)
+    worlds = _place_worlds(topology, store_host, choose_port, errors)
     if errors:
         raise TopologyError(errors)
     processes = {name: _process_plan(topology, proc, resources[name], worlds, python)
@@ -186,7 +188,21 @@ def place(topology: Topology, inventory: dict[str, HostInventory],
     return Plan(topology.name, topology.source, store_host, processes, worlds)
 
 
-def _place_worlds(topology, addr, choose_port, errors) -> dict[str, WorldPlan]:
+def store_addr(topology: Topology, world, store_host: str) -> str:
+    """Where a world's store listens: on loopback when every member runs on the store's
+    own host (no other machine needs it, so none can reach it), else on that host's
+    address. Network namespaces are other hosts: they have loopbacks of their own."""
+    addr = topology.hosts[store_host].addr
+    if any(topology.processes[m].host != store_host for m in world.members
+           if m in topology.processes):
+        return addr
+    try:
+        return addr if ipaddress.ip_address(addr).is_loopback else "127.0.0.1"
+    except ValueError:  # a host name
+        return "127.0.0.1"
+
+
+def _place_worlds(topology, store_host, choose_port, errors) -> dict[str, WorldPlan]:
     explicit: dict[int, str] = {}
     for world in topology.worlds.values():
         if world.port is None:
@@ -201,6 +217,7 @@ def _place_worlds(topology, addr, choose_port, errors) -> dict[str, WorldPlan]:
     worlds = {}
     for world in topology.worlds.values():
         port = world.port
+        addr = store_addr(topology, world, store_host)
         if port is None:
             port = choose_port(addr, taken)
             taken.add(port)
@@ -222,4 +239,5 @@ def _process_plan(topology, proc: Process, got, worlds, python) -> ProcessPlan:
         cwd=proc.cwd, env=dict(proc.env), gpus=tuple(str(g) for g in got["gpus"]),
         cpus=got["cpus"], worlds=memberships, local_rank=same_host.index(proc.name),
         local_world_size=len(same_host), restart=proc.restart, max_restarts=proc.max_restarts,
-        restart_backoff=proc.restart_backoff, replica_of=proc.replica_of)
+        restart_backoff=proc.restart_backoff, replica_of=proc.replica_of,
+        hang_timeout=topology.hang_deadline(proc.name))

@@ -23,12 +23,16 @@ BACKENDS = ("gloo", "nccl")
 RESTART_POLICIES = ("never", "on-failure", "always")
 ON_FAILURE = ("isolate", "stop")
 DEFAULT_TIMEOUT = 30.0
+# The default hang deadline: this many call timeouts, and never under a minute.
+HANG_FACTOR = 3.0
+MIN_HANG_TIMEOUT = 60.0
 DEFAULT_HOSTS_ADDR = "127.0.0.1"
 
-_TOP_KEYS = ("version", "name", "backend", "timeout", "hosts", "processes", "worlds")
+_TOP_KEYS = ("version", "name", "backend", "timeout", "hang_timeout", "hosts", "processes",
+             "worlds")
 _HOST_KEYS = ("addr", "gpus", "cpus", "netns")
 _PROCESS_KEYS = ("cmd", "replicas", "host", "gpus", "cpus", "env", "cwd", "restart",
-                 "max_restarts", "restart_backoff")
+                 "max_restarts", "restart_backoff", "hang_timeout")
 _WORLD_KEYS = ("members", "backend", "timeout", "port", "on_failure")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _NAME_RULE = "a name starts with a letter or '_' and holds only letters, digits, '_', '.', '-'"
@@ -58,6 +62,7 @@ class Process:
     restart_backoff: float
     replica_of: str | None = None
     pos: dict[str, Pos] = field(default_factory=dict, compare=False, repr=False)
+    hang_timeout: float | None = None  # None: the topology's, else hang_deadline()
 
     @property
     def wants_gpus(self) -> bool:
@@ -86,11 +91,25 @@ class Topology:
     processes: dict[str, Process]
     worlds: dict[str, World]
     pos: dict[str, Pos] = field(default_factory=dict, compare=False, repr=False)
+    hang_timeout: float | None = None  # None: hang_deadline() of each process's worlds
 
     def memberships(self, process: str) -> list[tuple[str, int]]:
         """(world, rank) for every world the process belongs to, primary first."""
         return [(w.name, w.members.index(process))
                 for w in self.worlds.values() if process in w.members]
+
+    def hang_deadline(self, process: str) -> float:
+        """Seconds without a heartbeat before the process counts as hung.
+
+        Its own ``hang_timeout``, else the topology's, else well above the shortest call
+        timeout of its worlds: a process may hold the GIL in one long C call for as long
+        as a call may take, and that is slow, not hung.
+        """
+        own = self.processes[process].hang_timeout
+        if own is not None or self.hang_timeout is not None:
+            return own if own is not None else self.hang_timeout
+        timeouts = [self.worlds[w].timeout for w, _ in self.memberships(process)]
+        return max(HANG_FACTOR * min(timeouts, default=self.timeout), MIN_HANG_TIMEOUT)
 
 
 class _Parser:
@@ -122,6 +141,7 @@ class _Parser:
                 r.error(top["name"][1], f"name '{name}': {_NAME_RULE}")
         backend = self._get(top, "backend", r.choice, "backend", BACKENDS) or "gloo"
         timeout = self._get(top, "timeout", r.number, "timeout", positive=True) or DEFAULT_TIMEOUT
+        hang_timeout = self._get(top, "hang_timeout", r.number, "hang_timeout", positive=True)
         hosts = self.hosts(top.get("hosts"))
         processes = self.processes(top, hosts)
         worlds = self.worlds(top, processes, backend, timeout)
@@ -131,7 +151,8 @@ class _Parser:
             return None
         return Topology(name=name, source=self.source, folder=self.folder, backend=backend,
                         timeout=timeout, hosts=hosts or {}, processes=processes or {},
-                        worlds=worlds or {}, pos={k: r.pos(v[1]) for k, v in top.items()})
+                        worlds=worlds or {}, pos={k: r.pos(v[1]) for k, v in top.items()},
+                        hang_timeout=hang_timeout)
 
     def _get(self, items, key, read, *args, **kwargs):
         return read(items[key][1], *args, **kwargs) if key in items else None
@@ -213,11 +234,14 @@ class _Parser:
         backoff = self._get(spec, "restart_backoff", r.number, f"{what}: restart_backoff",
                             minimum=0)
         replicas = self._get(spec, "replicas", r.integer, f"{what}: replicas", minimum=1)
+        hang_timeout = self._get(spec, "hang_timeout", r.number, f"{what}: hang_timeout",
+                                 positive=True)
         base = Process(
             name=name, cmd=tuple(cmd or ()), host=host or "", gpus=gpus if gpus is not None else (),
             cpus=cpus, env=env, cwd=os.path.normpath(os.path.join(self.folder, cwd or ".")),
             restart=restart or "never", max_restarts=3 if max_restarts is None else max_restarts,
-            restart_backoff=1.0 if backoff is None else backoff, pos=pos)
+            restart_backoff=1.0 if backoff is None else backoff, pos=pos,
+            hang_timeout=hang_timeout)
         if replicas is None:
             return [base]
         explicit = [k for k in ("gpus", "cpus") if isinstance(getattr(base, k), tuple)

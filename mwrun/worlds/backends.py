@@ -1,7 +1,9 @@
 """One generation of a world as a stock torch process group, and how to abort it.
 
-gloo: a ``ProcessGroupGloo`` on a device bound to this host's address, aborted by
-shutting down its connections (see gloo_abort). nccl: a ``ProcessGroupNCCL`` on the
+gloo: a ``ProcessGroupGloo`` on a device bound to this host's address, aborted by its
+own ``abort()`` where that works, else by shutting down its connections (see
+gloo_abort); where neither can, one warning says that blocked calls of a broken world
+wait for the world's timeout. nccl: a ``ProcessGroupNCCL`` on the
 pinned GPU (``cuda:0`` under ``CUDA_VISIBLE_DEVICES``), with its communicator set up
 eagerly at join so a broken peer is found when the world forms, not at the first call,
 and ``abort()`` on break so kernels waiting on a dead peer are cancelled.
@@ -11,6 +13,7 @@ The torch module is a parameter so the nccl path is unit-tested without a GPU.
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 from datetime import timedelta
@@ -19,6 +22,34 @@ from mwrun.errors import MwrunError
 from mwrun.worlds import gloo_abort
 
 log = logging.getLogger("mwrun")
+# The first torch whose ProcessGroupGloo.abort() fails a call blocked in it. None yet:
+# in 2.13 abort() and shutdown() return at once and leave a blocked recv or all_reduce
+# waiting for the timeout (tests/integration/test_arguments.py checks this on the
+# installed torch, so this line is corrected when a torch fixes it).
+GLOO_ABORT_WORKS_SINCE: tuple[int, int] | None = None
+_warned = False
+
+
+def native_gloo_abort_works(version: str | None = None) -> bool:
+    """Whether this torch's own ProcessGroupGloo.abort() unblocks a blocked call."""
+    if GLOO_ABORT_WORKS_SINCE is None:
+        return False
+    if version is None:
+        import torch
+
+        version = torch.__version__
+    major, minor = (int(part) for part in version.split(".")[:2])
+    return (major, minor) >= GLOO_ABORT_WORKS_SINCE
+
+
+def _warn_no_abort(timeout: float) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning("mwrun: this torch cannot abort a gloo process group, and mwrun cannot"
+                    " find its connections to shut them down (not Linux, or another gloo"
+                    " transport): a call blocked in a world that breaks fails only at the"
+                    " world's timeout (%gs), not at once", timeout)
 
 
 class Backend:
@@ -56,6 +87,25 @@ def local_address(peer: str) -> str:
         return "127.0.0.1"
 
 
+def store_listener(addr: str, port: int) -> int | None:
+    """A listening descriptor for a store on ``addr`` only (torch's TCPStore would
+    listen on every interface); None where ``addr`` is not this machine's to bind, and
+    the store then listens as torch does. OSError if the port is taken."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addr, port))
+        sock.listen(512)
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or \
+                isinstance(exc, socket.gaierror):
+            return None
+        raise
+    return sock.detach()  # the store owns it now
+
+
 def gloo(store, rank: int, size: int, timeout: float, local_addr: str, c10d=None) -> Backend:
     if c10d is None:
         import torch.distributed as c10d
@@ -75,8 +125,12 @@ def gloo(store, rank: int, size: int, timeout: float, local_addr: str, c10d=None
         raise
     import torch
 
-    return Backend("gloo", group, torch.device("cpu"),
-                   abort=sockets.abort if sockets else None,
+    abort = sockets.abort if sockets else None
+    if native_gloo_abort_works() and getattr(group, "abort", None) is not None:
+        abort = group.abort
+    elif abort is None:
+        _warn_no_abort(timeout)
+    return Backend("gloo", group, torch.device("cpu"), abort=abort,
                    release=sockets.close if sockets else None)
 
 

@@ -14,7 +14,7 @@ one count, which a rate shown to people can afford (a lock per call could not).
 
 from __future__ import annotations
 
-import re
+import threading
 import time
 from datetime import timedelta
 from time import monotonic
@@ -22,13 +22,12 @@ from time import monotonic
 import torch
 import torch.distributed as dist
 
+from mwrun.worlds import failures
 from mwrun.worlds.work import Work
 
-# Issue-time errors that mean the connection, not the arguments.
-_TRANSPORT = re.compile(r"Connection (closed|reset|refused)|pair|Timed out|timed out|"
-                        r"Socket|socket|transport|Broken pipe|NCCL", re.IGNORECASE)
-# Collectives are waited for in slices: gloo can miss the closing of a connection when
-# an operation is posted at that very moment, and would then sit out the timeout.
+# gloo collectives are waited for in slices: gloo can miss the closing of a connection
+# when an operation is posted at that very moment, and would then sit out the timeout.
+# Never nccl's: a timed wait on a NCCL work aborts the communicator (torch >= 2.6).
 _SLICE = timedelta(milliseconds=100)
 
 
@@ -42,7 +41,7 @@ class Calls:
         try:
             work = issue(group.group)
         except RuntimeError as exc:
-            if self._error is not None or _TRANSPORT.search(str(exc)):
+            if self._worlds_fault(exc, generation, failures.ISSUE):
                 raise self._failed(generation, exc) from None
             raise  # the arguments: torch said why
         if async_op:
@@ -53,13 +52,18 @@ class Calls:
 
     def _wait(self, work, generation: int, p2p: bool, timeout: float | None = None) -> None:
         """Wait for a call of ``generation``; BrokenWorldError if the world broke."""
+        if self.backend == "nccl":
+            self._wait_nccl(work, generation, timeout)
+            return
         if p2p:
             # A timed-out gloo send/recv closes its connection, so no slicing here: the
             # break's abort ends the wait (or, rarely, the world's timeout does).
             try:
                 work.wait() if timeout is None else work.wait(timedelta(seconds=timeout))
             except RuntimeError as exc:
-                raise self._failed(generation, exc) from None
+                if self._worlds_fault(exc, generation, failures.WAIT):
+                    raise self._failed(generation, exc) from None
+                raise
             return
         deadline = None if timeout is None else time.monotonic() + timeout
         step = _SLICE
@@ -75,7 +79,9 @@ class Calls:
                         work.wait()
                         return
                     except RuntimeError as failure:
-                        raise self._failed(generation, failure) from None
+                        if self._worlds_fault(failure, generation, failures.WAIT):
+                            raise self._failed(generation, failure) from None
+                        raise
                 error = self._error
                 if error is not None or generation != self._generation:
                     raise self._failed(generation, exc) from None
@@ -94,6 +100,26 @@ class Calls:
         last = self._last_call
         return self._calls, self._bytes, self._failures, \
             (monotonic() - last if last else None)
+
+    def _wait_nccl(self, work, generation: int, timeout: float | None) -> None:
+        """Never a timed ``work.wait``: it would abort a healthy communicator. A caller's
+        timeout waits on the work's future instead; a break ends any wait by abort()."""
+        if timeout is not None:
+            done = threading.Event()
+            work.get_future().add_done_callback(lambda _: done.set())
+            if not done.wait(timeout):
+                raise TimeoutError(f"{self.name}: not done after {timeout:g}s")
+        try:
+            work.wait()
+        except RuntimeError as exc:
+            if self._worlds_fault(exc, generation, failures.WAIT):
+                raise self._failed(generation, exc) from None
+            raise
+
+    def _worlds_fault(self, exc: BaseException, generation: int, stage: str) -> bool:
+        """Whether ``exc`` breaks the world (see failures.py), or is the caller's."""
+        return self._error is not None or generation != self._generation or \
+            failures.is_worlds(exc, self.backend, stage)
 
     def _tensor(self, tensor, what: str = "tensor") -> None:
         if not isinstance(tensor, torch.Tensor):
@@ -145,7 +171,7 @@ class Calls:
         try:
             work = issue([tensor], peer, 0)
         except RuntimeError as exc:
-            if self._error is not None or _TRANSPORT.search(str(exc)):
+            if self._worlds_fault(exc, generation, failures.ISSUE_P2P):
                 raise self._failed(generation, exc) from None
             raise
         if async_op:
@@ -153,7 +179,9 @@ class Calls:
         try:
             work.wait()  # see _wait: no slicing for point-to-point calls
         except RuntimeError as exc:
-            raise self._failed(generation, exc) from None
+            if self._worlds_fault(exc, generation, failures.WAIT):
+                raise self._failed(generation, exc) from None
+            raise
         self._count(tensor.nbytes)
         return None
 
@@ -171,12 +199,14 @@ class Calls:
 
     def all_reduce(self, tensor, op=dist.ReduceOp.SUM, async_op: bool = False):
         self._tensor(tensor)
+        failures.check_reduce(op, tensor, self.backend, self.name)
         opts = dist.AllreduceOptions()
         opts.reduceOp = op
         return self._run(lambda g: g.allreduce([tensor], opts), async_op, tensor.nbytes)
 
     def reduce(self, tensor, dst: int, op=dist.ReduceOp.SUM, async_op: bool = False):
         self._tensor(tensor)
+        failures.check_reduce(op, tensor, self.backend, self.name)
         opts = dist.ReduceOptions()
         opts.reduceOp, opts.rootRank, opts.rootTensor = op, self._rank(dst, "dst"), 0
         return self._run(lambda g: g.reduce([tensor], opts), async_op, tensor.nbytes)

@@ -1,7 +1,9 @@
 """Abort for gloo process groups, which stock torch does not offer.
 
-``ProcessGroupGloo.abort()`` and ``shutdown()`` are no-ops in torch 2.x, and a thread
-blocked in ``Work.wait()`` cannot be woken from outside. Waiting for gloo's completion
+``ProcessGroupGloo.abort()`` and ``shutdown()`` exist in torch 2.13 but, measured, leave
+a recv or all_reduce blocked in ``Work.wait()`` waiting for the timeout (backends.py
+prefers them on a torch where they work), and such a thread cannot be woken from
+outside. Waiting for gloo's completion
 on a Python-level condition instead would cost a thread hand-off per call (measured
 here: +40-200 % on a 1 KiB all_reduce), so mwrun keeps the caller in the plain
 ``wait()`` and makes the wait *fail* when the world breaks: it shuts down the TCP
@@ -18,7 +20,7 @@ inode, so a number gloo closed and the program reused is never touched. The list
 is left alone: gloo treats a failed ``accept`` as fatal. Each gloo device has its
 own loop, and mwrun gives every process group a device of its own. Off Linux, or if the epoll
 cannot be told apart, there is no abort and a blocked call ends at the world's
-timeout instead.
+timeout instead; backends.py then logs one warning per process saying so.
 """
 
 from __future__ import annotations

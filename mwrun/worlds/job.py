@@ -58,6 +58,16 @@ def _specs(worlds) -> dict[str, WorldSpec]:
     return specs
 
 
+def beat_interval(timeout: float, hang_timeout: str | None) -> float:
+    """Seconds between heartbeats: five per hang deadline (and per call timeout, as
+    before hang_timeout existed), at most one per 5 s to keep the supervisor idle."""
+    try:
+        hang = float(hang_timeout) if hang_timeout else float("inf")
+    except ValueError:
+        hang = float("inf")
+    return max(0.05, min(5.0, timeout / 5, hang / 5))
+
+
 def init(worlds: Mapping[str, WorldSpec] | None = None, *, timeout: float | None = None) -> Job:
     """Join every world of this process and return when each has formed.
 
@@ -76,9 +86,8 @@ def init(worlds: Mapping[str, WorldSpec] | None = None, *, timeout: float | None
         specs = from_environment(environ)
         control = environ.get("MWRUN_CONTROL")
         if control:
-            # A hang is declared after the world's timeout without a beat; five beats per
-            # timeout (at most one per 5 s) keep that margin and the supervisor idle.
-            interval = max(0.05, min(5.0, min(s.timeout for s in specs.values()) / 5))
+            interval = beat_interval(min(s.timeout for s in specs.values()),
+                                     environ.get("MWRUN_HANG_TIMEOUT"))
             link = SupervisorLink(control, environ.get("MWRUN_PROCESS", str(os.getpid())), interval)
             link.start()
     else:

@@ -30,7 +30,8 @@ class Work:
 
         gloo closes a point-to-point connection whose wait times out, so for send and
         recv a timeout breaks the world (BrokenWorldError) rather than leaving the
-        call pending; a timed-out collective stays pending and may be waited again.
+        call pending; a timed-out collective (and any nccl call: its communicator is
+        never given a timed wait) stays pending and may be waited again.
         """
         self._world._wait(self._work, self._generation, self._p2p, timeout)
         if self._nbytes is not None:

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError
-from mwrun.worlds import backends
+from mwrun.worlds import backends, failures
 from mwrun.worlds.calls import Calls
 from mwrun.worlds.worldspec import WorldSpec
 
@@ -105,10 +105,12 @@ class World(Calls):
     def _host(self) -> None:
         spec = self._spec
         try:
+            fd = backends.store_listener(spec.addr, spec.port)  # not every interface
+            extra = {} if fd is None else {"master_listen_fd": fd}
             self._server = dist.TCPStore(spec.addr, spec.port, None, True,
                                          timeout=timedelta(seconds=self.timeout),
-                                         wait_for_workers=False)
-        except RuntimeError as exc:
+                                         wait_for_workers=False, **extra)
+        except (RuntimeError, OSError) as exc:
             raise MwrunError(f"world {self.name!r}: cannot host its store on"
                              f" {spec.addr}:{spec.port}: {summarize(exc)}") from None
         protocol.start(self._server)
@@ -358,5 +360,4 @@ def _left(deadline: float | None, default: float) -> float:
 
 
 def _is_timeout(exc: BaseException) -> bool:
-    return isinstance(exc, TimeoutError) or "timeout" in str(exc).lower() \
-        or "timed out" in str(exc).lower()
+    return failures.store_timed_out(exc)  # by type: DistNetworkError is a lost store

@@ -8,8 +8,10 @@ import argparse
 import json
 import os
 import time
+from datetime import timedelta
 
 import torch
+import torch.distributed as dist
 
 import mwrun
 
@@ -31,4 +33,10 @@ try:
     print(json.dumps({"completed": True}), flush=True)
 except mwrun.BrokenWorldError as exc:
     print(json.dumps({"broken_at": time.monotonic(), "reason": exc.reason}), flush=True)
+# Rank 0 hosts the store by hand: it stays until the others have read the break there,
+# or a busy machine lets it take the store away first ("lost the world's store").
+done = dist.TCPStore("127.0.0.1", args.port, None, False, timeout=timedelta(seconds=30))
+done.set(f"trio/done/{args.rank}", "1")
+if args.rank == 0:
+    done.wait(["trio/done/1", "trio/done/2"])
 job.close()

@@ -57,26 +57,32 @@ def test_good_arguments_reach_the_world_state(unformed):
         unformed.all_reduce(torch.zeros(1))
 
 
-def test_gloo_abort_fails_a_blocked_recv_at_once():
+def gloo_pair(timeout=30.0):
+    """Two real gloo groups (ranks 0 and 1) built by mwrun, over a real store."""
     port = free_port()
     server = dist.TCPStore("127.0.0.1", port, None, True, wait_for_workers=False)
     groups = {}
 
     def build(rank):
         store = dist.PrefixStore("t/", dist.TCPStore("127.0.0.1", port, None, False))
-        groups[rank] = backends.gloo(store, rank, 2, 30.0, "127.0.0.1")
+        groups[rank] = backends.gloo(store, rank, 2, timeout, "127.0.0.1")
 
     threads = [threading.Thread(target=build, args=(r,)) for r in (0, 1)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return server, groups
+
+
+def recv_then(group, abort) -> dict:
+    """Block a recv on ``group`` (rank 0), call ``abort()``; how the recv ended."""
     outcome = {}
 
     def receive():
         started = time.monotonic()
         try:
-            groups[0].group.recv([torch.zeros(1)], 1, 0).wait()
+            group.recv([torch.zeros(1)], 1, 0).wait()
             outcome["error"] = None
         except RuntimeError as exc:
             outcome["error"] = str(exc)
@@ -86,13 +92,54 @@ def test_gloo_abort_fails_a_blocked_recv_at_once():
     receiver.start()
     time.sleep(0.3)  # the recv must be blocked before the abort, or nothing is proven
     assert receiver.is_alive()
-    groups[0].abort()
-    receiver.join(timeout=5)
+    abort()
+    receiver.join(timeout=30)
+    return outcome
+
+
+def test_gloo_abort_fails_a_blocked_recv_at_once():
+    server, groups = gloo_pair()
+    outcome = recv_then(groups[0].group, groups[0].abort)
     assert outcome["error"] and "Connection closed" in outcome["error"]
-    assert outcome["seconds"] < 0.3 + 1.0
+    assert outcome["seconds"] < 0.3 + 10.0  # at once: not the world's 30 s timeout
     for g in groups.values():
         g.release()
     del server
+
+
+@pytest.mark.parametrize("method", ["abort", "shutdown"])
+def test_torchs_own_gloo_abort_works_only_where_mwrun_relies_on_it(method):
+    # mwrun prefers ProcessGroupGloo.abort() where it unblocks a blocked call; this
+    # checks its belief (backends.GLOO_ABORT_WORKS_SINCE) against the installed torch.
+    server, groups = gloo_pair(timeout=3.0)
+    torch_group = groups[0].group
+    outcome = recv_then(torch_group, getattr(torch_group, method))
+    assert outcome["error"] is not None
+    unblocked = outcome["seconds"] < 0.3 + 1.5  # not the 3 s timeout
+    assert unblocked == backends.native_gloo_abort_works(), (torch.__version__, outcome)
+    for g in groups.values():
+        g.release()
+    del server
+
+
+def test_with_no_way_to_abort_gloo_one_warning_is_logged(monkeypatch, caplog):
+    # As where gloo's loop cannot be told apart (another transport, a /proc without
+    # tfd: lines): the groups still work, and the user is told what that costs, once.
+    from mwrun.worlds import gloo_abort
+
+    monkeypatch.setattr(gloo_abort, "registrations", lambda fd: [])
+    monkeypatch.setattr(backends, "_warned", False)
+    with caplog.at_level("WARNING", logger="mwrun"):
+        server, groups = gloo_pair(timeout=3.0)
+        again, more = gloo_pair(timeout=3.0)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert "cannot abort a gloo process group" in warnings[0]
+    assert "the world's timeout (3s)" in warnings[0]
+    assert all(g._abort is None for g in [*groups.values(), *more.values()])
+    for g in [*groups.values(), *more.values()]:
+        g.release()
+    del server, again
 
 
 def test_init_returns_the_worlds_that_formed_when_another_cannot(capfd):
@@ -118,3 +165,21 @@ def test_init_returns_the_worlds_that_formed_when_another_cannot(capfd):
         taken.close()
     assert "mwrun: world 'bad' did not form: world 'bad': cannot host its store" in \
         capfd.readouterr().err
+
+
+def test_a_store_hosted_by_hand_listens_on_its_address_only():
+    import psutil
+
+    port = free_port()
+    world = World("w", WorldSpec(rank=0, size=1, addr="127.0.0.1", port=port))
+    world._host()
+    try:
+        listening = [c.laddr.ip for c in psutil.Process().net_connections(kind="tcp")
+                     if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+        assert listening == ["127.0.0.1"]  # torch alone would listen on every interface
+    finally:
+        world._server = None
+
+
+def test_a_store_address_not_on_this_machine_is_left_to_torch():
+    assert backends.store_listener("192.0.2.1", free_port()) is None  # TEST-NET-1

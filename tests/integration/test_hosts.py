@@ -66,7 +66,11 @@ worlds:
   world2: {{members: [leader, worker-1]}}
 """)
     plan = cli(home, "launch", str(topology), "--dry-run", check=True).stdout
-    assert f"stores on head ({head})" in plan and f"MWRUN_HOST_ADDR={remote}" in plan
+    assert f"stores on head ({head}, 127.0.0.1)" in plan and f"MWRUN_HOST_ADDR={remote}" in plan
+    # world2 reaches into the namespace: its store is on the head's address; world1
+    # stays on this machine: its store listens on loopback only.
+    assert [line.split()[3].rsplit(":", 1)[0] for line in plan.splitlines()
+            if line.startswith(("world1 ", "world2 "))] == ["127.0.0.1", head]
     job = launch(procs, home, topology)
     expect(job, "leader", "recv", world="world2")
     doc = status(home)

@@ -8,18 +8,27 @@ import time
 import pytest
 
 from tests.helpers import BIN, ROOT, leftovers, wait_gone
-from tests.integration.jobs import cli, expect, launch, proc_state, status, wait_status, world_state
+from tests.integration.jobs import (
+    cli,
+    expect,
+    launch,
+    proc_state,
+    status,
+    wait_for,
+    wait_status,
+    world_state,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def write_star(tmp_path, spoke0="", spoke1="", restart0="never", max_restarts=3,
-               backoff=0.2, timeout=10, extra_world1=""):
+               backoff=0.2, timeout=10, extra_world1="", top=""):
     text = f"""\
 version: 1
 name: star
 timeout: {timeout}
-processes:
+{top}processes:
   leader:
     cmd: [{sys.executable}, {BIN / 'hub.py'}]
   worker-0:
@@ -79,7 +88,7 @@ def test_crash_restarts_only_that_process_and_the_world_reforms(procs, home, tmp
 
 
 def test_a_stopped_process_is_declared_hung_killed_and_restarted(procs, home, tmp_path):
-    topology = write_star(tmp_path, restart0="on-failure", timeout=2)
+    topology = write_star(tmp_path, restart0="on-failure", timeout=2, top="hang_timeout: 2\n")
     job = launch(procs, home, topology)
     expect(job, "leader", "recv", world="world1")
     result = cli(home, "kill-world", "world1", "--signal", "STOP", check=True)
@@ -90,6 +99,30 @@ def test_a_stopped_process_is_declared_hung_killed_and_restarted(procs, home, tm
     assert "worker-0 hung: stopped, no heartbeat for 2s; killing it" in job.output()
     doc = status(home)
     assert proc_state(doc, "worker-0")["restarts"] == 1
+    job.signal(signal.SIGINT)
+    assert job.wait() == 0
+    wait_gone(home)
+
+
+def test_a_supervisor_stopped_past_the_hang_deadline_kills_nobody(procs, home, tmp_path):
+    # The calls' own timeout stays long (a loaded machine must not break a world): what
+    # is tested is the supervisor's heartbeat deadline, 2 s.
+    topology = write_star(tmp_path, timeout=30, top="hang_timeout: 2\n")
+    job = launch(procs, home, topology)
+    expect(job, "leader", "recv", world="world1")
+    expect(job, "leader", "recv", world="world2")
+    job.signal(signal.SIGSTOP)  # a debugger, a swap storm, a paused VM
+    time.sleep(5.0)  # the stall itself: past the deadline and the grace (2 s + 1.2 s)
+    job.signal(signal.SIGCONT)
+    job.expect(lambda line: "the supervisor itself was not running for" in str(line))
+    # Had it counted the stall, it would kill at its first turn; had it not confirmed,
+    # within a deadline and a grace (2 s + 1.2 s) of awake time. Watch past both.
+    time.sleep(4.0)
+    doc = status(home)
+    assert "hung" not in job.output()
+    assert [(p["state"], p["restarts"]) for p in doc["processes"]] == [("running", 0)] * 3
+    assert [(w["state"], w["generation"], w["breaks"]) for w in doc["worlds"]] == \
+        [("healthy", 0, 0)] * 2
     job.signal(signal.SIGINT)
     assert job.wait() == 0
     wait_gone(home)
@@ -119,8 +152,8 @@ def test_killing_the_supervisor_leaves_no_orphans(procs, home, tmp_path):
     assert len(children) >= 4  # three processes and the watchdog
     job.signal(signal.SIGKILL)
     killed_at = time.monotonic()
-    wait_gone(home, timeout=2.0)
-    assert time.monotonic() - killed_at <= 2.0
+    wait_gone(home, timeout=5.0)  # at once, with room for a busy 2-core machine
+    assert time.monotonic() - killed_at <= 5.0
 
 
 def test_ctrl_c_stops_everything_cleanly(procs, home, tmp_path):
@@ -150,6 +183,14 @@ def test_status_kill_world_stop_and_logs_through_the_cli(procs, home, tmp_path):
     topology = write_star(tmp_path, restart0="on-failure")
     started = cli(home, "launch", str(topology), "--detach", "--run-id", "drill", check=True)
     assert "started run drill in the background" in started.stdout
+    leader_log = home / "runs" / "drill" / "logs" / "leader.log"
+
+    def received(world):  # the members' real join: the leader's first receive there
+        text = leader_log.read_text() if leader_log.exists() else ""
+        return f'"event": "recv", "world": "{world}"' in text
+
+    wait_for(lambda: received("world1") and received("world2"), 60,
+             "the leader's first receive in each world")
     doc = wait_status(home, lambda d: all(w["state"] == "healthy" for w in d["worlds"]),
                       "healthy worlds", run="drill")
     pid0 = proc_state(doc, "worker-0")["pid"]
@@ -196,7 +237,7 @@ def test_run_time_mistakes_get_clear_errors(procs, home, tmp_path):
     unknown = cli(home, "status", "never-was")
     assert unknown.stderr.startswith("Error: no run 'never-was'")
     job.signal(signal.SIGKILL)  # a dead supervisor: its socket answers no more
-    wait_gone(home, timeout=2.0)
+    wait_gone(home, timeout=5.0)
     dead = cli(home, "stop", "twice")
     assert dead.returncode == 1
     assert dead.stderr.startswith("Error: run twice is not running")

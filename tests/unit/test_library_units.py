@@ -7,6 +7,7 @@ import pytest
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError
 from mwrun.worlds import backends
+from mwrun.worlds.job import beat_interval
 from mwrun.worlds.world import summarize
 from mwrun.worlds.worldspec import WorldSpec, from_environment
 
@@ -185,3 +186,42 @@ def test_broken_world_error_carries_its_fields_and_pickles():
     assert (error.world, error.generation, error.reason) == ("w1", 2, "worker-0 exited")
     assert isinstance(error, RuntimeError)
     assert str(error) == "world 'w1' (generation 2) is broken: worker-0 exited"
+
+
+def test_the_library_beats_five_times_per_hang_deadline():
+    assert beat_interval(30.0, "90") == 5.0  # at most one beat per 5 s
+    assert beat_interval(30.0, "2") == 0.4  # a short hang deadline: beat faster
+    assert beat_interval(1.0, "60") == 0.2  # as before: five beats per call timeout
+    assert beat_interval(30.0, None) == beat_interval(30.0, "nonsense") == 5.0
+
+
+class FakeGloo:
+    """ProcessGroupGloo's surface that backends.gloo touches, with an abort() of its own."""
+
+    aborted = 0
+
+    class _Options:
+        pass
+
+    @staticmethod
+    def create_device(hostname):
+        return f"device@{hostname}"
+
+    def __init__(self, store, rank, size, options):
+        self.options = options
+
+    def abort(self):
+        FakeGloo.aborted += 1
+
+
+def test_gloo_prefers_torchs_own_abort_where_it_works(monkeypatch):
+    c10d = type("c10d", (), {"ProcessGroupGloo": FakeGloo})
+    monkeypatch.setattr(backends, "GLOO_ABORT_WORKS_SINCE", (2, 0))
+    assert backends.native_gloo_abort_works("2.13.0+cpu")
+    made = backends.gloo("store", 0, 2, 5.0, "127.0.0.1", c10d=c10d)
+    made.abort()
+    assert FakeGloo.aborted == 1
+    monkeypatch.setattr(backends, "GLOO_ABORT_WORKS_SINCE", (2, 14))
+    assert not backends.native_gloo_abort_works("2.13.0+cpu")
+    assert backends.native_gloo_abort_works("2.14.0")
+

@@ -132,6 +132,20 @@ def test_remote_host_uses_stated_counts_and_stores_stay_here():
         " many it has; state 'cpus: N' under the host"]
 
 
+def test_a_world_with_every_member_here_keeps_its_store_on_loopback():
+    text = ("hosts:\n  head: {addr: 10.9.0.1}\n  node: {addr: 10.9.0.2}\n"
+            "processes:\n  a: {cmd: x, host: node}\n  b: {cmd: x, host: head}\n"
+            "  c: {cmd: x, host: head}\n"
+            "worlds:\n  across: {members: [a, b]}\n  here: {members: [b, c]}\n")
+    inv = {"head": HERE, "node": HostInventory(local=False, cpus=None, gpus=())}
+    plan = plan_of(text, inv)
+    assert plan.worlds["across"].addr == "10.9.0.1"  # node must reach it
+    assert plan.worlds["here"].addr == "127.0.0.1"  # no one else needs to
+    assert mwrun_env(plan, "c", run_id="r", control="c")["MASTER_ADDR"] == "127.0.0.1"
+    loopback = plan_of(text.replace("10.9.0.1", "127.0.0.2"), inv)
+    assert loopback.worlds["here"].addr == "127.0.0.2"  # a loopback address already
+
+
 def test_no_local_host_is_an_error():
     text = ("hosts:\n  far: {addr: 10.9.0.2}\nprocesses:\n  a: {cmd: x}\n"
             "worlds:\n  w: {members: [a]}\n")
@@ -173,6 +187,7 @@ def test_environment_of_a_process():
                    "port": 40000, "generation": 0, "timeout": 30.0}}
     worker = mwrun_env(plan, "worker-1", run_id="r", control="c")
     assert (worker["RANK"], worker["MASTER_PORT"]) == ("1", "40000")
+    assert env["MWRUN_HANG_TIMEOUT"] == "90"  # 3 x the 30 s call timeout
 
 
 def test_process_env_drops_inherited_mwrun_names_and_adds_user_env():

@@ -8,7 +8,7 @@ from mwrun.errors import StartError
 from mwrun.head.states import ProcessState as P
 from mwrun.head.states import RunState as R
 from mwrun.head.states import WorldState as W
-from mwrun.head.supervisor import Supervisor
+from mwrun.head.supervisor import TICK, Supervisor
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import place
 from mwrun.plan.topology import parse
@@ -162,18 +162,26 @@ def test_clean_finish_exit_code_zero():
     assert all(w.state is W.CLOSED for w in sup.worlds.values())
 
 
-def test_stopped_process_is_declared_hung_after_the_world_timeout_and_killed():
-    sup, host = make()
+HANGS = STAR.replace("timeout: 10\n", "timeout: 10\nhang_timeout: 10\n")
+
+
+def run_for(sup, host, seconds, beating=()):
+    """Let ``seconds`` pass as the loop does: a tick every TICK, with a heartbeat from
+    each process in ``beating`` every tick."""
+    for _ in range(round(seconds / TICK)):
+        host.t += TICK
+        for name in beating:
+            sup.on_heartbeat(name, sup.procs[name].pid)
+        sup.on_tick()
+
+
+def test_stopped_process_is_declared_hung_after_its_hang_timeout_and_killed():
+    sup, host = make(HANGS)
     join_all(sup)
     host.status["worker-0"] = "stopped"
-    sup.on_tick()
-    host.t += 9.9
-    for name in ("leader", "worker-1"):  # a stopped process cannot beat
-        sup.on_heartbeat(name, sup.procs[name].pid)
-    sup.on_tick()
+    run_for(sup, host, 9.5, beating=("leader", "worker-1"))  # a stopped one cannot beat
     assert sup.procs["worker-0"].state is P.RUNNING
-    host.t += 0.2
-    sup.on_tick()
+    run_for(sup, host, 0.5, beating=("leader", "worker-1"))
     assert sup.procs["worker-0"].state is P.HUNG
     assert ("worker-0", signal.SIGKILL) in host.of("signal")
     sup.on_exit("worker-0", -9)
@@ -183,27 +191,77 @@ def test_stopped_process_is_declared_hung_after_the_world_timeout_and_killed():
 
 
 def test_a_stopped_plain_process_is_found_through_proc():
-    sup, host = make()  # no hello: plain torch.distributed scripts never beat
+    sup, host = make(HANGS)  # no hello: plain torch.distributed scripts never beat
     host.status["worker-1"] = "stopped"
     sup.on_tick()
-    host.t += 9.9
-    sup.on_tick()
+    run_for(sup, host, 9.5)
     assert sup.procs["worker-1"].state is not P.HUNG
-    host.t += 0.2
-    sup.on_tick()
+    run_for(sup, host, 0.5)
     assert sup.procs["worker-1"].hung == "stopped for 10s"
 
 
-def test_missing_heartbeat_is_a_hang():
-    sup, host = make()
+def test_a_silent_process_is_hung_only_once_a_fresh_grace_confirms_it():
+    sup, host = make(HANGS)
     join_all(sup)
-    host.t += 10.0
-    for name in ("leader", "worker-1"):
-        sup.on_heartbeat(name, sup.procs[name].pid)
-    sup.on_tick()
+    run_for(sup, host, 10.0, beating=("leader", "worker-1"))
+    assert sup.procs["worker-0"].state is P.RUNNING  # suspect: not stopped, grace begins
+    run_for(sup, host, 2.5, beating=("leader", "worker-1"))
+    assert sup.procs["worker-0"].state is P.RUNNING  # the grace is 3 of its 1 s beats
+    run_for(sup, host, 0.5, beating=("leader", "worker-1"))
     assert sup.procs["worker-0"].state is P.HUNG
-    assert sup.procs["worker-0"].hung == "no heartbeat for 10s"
+    assert sup.procs["worker-0"].hung == "no heartbeat for 13s"
     assert sup.procs["leader"].state is P.RUNNING
+
+
+def test_a_beat_during_the_grace_clears_the_suspicion():
+    sup, host = make(HANGS)
+    join_all(sup)
+    run_for(sup, host, 10.0, beating=("leader", "worker-1"))
+    run_for(sup, host, 2.0, beating=("leader", "worker-0", "worker-1"))
+    run_for(sup, host, 9.5, beating=("leader", "worker-1"))
+    assert sup.procs["worker-0"].state is P.RUNNING
+    assert ("worker-0", signal.SIGKILL) not in host.of("signal")
+
+
+def test_the_supervisors_own_stall_is_forgiven():
+    sup, host = make(HANGS)
+    join_all(sup)
+    run_for(sup, host, 5.0, beating=list(sup.procs))
+    host.t += 30.0  # SIGSTOP, a debugger, a paused VM: no turn for 30 s
+    sup.on_tick()
+    run_for(sup, host, 1.0)  # the beats sent meanwhile are still being read
+    assert all(r.state is P.RUNNING for r in sup.procs.values())
+    assert not host.of("signal")
+    assert any("supervisor itself was not running for 29.5s" in c[0] for c in host.of("say"))
+    run_for(sup, host, 20.0)  # silent while the supervisor runs: that does count
+    assert all(r.state is P.HUNG for r in sup.procs.values())
+
+
+def test_a_slow_start_is_not_taken_for_a_stall():
+    class SlowSpawns(FakeHost):
+        def spawn(self, name, generations, restarts):
+            self.t += 3.0  # a loaded machine: every spawn takes seconds
+            return super().spawn(name, generations, restarts)
+
+    host = SlowSpawns()
+    sup = Supervisor(place(parse(HANGS, "t.yaml"), {"localhost": HostInventory(True, (0, 1), ())},
+                           lambda a, t: 40000), host)
+    sup.start()
+    sup.on_tick()
+    assert not [c for c in host.of("say") if "not running" in c[0]]
+
+
+def test_an_infinite_hang_timeout_turns_hang_detection_off():
+    sup, host = make(HANGS.replace("hang_timeout: 10", "hang_timeout: .inf"))
+    join_all(sup)
+    host.status["worker-0"] = "stopped"
+    run_for(sup, host, 300.0)
+    assert all(r.state is P.RUNNING for r in sup.procs.values())
+
+
+def test_the_default_hang_timeout_is_well_above_the_call_timeout():
+    sup, _ = make()
+    assert {r.plan.hang_timeout for r in sup.procs.values()} == {60.0}
 
 
 def test_on_failure_stop_stops_the_whole_job_and_fails_it():

@@ -87,6 +87,34 @@ def test_defaults_inherit_top_level_backend_and_timeout():
     assert topo.timeout == 5.0
 
 
+def test_hang_timeout_per_process_then_top_level_then_well_above_the_call_timeout():
+    default = parse(minimal(top="timeout: 5\n", extra_world="    timeout: 40\n"), "t.yaml")
+    assert default.hang_deadline("a") == 120.0  # 3 x the world's 40 s call timeout
+    assert parse(minimal(), "t.yaml").hang_deadline("a") == 90.0
+    assert parse(minimal(top="timeout: 1\n"), "t.yaml").hang_deadline("a") == 60.0
+    topo = parse(minimal(top="hang_timeout: 7\n", extra_process="    hang_timeout: 2.5\n"),
+                 "t.yaml")
+    assert topo.hang_deadline("a") == 2.5 and topo.hang_deadline("b") == 7.0
+    assert parse(minimal(top="hang_timeout: .inf\n"), "t.yaml").hang_deadline("a") == \
+        float("inf")  # hang detection off
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("hang_timeout: 0\n", "t.yaml:1:15: hang_timeout must be more than 0, not 0"),
+    ("hang_timeout: [1]\n", "t.yaml:1:15: hang_timeout must be a number, not a list"),
+    ("hang_timeout: .nan\n", "t.yaml:1:15: hang_timeout must be a number"),
+    ("hang_timout: 9\n", "t.yaml:1:1: topology: unknown key 'hang_timout'; did you mean"
+                         " 'hang_timeout'?"),
+])
+def test_hang_timeout_errors_at_the_top(text, expected):
+    assert one_problem(text + minimal().replace("version: 1\n", "")).startswith(expected)
+
+
+def test_hang_timeout_errors_in_a_process():
+    assert one_problem(minimal(extra_process="    hang_timeout: -3\n")) == \
+        "t.yaml:5:19: process 'a': hang_timeout must be more than 0, not -3"
+
+
 @pytest.mark.parametrize("text, expected", [
     ("version: 2\n", "t.yaml:1:10: version 2 is not supported; use version: 1"),
     ("backend: mpi\n", "t.yaml:1:10: backend must be one of gloo | nccl, not 'mpi'"),

@@ -1,0 +1,57 @@
+"""Hang detection that a stalled supervisor cannot fool (pure: the clock is passed in).
+
+A heartbeat is only seen when the supervisor runs. If the supervisor itself was not
+running (SIGSTOP, a debugger, a swap storm, a paused VM), every process looks silent
+for that long, and judging by the wall clock would kill them all. So silence is
+measured on an *awake clock*: monotonic time minus the supervisor's own stalls, which
+it detects as a gap between its turns far longer than its tick (the loop takes a turn
+at least every tick, whatever happens).
+
+A process silent past its hang deadline is then only *suspect*: it is hung if /proc
+says it is stopped, or if it stays silent for a fresh grace of awake time (its beats
+may still sit unread in the supervisor's sockets).
+"""
+
+from __future__ import annotations
+
+# A gap between two turns of the supervisor longer than this means it was not running.
+STALL = 2.0
+# The shortest grace a silent (not stopped) process gets before it is declared hung.
+CONFIRM_MIN = 1.0
+
+
+class AwakeClock:
+    """Monotonic time that does not count the supervisor's own stalls."""
+
+    def __init__(self, now: float, tick: float):
+        self._last = now
+        self._tick = tick
+        self._lost = 0.0
+
+    def read(self, now: float) -> tuple[float, float]:
+        """(awake time now, seconds of stall found since the last read, else 0)."""
+        gap = now - self._last
+        stalled = gap - self._tick if gap > STALL else 0.0
+        self._lost += stalled
+        self._last = max(self._last, now)
+        return now - self._lost, stalled
+
+
+def confirm_grace(beat_every: float, hang_timeout: float) -> float:
+    """How long a silent process that is not stopped gets after its deadline: a few of
+    its own beats, so one beat in flight cannot be missed."""
+    return min(hang_timeout, max(CONFIRM_MIN, 3 * beat_every))
+
+
+def verdict(silent: float, hang_timeout: float, stopped: bool,
+            suspect_for: float | None, beat_every: float) -> str | None:
+    """Why a beating process is hung, or None. ``silent``: awake seconds since its last
+    beat; ``suspect_for``: awake seconds since it was first found silent past its
+    deadline (None if it was not)."""
+    if silent < hang_timeout:
+        return None
+    if stopped:
+        return f"stopped, no heartbeat for {hang_timeout:g}s"
+    if suspect_for is not None and suspect_for >= confirm_grace(beat_every, hang_timeout):
+        return f"no heartbeat for {round(silent, 1):g}s"
+    return None
