@@ -20,10 +20,12 @@ import time
 
 from mwrun.head import control, rundir
 from mwrun.head.console import Printer
+from mwrun.head.states import WorldState
 from mwrun.head.supervisor import TICK, Supervisor
+from mwrun.host import warm
 from mwrun.host.lines import LineBuffer
 from mwrun.host.process import ProcessHandle
-from mwrun.plan import environment
+from mwrun.plan import environment, preload
 
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -48,6 +50,12 @@ class Loop:
         self.saved: tuple | None = None
         self.next_tick = 0.0
         self.supervisor = Supervisor(plan, self, grace)
+        self.up = True  # every world formed once (said once while the job comes up)
+        self.starts: dict[str, str] = {}  # process -> "warm" | "cold", as last started
+        # Forked children become ours to wait for (warm.py says why).
+        warm.become_subreaper()
+        self.zygotes = warm.Zygotes(sys.executable, run_dir / "zygote.log", self.say,
+                                    on_start=self._zygote_started)
         self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.host.watchdog"],
                                          stdin=subprocess.PIPE, text=True,
                                          start_new_session=True)
@@ -62,10 +70,11 @@ class Loop:
 
     def spawn(self, name: str, generations: dict, restarts: int) -> int:
         proc = self.plan.processes[name]
-        env = environment.process_env(self.plan, name, os.environ, run_id=self.run_id,
-                                      control=self.control_path, generations=generations,
-                                      restart_count=restarts)
-        handle = ProcessHandle.spawn(proc.cmd, env, proc.cwd, proc.cpus, proc.netns)
+        env = self._env(name, generations, restarts)
+        handle = self._spawn_warm(proc, env) if proc.preload else None
+        self.starts[name] = "cold" if handle is None else "warm"
+        if handle is None:
+            handle = ProcessHandle.spawn(proc.cmd, env, proc.cwd, proc.cpus, proc.netns)
         self._tell_watchdog(f"+{handle.pid}")
         self.handles[name] = handle
         self.lines[handle.output_fd] = (name, handle, LineBuffer())
@@ -73,6 +82,63 @@ class Loop:
         self.selector.register(handle.output_fd, selectors.EVENT_READ,
                                (self._drain, handle.output_fd))
         return handle.pid
+
+    def _env(self, name: str, generations: dict, restarts: int) -> dict:
+        return environment.process_env(self.plan, name, os.environ, run_id=self.run_id,
+                                       control=self.control_path, generations=generations,
+                                       restart_count=restarts)
+
+    def _spawn_warm(self, proc, env: dict) -> ProcessHandle | None:
+        kind, target, args = preload.target(proc.cmd, proc.cmd[0])
+        if not warm.eligible(kind, target, proc.cwd):
+            return None
+        zygote = self.zygotes.prepare(proc.preload, env)
+        if zygote.ready_after is None and zygote.wait_ready():
+            self.say(f"zygote ready: {', '.join(proc.preload)} imported in"
+                     f" {zygote.ready_after:.1f}s; forking warm processes from it")
+        return self.zygotes.spawn(proc.cmd, kind, target, args, env, proc.cwd, proc.cpus,
+                                  proc.preload)
+
+    def _zygote_started(self, zygote) -> None:
+        self._tell_watchdog(f"+{zygote.pid}")
+        self.selector.register(zygote.sock, selectors.EVENT_READ, (self._zygote_said, zygote))
+
+    def _zygote_said(self, zygote) -> None:
+        """A message nobody asked for: ready, failed, or the end of the zygote."""
+        zygote.take(zygote._receive(0.0))
+        if zygote.alive:
+            return
+        self.selector.unregister(zygote.sock)
+        self._tell_watchdog(f"-{zygote.pid}")
+        if zygote.ready_after is not None and not self.supervisor.stopping:
+            self.say(f"the zygote (pid {zygote.pid}) ended ({zygote.failed});"
+                     " processes forked from it are unaffected; starting a new one")
+            zygote.close()
+            self.zygotes.revive(zygote)
+        elif zygote.failed:
+            self.say(f"the zygote failed ({zygote.failed}); processes start cold")
+
+    def _started(self) -> None:
+        """Progress while the job comes up: what started how, then (in _step) when
+        every world has formed."""
+        warm_count = sum(1 for how in self.starts.values() if how == "warm")
+        self.say(f"{len(self.starts)} processes started in {time.time() - self.started_at:.1f}s"
+                 f" ({warm_count} warm, {len(self.starts) - warm_count} cold);"
+                 f" waiting for {len(self.plan.worlds)} world(s) to form")
+        self.up = False
+
+    def _announce_up(self) -> None:
+        if not self.up and all(w.state is WorldState.HEALTHY
+                               for w in self.supervisor.worlds.values()):
+            self.up = True
+            self.say(f"every world formed, {time.time() - self.started_at:.1f}s after launch")
+
+    def _prepare_zygotes(self) -> None:
+        """Start every zygote the job needs at once, so their imports run side by side."""
+        for name, proc in self.plan.processes.items():
+            if proc.preload:
+                generations = dict.fromkeys(proc.worlds, 0)
+                self.zygotes.prepare(proc.preload, self._env(name, generations, 0))
 
     def signal(self, name: str, sig: int) -> None:
         handle = self.handles.get(name)
@@ -107,7 +173,10 @@ class Loop:
         old_wakeup = signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
         old_handlers = {s: signal.signal(s, self._record_signal) for s in STOP_SIGNALS}
         try:
+            self._prepare_zygotes()
             self.supervisor.start()
+            self._started()
+            self.stores.serve()
             self._save()
             while not self.supervisor.finished:
                 self._step()
@@ -128,9 +197,12 @@ class Loop:
             callback(arg)
         now = time.monotonic()
         if now >= due:
+            known = {h.pid for h in self.handles.values()} | self.zygotes.pids()
+            warm.reap_orphans(known | {self.watchdog.pid})
             self.supervisor.on_tick()
             if now >= self.next_tick:
                 self.next_tick = now + TICK
+        self._announce_up()
         self._save()
 
     def _record_signal(self, signum, frame) -> None:
@@ -218,6 +290,10 @@ class Loop:
                 handle.popen.wait()
             self.supervisor.on_exit(name, handle.popen.returncode)
         self._save()
+        for zygote in self.zygotes.by_key.values():
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(zygote.sock)
+        self.zygotes.close()
         self._tell_watchdog("exit")
         with contextlib.suppress(OSError):
             self.watchdog.stdin.close()
@@ -248,6 +324,7 @@ class Loop:
                 "gpus": [int(g) if g.isdigit() else g for g in rec.plan.gpus],
                 "cpus": list(rec.plan.cpus) if rec.plan.cpus is not None else [],
                 "started_at": rec.started_at, "cpu_percent": cpu, "rss_bytes": rss,
+                "start": self.starts.get(name),
                 "last_event": rec.why or None})
         worlds = [{"name": name, "backend": w.plan.backend, "size": w.plan.size,
                    "members": list(w.plan.members), "generation": w.generation,

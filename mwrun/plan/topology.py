@@ -17,6 +17,7 @@ import yaml
 
 from mwrun.errors import TopologyError, UsageError
 from mwrun.plan.fields import FieldReader, parse_cpus  # noqa: F401 - parse_cpus is public here
+from mwrun.plan.preload import DEFAULT as DEFAULT_PRELOAD
 from mwrun.plan.yamlread import Pos, compose
 
 BACKENDS = ("gloo", "nccl")
@@ -25,10 +26,11 @@ ON_FAILURE = ("isolate", "stop")
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_HOSTS_ADDR = "127.0.0.1"
 
-_TOP_KEYS = ("version", "name", "backend", "timeout", "hosts", "processes", "worlds")
+_TOP_KEYS = ("version", "name", "backend", "timeout", "preload", "hosts", "processes",
+             "worlds")
 _HOST_KEYS = ("addr", "gpus", "cpus", "netns")
 _PROCESS_KEYS = ("cmd", "replicas", "host", "gpus", "cpus", "env", "cwd", "restart",
-                 "max_restarts", "restart_backoff")
+                 "max_restarts", "restart_backoff", "preload")
 _WORLD_KEYS = ("members", "backend", "timeout", "port", "on_failure")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _NAME_RULE = "a name starts with a letter or '_' and holds only letters, digits, '_', '.', '-'"
@@ -58,6 +60,7 @@ class Process:
     restart_backoff: float
     replica_of: str | None = None
     pos: dict[str, Pos] = field(default_factory=dict, compare=False, repr=False)
+    preload: tuple[str, ...] = DEFAULT_PRELOAD  # () : started the ordinary way
 
     @property
     def wants_gpus(self) -> bool:
@@ -123,6 +126,7 @@ class _Parser:
         backend = self._get(top, "backend", r.choice, "backend", BACKENDS) or "gloo"
         timeout = self._get(top, "timeout", r.number, "timeout", positive=True) or DEFAULT_TIMEOUT
         hosts = self.hosts(top.get("hosts"))
+        self.preload = self._get(top, "preload", r.preload, "preload")
         processes = self.processes(top, hosts)
         worlds = self.worlds(top, processes, backend, timeout)
         if worlds is not None and processes is not None:
@@ -213,11 +217,13 @@ class _Parser:
         backoff = self._get(spec, "restart_backoff", r.number, f"{what}: restart_backoff",
                             minimum=0)
         replicas = self._get(spec, "replicas", r.integer, f"{what}: replicas", minimum=1)
+        preload = self._get(spec, "preload", r.preload, f"{what}: preload")
         base = Process(
             name=name, cmd=tuple(cmd or ()), host=host or "", gpus=gpus if gpus is not None else (),
             cpus=cpus, env=env, cwd=os.path.normpath(os.path.join(self.folder, cwd or ".")),
             restart=restart or "never", max_restarts=3 if max_restarts is None else max_restarts,
-            restart_backoff=1.0 if backoff is None else backoff, pos=pos)
+            restart_backoff=1.0 if backoff is None else backoff, pos=pos,
+            preload=next(p for p in (preload, self.preload, DEFAULT_PRELOAD) if p is not None))
         if replicas is None:
             return [base]
         explicit = [k for k in ("gpus", "cpus") if isinstance(getattr(base, k), tuple)
