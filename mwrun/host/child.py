@@ -6,8 +6,8 @@ supervisor's first signal reaches a real process group), CPU affinity, the signa
 dispositions and mask an exec'd interpreter starts with, stdio on the supervisor's
 pipe, only descriptors 0-2 open, the environment replaced (not merged), the cwd,
 ``sys.argv``/``sys.orig_argv``/``sys.path[0]``, import caches, the random state
-(Python's ``random`` reseeded from the OS, torch's default generator back where a
-fresh import leaves it), a fresh ``__main__``; then the script or module runs, and an
+(Python's ``random`` reseeded from the OS, torch's default generator seeded as a
+fresh import seeds it), a fresh ``__main__``; then the script or module runs, and an
 uncaught exception or ``SystemExit`` ends the process as the interpreter would.
 """
 
@@ -41,7 +41,12 @@ class Fresh:
         own = {m for m in sys.modules if (m == "mwrun" or m.startswith("mwrun."))
                and not any(p == m or p.startswith(m + ".") for p in preloaded)}
         torch = sys.modules.get("torch")
-        rng = torch.get_rng_state() if torch is not None else None
+        rng = None
+        if torch is not None:
+            # Older torch seeds every fresh process alike (this constant); newer torch
+            # seeds each from the OS: keep the state to restore, or reseed.
+            fixed = torch.initial_seed() == 67280421310721
+            rng = torch.get_rng_state() if fixed else "reseed"
         return cls(path, own, rng, area)
 
 
@@ -71,7 +76,8 @@ def become(request: dict, fresh: Fresh) -> None:
     except SystemExit:
         raise  # the interpreter ends with its code, exactly as for a fresh process
     except BaseException as exc:  # uncaught: reported as the interpreter does
-        sys.excepthook(type(exc), exc, _user_frames(exc.__traceback__))
+        exc.with_traceback(_user_frames(exc.__traceback__))  # what the hook prints
+        sys.excepthook(type(exc), exc, exc.__traceback__)
         if isinstance(exc, KeyboardInterrupt):
             _die_by_sigint()
         raise SystemExit(1) from None
@@ -119,8 +125,15 @@ def _identity(request: dict, fresh: Fresh) -> None:
 def _reseed(fresh: Fresh) -> None:
     if "random" in sys.modules:
         sys.modules["random"].seed()  # from os.urandom, as at a fresh import
-    if fresh.torch_rng is not None:
+    if isinstance(fresh.torch_rng, str):
+        sys.modules["torch"].random.default_generator.seed()
+    elif fresh.torch_rng is not None:
         sys.modules["torch"].set_rng_state(fresh.torch_rng)
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if "torch" in sys.modules and threads.isdigit() and int(threads) > 0:
+        # OpenMP read the zygote's environment when torch loaded; a fresh process's
+        # torch would have read this one.
+        sys.modules["torch"].set_num_threads(int(threads))
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
         numpy_random.seed()
