@@ -53,9 +53,9 @@ class Loop:
         self.up = True  # every world formed once (said once while the job comes up)
         self.starts: dict[str, str] = {}  # process -> "warm" | "cold", as last started
         # Forked children become ours to wait for (warm.py says why).
-        warm.become_subreaper()
+        self.can_fork = warm.become_subreaper()  # else a forked child's exit is lost
         self.zygotes = warm.Zygotes(sys.executable, run_dir / "zygote.log", self.say,
-                                    on_start=self._zygote_started)
+                                    self._zygote_started, self._zygote_closed)
         self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.host.watchdog"],
                                          stdin=subprocess.PIPE, text=True,
                                          start_new_session=True)
@@ -71,7 +71,7 @@ class Loop:
     def spawn(self, name: str, generations: dict, restarts: int) -> int:
         proc = self.plan.processes[name]
         env = self._env(name, generations, restarts)
-        handle = self._spawn_warm(proc, env) if proc.preload else None
+        handle = self._spawn_warm(proc, env) if proc.preload and self.can_fork else None
         self.starts[name] = "cold" if handle is None else "warm"
         if handle is None:
             handle = ProcessHandle.spawn(proc.cmd, env, proc.cwd, proc.cpus, proc.netns)
@@ -100,23 +100,27 @@ class Loop:
                                   proc.preload)
 
     def _zygote_started(self, zygote) -> None:
+        self.say(f"zygote (pid {zygote.pid}) importing {', '.join(zygote.modules)};"
+                 " python processes will be forked from it")
         self._tell_watchdog(f"+{zygote.pid}")
         self.selector.register(zygote.sock, selectors.EVENT_READ, (self._zygote_said, zygote))
+
+    def _zygote_closed(self, zygote) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(zygote.sock)
+        self._tell_watchdog(f"-{zygote.pid}")
 
     def _zygote_said(self, zygote) -> None:
         """A message nobody asked for: ready, failed, or the end of the zygote."""
         zygote.take(zygote._receive(0.0))
         if zygote.alive:
             return
-        self.selector.unregister(zygote.sock)
-        self._tell_watchdog(f"-{zygote.pid}")
         if zygote.ready_after is not None and not self.supervisor.stopping:
             self.say(f"the zygote (pid {zygote.pid}) ended ({zygote.failed});"
                      " processes forked from it are unaffected; starting a new one")
-            zygote.close()
             self.zygotes.revive(zygote)
-        elif zygote.failed:
-            self.say(f"the zygote failed ({zygote.failed}); processes start cold")
+        else:
+            self.selector.unregister(zygote.sock)  # it failed; its processes start cold
 
     def _started(self) -> None:
         """Progress while the job comes up: what started how, then (in _step) when
@@ -290,9 +294,6 @@ class Loop:
                 handle.popen.wait()
             self.supervisor.on_exit(name, handle.popen.returncode)
         self._save()
-        for zygote in self.zygotes.by_key.values():
-            with contextlib.suppress(KeyError, ValueError):
-                self.selector.unregister(zygote.sock)
         self.zygotes.close()
         self._tell_watchdog("exit")
         with contextlib.suppress(OSError):

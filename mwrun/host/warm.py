@@ -171,11 +171,12 @@ class Zygote:
 class Zygotes:
     """Every zygote of one supervisor, started on first need and replaced when one dies."""
 
-    def __init__(self, python: str, log_path, say, on_start=None):
+    def __init__(self, python: str, log_path, say, on_start=None, on_close=None):
         self.python = python
         self.log_path = log_path
         self.say = say
         self.on_start = on_start or (lambda zygote: None)
+        self.on_close = on_close or (lambda zygote: None)
         self.by_key: dict[tuple, Zygote] = {}
         self.warned: set[tuple] = set()
 
@@ -184,11 +185,13 @@ class Zygotes:
         shared = shared_env(env)
         key = (modules, tuple(sorted(shared.items())))
         zygote = self.by_key.get(key)
-        if zygote is not None and not zygote.alive:
+        if zygote is not None and not zygote.alive and zygote.ready_after is not None:
             self.say(f"the zygote (pid {zygote.pid}) is gone ({zygote.failed or 'it ended'});"
                      " starting a new one")
-            zygote.close()
+            self._retire(zygote)
             zygote = None
+        # One that never got ready (a module that does not import) stays as it is: its
+        # processes start cold, and it is not started again and again.
         if zygote is None:
             with open(self.log_path, "ab") as log:
                 zygote = Zygote(self.python, modules, shared, log)
@@ -229,14 +232,20 @@ class Zygotes:
         key = next((k for k, z in self.by_key.items() if z is zygote), None)
         if key is None or zygote.ready_after is None:
             return None
+        self._retire(zygote)
+        del self.by_key[key]
         return self.prepare(zygote.modules, zygote.env)
+
+    def _retire(self, zygote: Zygote) -> None:
+        self.on_close(zygote)
+        zygote.close()
 
     def pids(self) -> set[int]:
         return {z.pid for z in self.by_key.values()}
 
     def close(self) -> None:
         for zygote in self.by_key.values():
-            zygote.close()
+            self._retire(zygote)
         self.by_key.clear()
 
 

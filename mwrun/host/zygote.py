@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -82,6 +83,10 @@ def main() -> None:
     except BaseException as exc:  # any failure is reported, then we end
         send(sock, {"failed": f"import {name}: {type(exc).__name__}: {exc}"})
         return
+    # Objects the children inherit stay out of their garbage collections: a collection
+    # writes to every object it visits, which would copy the zygote's pages into each.
+    gc.collect()
+    gc.freeze()
     state = child.Fresh.capture(base_path, set(modules), area)
     send(sock, {"ready": os.getpid()})
     request = serve(sock)

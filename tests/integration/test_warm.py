@@ -144,3 +144,21 @@ def test_a_killed_zygote_is_replaced_and_its_children_live_on(procs, home, tmp_p
     assert zygotes(doc["supervisor_pid"]) == [second]
     job.signal(signal.SIGINT)
     finish(job, home)
+
+
+def test_a_zygote_that_cannot_fork_starts_processes_cold_with_one_warning(procs, home,
+                                                                          tmp_path):
+    ok = [PY, str(BIN / "ending.py"), "none"]
+    path = f"env: {{PYTHONPATH: {ROOT}}}"
+    topology = write(tmp_path, {
+        "threaded-0": (ok, ["preload: [tests.bin.threader]", path]),
+        "threaded-1": (ok, ["preload: [tests.bin.threader]", path]),
+        "missing": (ok, ["preload: [no_such_module_here]"]),
+    })
+    job = launch(procs, home, topology)
+    doc = finish(job, home)
+    assert {p["name"]: (p["start"], p["exit_code"]) for p in doc["processes"]} == {
+        "threaded-0": ("cold", 0), "threaded-1": ("cold", 0), "missing": ("cold", 0)}
+    said = [line for line in job.lines if "warm start not possible" in line]
+    assert len([s for s in said if "1 Python thread(s) running" in s]) == 1, said
+    assert len([s for s in said if "no_such_module_here" in s]) == 1, said
