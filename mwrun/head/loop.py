@@ -22,10 +22,11 @@ from mwrun.head import control, rundir
 from mwrun.head.console import Printer
 from mwrun.head.states import WorldState
 from mwrun.head.supervisor import TICK, Supervisor
-from mwrun.host import warm
+from mwrun.head.warmstarts import WarmStarts
 from mwrun.host.lines import LineBuffer
 from mwrun.host.process import ProcessHandle
-from mwrun.plan import environment, preload
+from mwrun.host.warm import reap_orphans
+from mwrun.plan import environment
 
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -52,10 +53,8 @@ class Loop:
         self.supervisor = Supervisor(plan, self, grace)
         self.up = True  # every world formed once (said once while the job comes up)
         self.starts: dict[str, str] = {}  # process -> "warm" | "cold", as last started
-        # Forked children become ours to wait for (warm.py says why).
-        self.can_fork = warm.become_subreaper()  # else a forked child's exit is lost
-        self.zygotes = warm.Zygotes(sys.executable, run_dir / "zygote.log", self.say,
-                                    self._zygote_started, self._zygote_closed)
+        self.warm = WarmStarts(run_dir / "zygote.log", self.selector, self.say,
+                               self._tell_watchdog, lambda: self.supervisor.stopping)
         self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.host.watchdog"],
                                          stdin=subprocess.PIPE, text=True,
                                          start_new_session=True)
@@ -71,7 +70,7 @@ class Loop:
     def spawn(self, name: str, generations: dict, restarts: int) -> int:
         proc = self.plan.processes[name]
         env = self._env(name, generations, restarts)
-        handle = self._spawn_warm(proc, env) if proc.preload and self.can_fork else None
+        handle = self.warm.spawn(proc, env)
         self.starts[name] = "cold" if handle is None else "warm"
         if handle is None:
             handle = ProcessHandle.spawn(proc.cmd, env, proc.cwd, proc.cpus, proc.netns)
@@ -88,40 +87,6 @@ class Loop:
                                        control=self.control_path, generations=generations,
                                        restart_count=restarts)
 
-    def _spawn_warm(self, proc, env: dict) -> ProcessHandle | None:
-        kind, target, args = preload.target(proc.cmd, proc.cmd[0])
-        if not warm.eligible(kind, target, proc.cwd):
-            return None
-        zygote = self.zygotes.prepare(proc.preload, env)
-        if zygote.ready_after is None and zygote.wait_ready():
-            self.say(f"zygote ready: {', '.join(proc.preload)} imported in"
-                     f" {zygote.ready_after:.1f}s; forking warm processes from it")
-        return self.zygotes.spawn(proc.cmd, kind, target, args, env, proc.cwd, proc.cpus,
-                                  proc.preload)
-
-    def _zygote_started(self, zygote) -> None:
-        self.say(f"zygote (pid {zygote.pid}) importing {', '.join(zygote.modules)};"
-                 " python processes will be forked from it")
-        self._tell_watchdog(f"+{zygote.pid}")
-        self.selector.register(zygote.sock, selectors.EVENT_READ, (self._zygote_said, zygote))
-
-    def _zygote_closed(self, zygote) -> None:
-        with contextlib.suppress(KeyError, ValueError):
-            self.selector.unregister(zygote.sock)
-        self._tell_watchdog(f"-{zygote.pid}")
-
-    def _zygote_said(self, zygote) -> None:
-        """A message nobody asked for: ready, failed, or the end of the zygote."""
-        zygote.take(zygote._receive(0.0))
-        if zygote.alive:
-            return
-        if zygote.ready_after is not None and not self.supervisor.stopping:
-            self.say(f"the zygote (pid {zygote.pid}) ended ({zygote.failed});"
-                     " processes forked from it are unaffected; starting a new one")
-            self.zygotes.revive(zygote)
-        else:
-            self.selector.unregister(zygote.sock)  # it failed; its processes start cold
-
     def _started(self) -> None:
         """Progress while the job comes up: what started how, then (in _step) when
         every world has formed."""
@@ -136,13 +101,6 @@ class Loop:
                                for w in self.supervisor.worlds.values()):
             self.up = True
             self.say(f"every world formed, {time.time() - self.started_at:.1f}s after launch")
-
-    def _prepare_zygotes(self) -> None:
-        """Start every zygote the job needs at once, so their imports run side by side."""
-        for name, proc in self.plan.processes.items():
-            if proc.preload:
-                generations = dict.fromkeys(proc.worlds, 0)
-                self.zygotes.prepare(proc.preload, self._env(name, generations, 0))
 
     def signal(self, name: str, sig: int) -> None:
         handle = self.handles.get(name)
@@ -177,7 +135,7 @@ class Loop:
         old_wakeup = signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
         old_handlers = {s: signal.signal(s, self._record_signal) for s in STOP_SIGNALS}
         try:
-            self._prepare_zygotes()
+            self.warm.prepare_all(self.plan, self._env)
             self.supervisor.start()
             self._started()
             self.stores.serve()
@@ -201,8 +159,8 @@ class Loop:
             callback(arg)
         now = time.monotonic()
         if now >= due:
-            known = {h.pid for h in self.handles.values()} | self.zygotes.pids()
-            warm.reap_orphans(known | {self.watchdog.pid})
+            known = {h.pid for h in self.handles.values()} | self.warm.pids()
+            reap_orphans(known | {self.watchdog.pid})
             self.supervisor.on_tick()
             if now >= self.next_tick:
                 self.next_tick = now + TICK
@@ -294,7 +252,7 @@ class Loop:
                 handle.popen.wait()
             self.supervisor.on_exit(name, handle.popen.returncode)
         self._save()
-        self.zygotes.close()
+        self.warm.close()
         self._tell_watchdog("exit")
         with contextlib.suppress(OSError):
             self.watchdog.stdin.close()
