@@ -125,7 +125,7 @@ class FieldReader(Reader):
 
     def preload(self, node, what) -> tuple[str, ...] | None:
         """Module names to import in the zygote; ``false`` (or ``[]``) turns warm starts
-        off, ``true`` means the default list."""
+        off, ``true`` means [torch]."""
         if isinstance(node, yaml.ScalarNode) and isinstance(scalar_value(node), bool):
             return _preload.DEFAULT if scalar_value(node) else ()
         if not isinstance(node, yaml.SequenceNode):

@@ -17,7 +17,7 @@ import yaml
 
 from mwrun.errors import TopologyError, UsageError
 from mwrun.plan.fields import FieldReader, parse_cpus  # noqa: F401 - parse_cpus is public here
-from mwrun.plan.preload import DEFAULT as DEFAULT_PRELOAD
+from mwrun.plan.preload import OFF
 from mwrun.plan.yamlread import Pos, compose
 
 BACKENDS = ("gloo", "nccl")
@@ -60,7 +60,7 @@ class Process:
     restart_backoff: float
     replica_of: str | None = None
     pos: dict[str, Pos] = field(default_factory=dict, compare=False, repr=False)
-    preload: tuple[str, ...] = DEFAULT_PRELOAD  # () : started the ordinary way
+    preload: tuple[str, ...] = ()  # what its zygote imports; (): started the ordinary way
 
     @property
     def wants_gpus(self) -> bool:
@@ -223,7 +223,7 @@ class _Parser:
             cpus=cpus, env=env, cwd=os.path.normpath(os.path.join(self.folder, cwd or ".")),
             restart=restart or "never", max_restarts=3 if max_restarts is None else max_restarts,
             restart_backoff=1.0 if backoff is None else backoff, pos=pos,
-            preload=next(p for p in (preload, self.preload, DEFAULT_PRELOAD) if p is not None))
+            preload=next((p for p in (preload, self.preload) if p is not None), OFF))
         if replicas is None:
             return [base]
         explicit = [k for k in ("gpus", "cpus") if isinstance(getattr(base, k), tuple)

@@ -33,18 +33,19 @@ def plan_of(text):
     return place(parse(text, "t.yaml"), inv, lambda addr, taken: 40000, PY)
 
 
-def test_preload_defaults_to_torch_and_is_turned_off_per_process_or_for_the_job():
+def test_preload_is_opt_in_for_the_job_or_per_process_and_false_turns_it_off():
     text = ("processes:\n  a: {cmd: python a.py}\n  b: {cmd: python b.py, preload: false}\n"
             "  c: {cmd: python -c 'x'}\n  d: {cmd: 'python -m m', preload: [torch, numpy]}\n"
-            "worlds:\n  w: {members: [a, b, c, d]}\n")
+            "  e: {cmd: python e.py, preload: true}\n"
+            "worlds:\n  w: {members: [a, b, c, d, e]}\n")
     procs = plan_of(text).processes
-    assert [procs[n].preload for n in "abcd"] == [("torch",), (), (), ("torch", "numpy")]
-    assert [procs[n].start for n in "abcd"] == [
-        "warm", "cold (preload: false)", "cold (python -c)", "warm"]
-    off = plan_of("preload: false\n" + text.replace(", preload: [torch, numpy]", ""))
-    assert {p.start for p in off.processes.values()} == {"cold (preload: false)"}
-    on = plan_of("preload: false\n" + text.replace("preload: false", "preload: true"))
-    assert on.processes["b"].preload == ("torch",)
+    assert [procs[n].preload for n in "abcde"] == [(), (), (), ("torch", "numpy"), ("torch",)]
+    assert [procs[n].start for n in "abcde"] == [
+        "cold (no preload)", "cold (no preload)", "cold (no preload)", "warm", "warm"]
+    on = plan_of("preload: [torch]\n" + text).processes
+    assert [on[n].start for n in "abcde"] == [
+        "warm", "cold (no preload)", "cold (python -c)", "warm", "warm"]
+    assert on["a"].preload == ("torch",) and on["d"].preload == ("torch", "numpy")
 
 
 @pytest.mark.parametrize("top, line, expected", [
@@ -65,11 +66,11 @@ def test_bad_preload_values_are_positioned(top, line, expected):
 
 def test_dry_run_shows_which_processes_start_warm(tmp_path):
     path = tmp_path / "job.yaml"
-    path.write_text("processes:\n  a: {cmd: python a.py}\n  b: {cmd: python a.py, preload: false}"
-                    "\nworlds:\n  w: {members: [a, b]}\n")
+    path.write_text("preload: [torch]\nprocesses:\n  a: {cmd: python a.py}\n"
+                    "  b: {cmd: python a.py, preload: false}\nworlds:\n  w: {members: [a, b]}\n")
     result = CliRunner().invoke(main, ["launch", str(path), "--dry-run"])
     assert result.exit_code == 0, result.output
     rows = {line.split()[0]: line for line in result.output.splitlines()
             if line[:2] in ("a ", "b ")}
     assert rows["a"].rstrip().endswith("warm (torch)")
-    assert rows["b"].rstrip().endswith("cold (preload: false)")
+    assert rows["b"].rstrip().endswith("cold (no preload)")
