@@ -162,3 +162,16 @@ def test_a_zygote_that_cannot_fork_starts_processes_cold_with_one_warning(procs,
     said = [line for line in job.lines if "warm start not possible" in line]
     assert len([s for s in said if "1 Python thread(s) running" in s]) == 1, said
     assert len([s for s in said if "no_such_module_here" in s]) == 1, said
+
+
+def test_processes_start_before_the_supervisor_has_imported_torch(procs, home, tmp_path):
+    # The supervisor needs torch for its stores; the job must not wait for that import.
+    mark = tmp_path / "torch-import-began"
+    topology = write(tmp_path, {"quick": ([PY, "-c", "import time; print(time.time())"], [])},
+                     preload="false")
+    job = procs.start([PY, "-m", "mwrun", "launch", topology], env={
+        "MWRUN_HOME": str(home), "NO_COLOR": "1", "PYTHONPATH": str(BIN / "slow_torch"),
+        "SLOW_TORCH_IMPORT": "5", "SLOW_TORCH_MARK": str(mark)})
+    started = float(job.expect(lambda line: line.startswith("quick ")).split("|")[1])
+    finish(job, home)
+    assert started < float(mark.read_text().split()[0])  # before torch began to load
