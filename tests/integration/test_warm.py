@@ -175,3 +175,23 @@ def test_processes_start_before_the_supervisor_has_imported_torch(procs, home, t
     started = float(job.expect(lambda line: line.startswith("quick ")).split("|")[1])
     finish(job, home)
     assert started < float(mark.read_text().split()[0])  # before torch began to load
+
+
+def test_orphans_that_come_to_the_supervisor_are_reaped(procs, home, tmp_path):
+    # As a child subreaper the supervisor inherits the job's orphans; none stays a zombie.
+    parent = [PY, "-c", "import os, time\npid = os.fork()\nif pid == 0:\n    time.sleep(1)\n"
+              "    os._exit(0)\nprint(pid, flush=True)\n"]
+    idle = [PY, "-c", "import time; time.sleep(60)"]
+    job = launch(procs, home, write(tmp_path, {"parent": (parent, []), "idle": (idle, [])},
+                                    preload="false"))
+    orphan = int(job.expect(lambda line: line.startswith("parent ")).split("|")[1])
+
+    def gone():
+        try:
+            return psutil.Process(orphan).status() == "never"  # a zombie counts as there
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_for(gone, timeout=20, what="the orphan to be reaped")
+    job.signal(signal.SIGINT)
+    finish(job, home)
