@@ -186,12 +186,7 @@ def test_orphans_that_come_to_the_supervisor_are_reaped(procs, home, tmp_path):
                                     preload="false"))
     orphan = int(job.expect(lambda line: line.startswith("parent ")).split("|")[1])
 
-    def gone():
-        try:
-            return psutil.Process(orphan).status() == "never"  # a zombie counts as there
-        except psutil.NoSuchProcess:
-            return True
-
-    wait_for(gone, timeout=20, what="the orphan to be reaped")
+    # pid_exists is true for a zombie too: only reaping makes it false.
+    wait_for(lambda: not psutil.pid_exists(orphan), timeout=20, what="the orphan reaped")
     job.signal(signal.SIGINT)
     finish(job, home)
