@@ -6,7 +6,8 @@
 The job (bench/bin/ring.py): N ranks all_reduce a 1 KiB gloo tensor in a loop on
 127.0.0.1, under ``torchrun`` (plain torch.distributed, from the installed torch) and
 under ``mwrun launch`` (the same loop on an mwrun world). Both may restart a failed
-rank (torchrun --max-restarts 3; mwrun restart: on-failure), at once. Each run:
+rank (torchrun --max-restarts 3; mwrun restart: on-failure), at once; mwrun's ranks
+start warm (``preload: [torch]``). Each run:
 
 1. launch: from starting the launcher to every rank's first completed all_reduce;
 2. SIGKILL one rank; count the processes started afresh, the time until every rank
@@ -150,6 +151,7 @@ def ring_run(launcher: str, n: int, work: Path) -> dict:
         topology.write_text(f"""\
 version: 1
 name: ring
+preload: [torch]
 processes:
   rank:
     replicas: {n}
@@ -197,7 +199,7 @@ def star_run(n: int, work: Path, backoff: float) -> float:
     machine with few cores its start-up (importing torch) competes with the survivors
     for CPU; with a backoff longer than the window the fault alone is measured.
     """
-    lines = ["version: 1", "name: star", "processes:",
+    lines = ["version: 1", "name: star", "preload: [torch]", "processes:",
              f"  leader: {{cmd: [{PY}, {HERE / 'bin' / 'star_leader.py'}]}}",
              "  worker:", f"    replicas: {n}",
              f"    cmd: [{PY}, {HERE / 'bin' / 'star_worker.py'}]", "    restart: on-failure",

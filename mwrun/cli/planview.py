@@ -16,6 +16,11 @@ def restart_text(proc) -> str:
     return f"{proc.restart} (max {proc.max_restarts}, backoff {seconds(proc.restart_backoff)})"
 
 
+def start_text(proc) -> str:
+    """warm (forked from a zygote that imported PRELOAD) or cold (and why)."""
+    return f"warm ({','.join(proc.preload)})" if proc.preload else proc.start
+
+
 def plan_text(plan: Plan, envs: dict[str, dict[str, str]]) -> str:
     procs = plan.processes.values()
     worlds = plan.worlds.values()
@@ -23,10 +28,11 @@ def plan_text(plan: Plan, envs: dict[str, dict[str, str]]) -> str:
     out = [f"Plan of '{plan.name}' ({plan.source}): {len(procs)} processes, {len(worlds)}"
            f" worlds; stores on {plan.store_host} ({store})", ""]
     out.append(table(
-        ["PROCESS", "HOST", "GPUS", "CPUS", "WORLDS:RANK", "RESTART"],
+        ["PROCESS", "HOST", "GPUS", "CPUS", "WORLDS:RANK", "RESTART", "START"],
         [[p.name, p.host, ",".join(p.gpus) or "-",
           format_cpus(p.cpus) if p.cpus is not None else "-",
-          " ".join(f"{w}:{r}" for w, r in p.worlds.items()), restart_text(p)] for p in procs]))
+          " ".join(f"{w}:{r}" for w, r in p.worlds.items()), restart_text(p),
+          start_text(p)] for p in procs]))
     out.append("")
     out.append(table(
         ["WORLD", "BACKEND", "SIZE", "ADDR:PORT", "TIMEOUT", "ON FAILURE", "MEMBERS (rank order)"],

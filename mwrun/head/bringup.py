@@ -108,9 +108,10 @@ def _supervise(path: str, plan, listeners: dict, run_id: str | None, grace: floa
                       f" worlds; logs in {run_dir}; Ctrl-C stops it")
         printer.event(f"watch it: mwrun status {run_id} --watch;"
                       f" drill it: mwrun kill-world {next(iter(plan.worlds))} {run_id}")
-        from mwrun.head.stores import WorldStores  # torch: only now that the plan is sound
+        # torch (for the stores) loads in the background while the processes start.
+        from mwrun.head.pending import PendingStores
 
-        stores = WorldStores(plan, listeners)
+        stores = PendingStores(plan, listeners)
     except BaseException:
         for sock in listeners.values():
             sock.close()

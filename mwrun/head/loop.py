@@ -21,10 +21,13 @@ import time
 from mwrun.head import control, rundir
 from mwrun.head.console import Printer
 from mwrun.head.history import SAMPLE_EVERY, History
+from mwrun.head.states import WorldState
 from mwrun.head.supervisor import TICK, Supervisor
 from mwrun.head.traffic import Traffic
+from mwrun.head.warmstarts import WarmStarts
 from mwrun.host.lines import LineBuffer
 from mwrun.host.process import ProcessHandle
+from mwrun.host.warm import reap_orphans
 from mwrun.plan import environment
 
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
@@ -61,6 +64,10 @@ class Loop:
         self.history = History(run_dir, {"run_id": run_id, "name": plan.name, "worlds": {
             n: list(w.members) for n, w in plan.worlds.items()}})
         self.supervisor = Supervisor(plan, self, grace)
+        self.up = True  # every world formed once (said once while the job comes up)
+        self.starts: dict[str, str] = {}  # process -> "warm" | "cold", as last started
+        self.warm = WarmStarts(run_dir / "zygote.log", self.selector, self.say,
+                               self._tell_watchdog, lambda: self.supervisor.stopping)
         self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.host.watchdog"],
                                          stdin=subprocess.PIPE, text=True,
                                          start_new_session=True)
@@ -75,10 +82,11 @@ class Loop:
 
     def spawn(self, name: str, generations: dict, restarts: int) -> int:
         proc = self.plan.processes[name]
-        env = environment.process_env(self.plan, name, os.environ, run_id=self.run_id,
-                                      control=self.control_path, generations=generations,
-                                      restart_count=restarts)
-        handle = ProcessHandle.spawn(proc.cmd, env, proc.cwd, proc.cpus, proc.netns)
+        env = self._env(name, generations, restarts)
+        handle = self.warm.spawn(proc, env)
+        self.starts[name] = "cold" if handle is None else "warm"
+        if handle is None:
+            handle = ProcessHandle.spawn(proc.cmd, env, proc.cwd, proc.cpus, proc.netns)
         self._tell_watchdog(f"+{handle.pid}")
         self.handles[name] = handle
         self.lines[handle.output_fd] = (name, handle, LineBuffer())
@@ -86,6 +94,26 @@ class Loop:
         self.selector.register(handle.output_fd, selectors.EVENT_READ,
                                (self._drain, handle.output_fd))
         return handle.pid
+
+    def _env(self, name: str, generations: dict, restarts: int) -> dict:
+        return environment.process_env(self.plan, name, os.environ, run_id=self.run_id,
+                                       control=self.control_path, generations=generations,
+                                       restart_count=restarts)
+
+    def _started(self) -> None:
+        """Progress while the job comes up: what started how, then (in _step) when
+        every world has formed."""
+        warm_count = sum(1 for how in self.starts.values() if how == "warm")
+        self.say(f"{len(self.starts)} processes started in {time.time() - self.started_at:.1f}s"
+                 f" ({warm_count} warm, {len(self.starts) - warm_count} cold);"
+                 f" waiting for {len(self.plan.worlds)} world(s) to form")
+        self.up = False
+
+    def _announce_up(self) -> None:
+        if not self.up and all(w.state is WorldState.HEALTHY
+                               for w in self.supervisor.worlds.values()):
+            self.up = True
+            self.say(f"every world formed, {time.time() - self.started_at:.1f}s after launch")
 
     def signal(self, name: str, sig: int) -> None:
         handle = self.handles.get(name)
@@ -124,7 +152,10 @@ class Loop:
         old_wakeup = signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
         old_handlers = {s: signal.signal(s, self._record_signal) for s in STOP_SIGNALS}
         try:
+            self.warm.prepare_all(self.plan, self._env)
             self.supervisor.start()
+            self._started()
+            self.stores.serve()
             self._save()
             while not self.supervisor.finished:
                 self._step()
@@ -158,6 +189,8 @@ class Loop:
                 self._serve(connection)
         now = time.monotonic()
         if now >= due:
+            known = {h.pid for h in self.handles.values()} | self.warm.pids()
+            reap_orphans(known | {self.watchdog.pid})
             self.supervisor.on_tick()
             if now >= self.next_tick:
                 self.next_tick = now + TICK
@@ -165,6 +198,7 @@ class Loop:
             if now >= self.next_sample:
                 self.next_sample = now + SAMPLE_EVERY
                 self.history.sample(self._rates(now, SAMPLE_EVERY))
+        self._announce_up()
         self._save()
 
     def _look_into_stores(self) -> None:
@@ -288,6 +322,7 @@ class Loop:
         self._drain_to_end(deadline)
         self._save()
         self.history.close()
+        self.warm.close()
         self._tell_watchdog("exit")
         with contextlib.suppress(OSError):
             self.watchdog.stdin.close()
@@ -341,6 +376,7 @@ class Loop:
                 "gpus": [int(g) if g.isdigit() else g for g in rec.plan.gpus],
                 "cpus": list(rec.plan.cpus) if rec.plan.cpus is not None else [],
                 "started_at": rec.started_at, "cpu_percent": cpu, "rss_bytes": rss,
+                "start": self.starts.get(name),
                 "last_event": rec.why or None,
                 "traffic": self.traffic.per_member(name, rec.pid, rec.plan.worlds, now)})
         worlds = [{"name": name, "backend": w.plan.backend, "size": w.plan.size,

@@ -6,6 +6,9 @@ import signal
 from dataclasses import dataclass
 
 BACKOFF_CAP = 30.0  # seconds; a crash loop still retries twice a minute at worst
+# A restarted process that has rejoined its worlds and stays up this long is healthy
+# again: its next failure is a new fault, restarted at once, not part of a crash loop.
+STABLE_AFTER = 5.0
 
 
 @dataclass(frozen=True)
@@ -42,14 +45,26 @@ class Decision:
     why: str = ""
 
 
-def backoff(first: float, restarts_done: int) -> float:
-    """first, 2*first, 4*first ... capped: the delay before restart number n+1."""
-    return min(first * (2 ** restarts_done), BACKOFF_CAP) if first > 0 else 0.0
+def backoff(first: float, loop: int) -> float:
+    """The delay before the next restart when ``loop`` restarts of the current crash
+    loop are behind: none for the first, then first, 2*first, 4*first ... capped."""
+    if loop <= 0 or first <= 0:
+        return 0.0
+    return min(first * 2 ** (loop - 1), BACKOFF_CAP)
+
+
+def crash_loop(loop: int, joined_at: float | None, now: float) -> int:
+    """The restarts of the current crash loop when a process ends: over (0) once it had
+    rejoined its worlds (``joined_at``) and stayed up STABLE_AFTER seconds."""
+    if joined_at is not None and now - joined_at >= STABLE_AFTER:
+        return 0
+    return loop
 
 
 def after_exit(policy: str, max_restarts: int, first_backoff: float, restarts_done: int,
-               exit: Exit) -> Decision:
-    """Whether and when a process that ended is started again."""
+               exit: Exit, loop: int = 0) -> Decision:
+    """Whether and when a process that ended is started again: ``restarts_done`` counts
+    against max_restarts, ``loop`` (see crash_loop) sets the delay."""
     if exit.start_error:
         return Decision(False, why="a command that cannot start is not retried")
     if policy == "never":
@@ -58,7 +73,7 @@ def after_exit(policy: str, max_restarts: int, first_backoff: float, restarts_do
         return Decision(False, why="it exited normally")
     if restarts_done >= max_restarts:
         return Decision(False, why=f"no restarts left (max_restarts: {max_restarts})")
-    return Decision(True, backoff(first_backoff, restarts_done),
+    return Decision(True, backoff(first_backoff, loop),
                     f"restart {restarts_done + 1} of {max_restarts}")
 
 

@@ -42,6 +42,8 @@ class ProcessRecord:
     suspect_since: float | None = None  # awake time it was first silent past its deadline
     hung: str | None = None
     why: str = ""  # the last thing that happened to it, for status
+    joined_at: float | None = None  # monotonic; when it last went STARTING -> RUNNING
+    loop: int = 0  # restarts of its current crash loop (policy.crash_loop)
 
 
 @dataclass
@@ -94,7 +96,7 @@ class Supervisor:
         rec.started, rec.started_at = now, self.host.wall()
         rec.generations, rec.ready, rec.left = generations, set(), set()
         rec.said_hello, rec.beat_every, rec.stopped_since, rec.hung = False, None, None, None
-        rec.restart_at, rec.suspect_since = None, None
+        rec.restart_at, rec.suspect_since, rec.joined_at = None, None, None
 
     @property
     def finished(self) -> bool:
@@ -111,7 +113,7 @@ class Supervisor:
             self._world_progress(world, now)
         for rec in self.procs.values():
             if rec.state is P.STARTING and all(self._joined(rec, w, now) for w in rec.plan.worlds):
-                rec.state = P.RUNNING  # STARTING -> RUNNING
+                rec.state, rec.joined_at = P.RUNNING, now  # STARTING -> RUNNING
         if any(r.state.alive or r.state is P.RESTARTING for r in self.procs.values()):
             return
         failed = self.failed_stop or any(r.state is P.FAILED for r in self.procs.values())
@@ -153,11 +155,14 @@ class Supervisor:
             rec.state = P.EXITED if exit.code == 0 else P.STOPPED  # live -> EXITED|STOPPED
             rec.why = what
             return
+        rec.loop = policy.crash_loop(rec.loop, rec.joined_at, self.host.now())
         decision = policy.after_exit(rec.plan.restart, rec.plan.max_restarts,
-                                     rec.plan.restart_backoff, rec.restarts, exit)
+                                     rec.plan.restart_backoff, rec.restarts, exit, rec.loop)
         if decision.restart:
+            rec.loop += 1
             rec.state, rec.restart_at = P.RESTARTING, self.host.now() + decision.delay
-            rec.why = f"{what}; {decision.why} in {decision.delay:g}s"
+            when = f"in {decision.delay:g}s" if decision.delay else "at once"
+            rec.why = f"{what}; {decision.why} {when}"
         else:
             rec.state = P.EXITED if exit.clean else P.FAILED  # live -> EXITED|FAILED
             rec.why = what if exit.clean else f"{what}; {decision.why}"

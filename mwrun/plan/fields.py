@@ -11,7 +11,8 @@ import shlex
 
 import yaml
 
-from mwrun.plan.yamlread import Reader, scalar_value
+from mwrun.plan import preload as _preload
+from mwrun.plan.yamlread import Reader, _kind, scalar_value
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by mwrun for every process; a user value would silently lose or break ranks.
@@ -121,3 +122,26 @@ class FieldReader(Reader):
                 if text is not None:
                     env[key] = text
         return env
+
+    def preload(self, node, what) -> tuple[str, ...] | None:
+        """Module names to import in the zygote; ``false`` (or ``[]``) turns warm starts
+        off, ``true`` means [torch]."""
+        if isinstance(node, yaml.ScalarNode) and isinstance(scalar_value(node), bool):
+            return _preload.DEFAULT if scalar_value(node) else ()
+        if not isinstance(node, yaml.SequenceNode):
+            self.error(node, f"{what} must be a list of module names (like [torch]) or"
+                             f" false, not {_kind(node)}")
+            return None
+        modules: list[str] = []
+        for item in node.value:
+            name = self.string(item, f"{what} item")
+            if name is None:
+                continue
+            if not _preload.is_module_name(name):
+                self.error(item, f"{what}: '{name}' is not a module name (like torch or"
+                                 " numpy.linalg)")
+            elif name in modules:
+                self.error(item, f"{what}: '{name}' is listed twice")
+            else:
+                modules.append(name)
+        return tuple(modules)

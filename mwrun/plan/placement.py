@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mwrun.errors import Diagnostic, TopologyError
+from mwrun.plan import preload
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.topology import Process, Topology
 from mwrun.plan.yamlread import Pos
@@ -37,6 +38,8 @@ class ProcessPlan:
     restart_backoff: float
     replica_of: str | None = None
     hang_timeout: float = 60.0  # seconds without a heartbeat before it counts as hung
+    preload: tuple[str, ...] = ()  # what its zygote imports; (): started the ordinary way
+    start: str = "cold"  # "warm", or "cold (why)", for people
 
     @property
     def primary(self) -> str:
@@ -234,10 +237,13 @@ def _process_plan(topology, proc: Process, got, worlds, python) -> ProcessPlan:
     cmd = proc.cmd
     if python and cmd[0] in ("python", "python3"):
         cmd = (python, *cmd[1:])
+    why_cold = preload.why_cold(cmd, python, proc.preload, host.netns) if python else "no python"
     return ProcessPlan(
         name=proc.name, host=proc.host, addr=host.addr, netns=host.netns, cmd=cmd,
         cwd=proc.cwd, env=dict(proc.env), gpus=tuple(str(g) for g in got["gpus"]),
         cpus=got["cpus"], worlds=memberships, local_rank=same_host.index(proc.name),
         local_world_size=len(same_host), restart=proc.restart, max_restarts=proc.max_restarts,
         restart_backoff=proc.restart_backoff, replica_of=proc.replica_of,
-        hang_timeout=topology.hang_deadline(proc.name))
+        hang_timeout=topology.hang_deadline(proc.name),
+        preload=() if why_cold else proc.preload,
+        start=f"cold ({why_cold})" if why_cold else "warm")

@@ -17,6 +17,7 @@ import yaml
 
 from mwrun.errors import TopologyError, UsageError
 from mwrun.plan.fields import FieldReader, parse_cpus  # noqa: F401 - parse_cpus is public here
+from mwrun.plan.preload import OFF
 from mwrun.plan.yamlread import Pos, compose
 
 BACKENDS = ("gloo", "nccl")
@@ -28,11 +29,11 @@ HANG_FACTOR = 3.0
 MIN_HANG_TIMEOUT = 60.0
 DEFAULT_HOSTS_ADDR = "127.0.0.1"
 
-_TOP_KEYS = ("version", "name", "backend", "timeout", "hang_timeout", "hosts", "processes",
-             "worlds")
+_TOP_KEYS = ("version", "name", "backend", "timeout", "hang_timeout", "preload", "hosts",
+             "processes", "worlds")
 _HOST_KEYS = ("addr", "gpus", "cpus", "netns")
 _PROCESS_KEYS = ("cmd", "replicas", "host", "gpus", "cpus", "env", "cwd", "restart",
-                 "max_restarts", "restart_backoff", "hang_timeout")
+                 "max_restarts", "restart_backoff", "hang_timeout", "preload")
 _WORLD_KEYS = ("members", "backend", "timeout", "port", "on_failure")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _NAME_RULE = "a name starts with a letter or '_' and holds only letters, digits, '_', '.', '-'"
@@ -63,6 +64,7 @@ class Process:
     replica_of: str | None = None
     pos: dict[str, Pos] = field(default_factory=dict, compare=False, repr=False)
     hang_timeout: float | None = None  # None: the topology's, else hang_deadline()
+    preload: tuple[str, ...] = ()  # what its zygote imports; (): started the ordinary way
 
     @property
     def wants_gpus(self) -> bool:
@@ -143,6 +145,7 @@ class _Parser:
         timeout = self._get(top, "timeout", r.number, "timeout", positive=True) or DEFAULT_TIMEOUT
         hang_timeout = self._get(top, "hang_timeout", r.number, "hang_timeout", positive=True)
         hosts = self.hosts(top.get("hosts"))
+        self.preload = self._get(top, "preload", r.preload, "preload")
         processes = self.processes(top, hosts)
         worlds = self.worlds(top, processes, backend, timeout)
         if worlds is not None and processes is not None:
@@ -236,12 +239,14 @@ class _Parser:
         replicas = self._get(spec, "replicas", r.integer, f"{what}: replicas", minimum=1)
         hang_timeout = self._get(spec, "hang_timeout", r.number, f"{what}: hang_timeout",
                                  positive=True)
+        preload = self._get(spec, "preload", r.preload, f"{what}: preload")
         base = Process(
             name=name, cmd=tuple(cmd or ()), host=host or "", gpus=gpus if gpus is not None else (),
             cpus=cpus, env=env, cwd=os.path.normpath(os.path.join(self.folder, cwd or ".")),
             restart=restart or "never", max_restarts=3 if max_restarts is None else max_restarts,
             restart_backoff=1.0 if backoff is None else backoff, pos=pos,
-            hang_timeout=hang_timeout)
+            hang_timeout=hang_timeout,
+            preload=next((p for p in (preload, self.preload) if p is not None), OFF))
         if replicas is None:
             return [base]
         explicit = [k for k in ("gpus", "cpus") if isinstance(getattr(base, k), tuple)

@@ -1,25 +1,54 @@
 import pytest
 
-from mwrun.head.policy import BACKOFF_CAP, Exit, after_exit, backoff, stops_the_job
+from mwrun.head.policy import (
+    BACKOFF_CAP,
+    STABLE_AFTER,
+    Exit,
+    after_exit,
+    backoff,
+    crash_loop,
+    stops_the_job,
+)
 
 
-def test_backoff_doubles_and_is_capped():
-    assert [backoff(1.0, n) for n in range(4)] == [1.0, 2.0, 4.0, 8.0]
+def test_first_restart_of_a_crash_loop_is_at_once_then_doubles_capped():
+    assert [backoff(1.0, n) for n in range(5)] == [0.0, 1.0, 2.0, 4.0, 8.0]
     assert backoff(1.0, 10) == BACKOFF_CAP
     assert backoff(0.0, 3) == 0.0
 
 
-@pytest.mark.parametrize("policy, code, done, restart, delay", [
-    ("never", 1, 0, False, 0.0),
-    ("on-failure", 0, 0, False, 0.0),
-    ("on-failure", 1, 0, True, 0.5),
-    ("on-failure", -9, 1, True, 1.0),
-    ("on-failure", 1, 3, False, 0.0),
-    ("always", 0, 2, True, 2.0),
-    ("always", 0, 3, False, 0.0),
+def test_a_crash_loop_ends_once_the_process_stayed_joined_long_enough():
+    assert crash_loop(3, None, 100.0) == 3  # never joined: still looping
+    assert crash_loop(3, 99.0, 100.0) == 3  # joined, but only for a second
+    assert crash_loop(3, 100.0 - STABLE_AFTER, 100.0) == 0
+    assert crash_loop(0, 10.0, 100.0) == 0
+
+
+def test_a_healthy_worker_killed_again_and_again_restarts_at_once_every_time():
+    # Before: the fourth kill of a healthy worker waited 8 s.
+    loop, delays, now = 0, [], 0.0
+    for _ in range(4):
+        loop = crash_loop(loop, now - 60.0, now)  # up and joined for a minute each time
+        decision = after_exit("on-failure", 10, 1.0, len(delays), Exit(-9), loop)
+        delays.append(decision.delay)
+        loop += decision.restart
+        now += 60.0
+    assert delays == [0.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("policy, code, done, loop, restart, delay", [
+    ("never", 1, 0, 0, False, 0.0),
+    ("on-failure", 0, 0, 0, False, 0.0),
+    ("on-failure", 1, 0, 0, True, 0.0),
+    ("on-failure", 1, 1, 1, True, 0.5),
+    ("on-failure", -9, 2, 2, True, 1.0),
+    ("on-failure", -9, 2, 0, True, 0.0),  # restarts done count; the delay is the loop's
+    ("on-failure", 1, 3, 0, False, 0.0),
+    ("always", 0, 2, 3, True, 2.0),
+    ("always", 0, 3, 0, False, 0.0),
 ])
-def test_after_exit(policy, code, done, restart, delay):
-    decision = after_exit(policy, 3, 0.5, done, Exit(code))
+def test_after_exit(policy, code, done, loop, restart, delay):
+    decision = after_exit(policy, 3, 0.5, done, Exit(code), loop)
     assert (decision.restart, decision.delay) == (restart, delay)
 
 

@@ -5,6 +5,7 @@ import signal
 import pytest
 
 from mwrun.errors import StartError
+from mwrun.head.policy import STABLE_AFTER
 from mwrun.head.states import ProcessState as P
 from mwrun.head.states import RunState as R
 from mwrun.head.states import WorldState as W
@@ -104,10 +105,7 @@ def test_crash_isolates_the_world_and_restarts_only_the_failed_process():
     assert sup.worlds["world2"].state is W.HEALTHY  # untouched
     assert sup.procs["worker-0"].state is P.RESTARTING
     assert sup.procs["leader"].state is P.RUNNING
-    host.t += 0.5
-    sup.on_tick()
-    assert len(host.of("spawn")) == 3  # backoff of 1 s not over yet
-    host.t += 0.6
+    assert sup.deadline() == host.t  # the first restart is due at once
     sup.on_tick()
     assert host.of("spawn")[-1] == ("worker-0", {"world1": 1}, 1)
     assert sup.worlds["world1"].state is W.FORMING
@@ -121,16 +119,31 @@ def test_crash_isolates_the_world_and_restarts_only_the_failed_process():
     assert [s for s in host.of("signal")] == []  # nobody else was touched
 
 
-def test_backoff_doubles_between_restarts():
-    sup, host = make()
+def test_backoff_doubles_in_a_crash_loop_and_resets_once_stable():
+    sup, host = make(STAR.replace("max_restarts: 2", "max_restarts: 9"))
     join_all(sup)
-    for expected_delay in (1.0, 2.0):
+    for expected_delay in (0.0, 1.0, 2.0):  # crashes before it rejoins: a crash loop
         sup.on_exit("worker-1", 1)
         restart_at = sup.procs["worker-1"].restart_at
         assert restart_at - host.t == expected_delay
         host.t = restart_at
         sup.on_tick()
         assert sup.procs["worker-1"].state is P.STARTING
+    rec = sup.procs["worker-1"]
+    sup.on_world_event("worker-1", rec.pid, "world2", sup.worlds["world2"].generation, "ready")
+    leader = sup.procs["leader"]
+    sup.on_world_event("leader", leader.pid, "world2", sup.worlds["world2"].generation, "ready")
+    assert rec.state is P.RUNNING
+    host.t += 1.0  # rejoined, but not for long: still the same loop
+    sup.on_exit("worker-1", 1)
+    assert rec.restart_at - host.t == 4.0
+    host.t = rec.restart_at
+    sup.on_tick()
+    sup.on_world_event("worker-1", rec.pid, "world2", sup.worlds["world2"].generation, "ready")
+    sup.on_world_event("leader", leader.pid, "world2", sup.worlds["world2"].generation, "ready")
+    host.t += STABLE_AFTER  # up and joined long enough: the next failure is a new fault
+    sup.on_exit("worker-1", 1)
+    assert rec.restart_at == host.t and rec.why.endswith("at once")
 
 
 def test_restart_budget_exhausted_fails_the_process_closes_the_world_and_the_job():

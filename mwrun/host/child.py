@@ -1,0 +1,181 @@
+"""Inside a process forked from the zygote: become the planned process, as if fresh.
+
+What a fresh ``python script.py`` / ``python -m module`` would have and a fork does not
+is set here, in this order: its own session (before its pid is reported, so the
+supervisor's first signal reaches a real process group), CPU affinity, the signal
+dispositions and mask an exec'd interpreter starts with, stdio on the supervisor's
+pipe, only descriptors 0-2 open, the environment replaced (not merged), the cwd,
+``sys.argv``/``sys.orig_argv``/``sys.path[0]``, import caches, the random state
+(Python's ``random`` reseeded from the OS, torch's default generator seeded as a
+fresh import seeds it), a fresh ``__main__``; then the script or module runs, and an
+uncaught exception or ``SystemExit`` ends the process as the interpreter would.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import importlib
+import json
+import linecache
+import os
+import signal
+import sys
+import types
+from dataclasses import dataclass
+
+_OURS = (__file__, __file__.replace("child.py", "zygote.py"))
+
+
+@dataclass
+class Fresh:
+    """What a fresh interpreter of the zygote's kind starts from, captured once."""
+
+    path: list[str]  # sys.path without its first entry
+    own_modules: set[str]  # the zygote's own modules, not the user's to see
+    torch_rng: object
+    area: object  # title.Area or None
+
+    @classmethod
+    def capture(cls, path, preloaded: set[str], area) -> Fresh:
+        own = {m for m in sys.modules if (m == "mwrun" or m.startswith("mwrun."))
+               and not any(p == m or p.startswith(m + ".") for p in preloaded)}
+        torch = sys.modules.get("torch")
+        rng = None
+        if torch is not None:
+            # Older torch seeds every fresh process alike (this constant); newer torch
+            # seeds each from the OS: keep the state to restore, or reseed.
+            fixed = torch.initial_seed() == 67280421310721
+            rng = torch.get_rng_state() if fixed else "reseed"
+        return cls(path, own, rng, area)
+
+
+def become(request: dict, fresh: Fresh) -> None:
+    """Set up, report the pid, run the user's code; raises SystemExit at the end."""
+    report = request["report"]
+    try:
+        os.setsid()
+        if request.get("cpus") is not None:
+            os.sched_setaffinity(0, request["cpus"])
+        _signals(request.get("ignored", []), request.get("mask", []))
+        stdin, output = request["fds"]
+        for fd, target in ((stdin, 0), (output, 1), (output, 2)):
+            os.dup2(fd, target)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+    except BaseException as exc:  # reported to the supervisor, which starts it cold
+        os.write(report, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
+        os._exit(127)
+    os.write(report, json.dumps({"pid": os.getpid()}).encode())
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # a fresh process holds only stdio
+    _identity(request, fresh)
+    _reseed(fresh)
+    try:
+        _run(request["kind"], request["target"], request["args"])
+    except SystemExit:
+        raise  # the interpreter ends with its code, exactly as for a fresh process
+    except BaseException as exc:  # uncaught: reported as the interpreter does
+        exc.with_traceback(_user_frames(exc.__traceback__))  # what the hook prints
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        if isinstance(exc, KeyboardInterrupt):
+            _die_by_sigint()
+        raise SystemExit(1) from None
+    # Returning ends the interpreter normally: threads joined, atexit run, exit 0.
+
+
+def _signals(ignored: list[int], mask: list[int]) -> None:
+    """Dispositions as exec and a fresh interpreter leave them: handlers back to the
+    default, what the supervisor ignores stays ignored, Python's own three."""
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        if sig in ignored or sig in (signal.SIGPIPE, signal.SIGXFSZ):
+            handler = signal.SIG_IGN
+        elif sig == signal.SIGINT:
+            handler = signal.default_int_handler
+        else:
+            handler = signal.SIG_DFL
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(sig, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    signal.set_wakeup_fd(-1)
+
+
+def _identity(request: dict, fresh: Fresh) -> None:
+    argv, kind, target = request["argv"], request["kind"], request["target"]
+    if fresh.area is not None:
+        fresh.area.set_title(" ".join(argv))
+        fresh.area.set_environ(request["env"])
+    sys.orig_argv = list(argv)
+    if sys.flags.safe_path:
+        first = []
+    elif kind == "module":
+        first = [os.getcwd()]
+    else:
+        first = [os.path.dirname(os.path.realpath(target))]
+    sys.path[:] = first + fresh.path
+    sys.path_importer_cache.clear()
+    importlib.invalidate_caches()
+    linecache.clearcache()
+    for name in fresh.own_modules:
+        sys.modules.pop(name, None)
+
+
+def _reseed(fresh: Fresh) -> None:
+    if "random" in sys.modules:
+        sys.modules["random"].seed()  # from os.urandom, as at a fresh import
+    if isinstance(fresh.torch_rng, str):
+        sys.modules["torch"].random.default_generator.seed()
+    elif fresh.torch_rng is not None:
+        sys.modules["torch"].set_rng_state(fresh.torch_rng)
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if "torch" in sys.modules and threads.isdigit() and int(threads) > 0:
+        # OpenMP read the zygote's environment when torch loaded; a fresh process's
+        # torch would have read this one.
+        sys.modules["torch"].set_num_threads(int(threads))
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
+
+
+def _run(kind: str, target: str, args: list[str]) -> None:
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__builtins__=builtins, __annotations__={},
+                         __loader__=importlib.machinery.BuiltinImporter)
+    sys.modules["__main__"] = main
+    if kind == "module":
+        import runpy
+
+        sys.argv = ["-m", *args]
+        runpy._run_module_as_main(target, alter_argv=True)  # what python -m runs
+        return
+    path = os.path.abspath(target)
+    sys.argv = [target, *args]
+    main.__dict__.update(__file__=path, __cached__=None,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", path))
+    with open(path, "rb") as source:
+        code = compile(source.read(), path, "exec", dont_inherit=True)
+    exec(code, main.__dict__)
+
+
+def _user_frames(tb):
+    """The traceback without the frames of this module (a fresh process has none)."""
+    while tb is not None and tb.tb_frame.f_code.co_filename in _OURS:
+        tb = tb.tb_next
+    return tb
+
+
+def _die_by_sigint() -> None:
+    """An uncaught KeyboardInterrupt ends a fresh interpreter by SIGINT, after its
+    normal shutdown."""
+    import atexit
+    import threading
+
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)

@@ -1,0 +1,146 @@
+"""The zygote: a process that imports the ``preload`` modules once and forks on request.
+
+Started by ``host/warm.py`` as ``python -c BOOT FD MODULES PAD`` with the environment
+its children share, it imports the modules, says ``ready`` on the socket FD (a
+SOCK_SEQPACKET pair) and then serves fork requests, one JSON message each, with the
+child's stdin and stdout descriptors attached (SCM_RIGHTS).
+
+Each request is checked first: a process that has a second thread or an initialised
+CUDA cannot fork safely, so the zygote answers ``cold`` (the supervisor then starts the
+process the ordinary way) instead of forking. Otherwise it forks twice: the middle
+process exits at once, so the child is re-parented to the supervisor (a child
+subreaper), which waits for it exactly as for a process it started itself; the zygote
+never holds a child. The child makes itself the planned process (child.py) and
+reports its pid on a pipe only once it leads its own session, so the supervisor never
+signals a process group that does not exist yet.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import gc
+import importlib
+import json
+import os
+import socket
+import sys
+import threading
+
+MAX_FDS = 4
+PAD_VAR = "MWRUN_ZYGOTE_PAD"  # room for the children's environments in /proc/PID/environ
+
+
+def send(sock: socket.socket, message: dict, fds=()) -> None:
+    data = json.dumps(message).encode()
+    if fds:
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        sock.send(data)
+
+
+def receive(sock: socket.socket) -> tuple[dict | None, list[int]]:
+    """One message and the descriptors that came with it; (None, []) at end of file."""
+    fds = array.array("i")
+    data, ancdata, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * fds.itemsize))
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    return json.loads(data), list(fds)
+
+
+def unsafe_to_fork() -> str | None:
+    """Why forking now would give a broken child (threads, CUDA), or None."""
+    if threading.active_count() > 1:
+        return f"{threading.active_count() - 1} Python thread(s) running"
+    tasks = len(os.listdir("/proc/self/task"))
+    if tasks > 1:
+        return f"{tasks - 1} native thread(s) running"
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_initialized():
+        return "CUDA is initialised"
+    return None
+
+
+def main() -> None:
+    fd, modules = int(sys.argv[1]), [m for m in sys.argv[2].split(",") if m]
+    from mwrun.host import child, title
+
+    base_path = list(sys.path) if sys.flags.safe_path else sys.path[1:]  # drop -c's ''
+    os.environ.pop(PAD_VAR, None)
+    area = title.Area.of_self()
+    if area is not None:
+        area.set_title(f"mwrun zygote (preload {','.join(modules) or 'nothing'})")
+    sock = socket.socket(fileno=fd)
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    except BaseException as exc:  # any failure is reported, then we end
+        send(sock, {"failed": f"import {name}: {type(exc).__name__}: {exc}"})
+        return
+    # Objects the children inherit stay out of their garbage collections: a collection
+    # writes to every object it visits, which would copy the zygote's pages into each.
+    gc.collect()
+    gc.freeze()
+    state = child.Fresh.capture(base_path, set(modules), area)
+    send(sock, {"ready": os.getpid()})
+    request = serve(sock)
+    if request is not None:  # only in a forked child, with the zygote's loop left behind
+        child.become(request, state)
+
+
+def serve(sock: socket.socket):
+    """Answer requests until the supervisor closes the socket; returns the request in
+    a forked child, None in the zygote."""
+    while True:
+        try:
+            message, fds = receive(sock)
+        except ConnectionResetError:
+            return None
+        if message is None:
+            return None
+        reason = unsafe_to_fork()
+        if reason is not None:
+            for fd in fds:
+                os.close(fd)
+            send(sock, {"cold": reason})
+            continue
+        in_child, result = fork(sock, message, fds)
+        if in_child:
+            return result
+        send(sock, result)
+
+
+def fork(sock: socket.socket, message: dict, fds: list[int]):
+    """Fork the child (through a middle process); the reply in the zygote, the request
+    (with its descriptors and the pid pipe) in the child."""
+    read, write = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            pid = os.fork()
+        except BaseException:  # no child: the zygote reads end of file
+            os._exit(1)
+        if pid != 0:
+            os._exit(0)  # the middle process: its exit hands the child to the supervisor
+        os.close(read)
+        sock.detach()  # the child closes every inherited descriptor by number
+        return True, {**message, "fds": fds, "report": write}
+    os.close(write)
+    for fd in fds:
+        os.close(fd)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(middle, 0)  # once it is gone the child belongs to the supervisor
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    try:
+        return False, json.loads(data)
+    except ValueError:
+        return False, {"error": "the forked child ended before it was set up"}

@@ -1,0 +1,5 @@
+"""A module that starts a thread when imported: a zygote that preloads it cannot fork."""
+
+import threading
+
+threading.Thread(target=threading.Event().wait, daemon=True).start()
