@@ -61,6 +61,7 @@ class Agents:
     def attach(self, selector: selectors.BaseSelector) -> None:
         self.selector = selector
         for link in self.links.values():
+            link.heard = time.monotonic()  # the bring-up was no silence of theirs
             self._watch(link)
 
     def _watch(self, link: AgentLink) -> None:
@@ -204,7 +205,7 @@ class Agents:
                 self.loop.remote_lost(name, f"host {link.name} lost")
 
     def _drop(self, link: AgentLink) -> None:
-        for fd in (link.out_fd, link.err_fd) if link.popen else ():
+        for fd in (link.out_fd, link.err_fd):
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(fd)
         link.close()
@@ -226,12 +227,20 @@ class Agents:
         self.links[link.name] = fresh
         self._watch(fresh)
 
+    def refresh_usage(self) -> None:
+        for handle in self.handles.values():
+            self.send(handle.host, "probe", name=handle.name)
+
+    def pids(self) -> dict[str, int]:
+        return {name: link.hello.get("pid") for name, link in self.links.items()
+                if link.hello and link.state == "up"}
+
     def states(self) -> dict[str, str]:
         return {name: link.state for name, link in self.links.items()}
 
     def close(self) -> None:
         for link in self.links.values():
-            for fd in (link.out_fd, link.err_fd) if link.popen else ():
-                with contextlib.suppress(KeyError, ValueError, AttributeError):
+            for fd in (link.out_fd, link.err_fd):
+                with contextlib.suppress(KeyError, ValueError):
                     self.selector.unregister(fd)
             link.close()

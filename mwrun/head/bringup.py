@@ -17,16 +17,40 @@ import time
 from dataclasses import asdict
 
 from mwrun.errors import RunError, TopologyError
-from mwrun.head import rundir
+from mwrun.head import remote, rundir
 from mwrun.head.console import Printer
 from mwrun.plan import inventory, placement, ports, topology
 from mwrun.terminal import seconds, use_colour
 
 
-def plan_for_launch(path: str):
-    """(topology, plan, listening socket per world) ready to start, or TopologyError."""
+def plan_for_launch(path: str, run_id: str | None = None, connect: bool = True,
+                    progress=None):
+    """(topology, plan, listening socket per world, agent links, run id) ready to
+    start, or TopologyError / RunError. With ``connect``, remote hosts' agents are
+    started first (in parallel), and placement uses what each host reports."""
     topo = topology.load(path)
+    run_id = run_id or rundir.new_run_id(topo.name)
     inv = inventory.inventory(topo)
+    links = {}
+    if connect and any(h.remote for h in topo.hosts.values()):
+        links = remote.links_for(topo, run_id)
+        remote.connect_all(list(links.values()), progress=progress)
+        try:
+            inv.update(remote.reported_inventory(topo, links))
+        except TopologyError:
+            for link in links.values():
+                link.close()
+            raise
+    try:
+        topo, plan, listeners = _place_and_bind(topo, inv)
+    except BaseException:
+        for link in links.values():
+            link.close()
+        raise
+    return topo, plan, listeners, links, run_id
+
+
+def _place_and_bind(topo, inv):
     bound: dict[int, socket.socket] = {}
 
     def choose(addr: str, taken: set[int]) -> int:
@@ -42,10 +66,10 @@ def plan_for_launch(path: str):
         raise
     errors = []
     for proc in topo.processes.values():
-        if not inv[proc.host].local:
+        if not inv[proc.host].local and not topo.hosts[proc.host].remote:
             errors.append(proc.pos.get("host", proc.pos["name"]).diagnostic(
-                f"process '{proc.name}': host '{proc.host}' is not this machine; mwrun launch"
-                " starts processes on this machine (and in its network namespaces: netns:)"))
+                f"process '{proc.name}': host '{proc.host}' is not this machine; give the"
+                " host 'ssh: [user@]host[:port]' (or launcher: slurm) so mwrun can reach it"))
     listeners = {}
     for name, world in plan.worlds.items():
         if world.port in bound:
@@ -79,9 +103,13 @@ def _bind(addr: str, port: int) -> socket.socket:
 def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
         existing_dir: bool = False) -> int:
     """Launch in this process and supervise until the job ends; returns the exit status."""
-    _, plan, listeners = plan_for_launch(path)
+    def progress(text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            stream.write(f"mwrun | {text}\n")
+            stream.flush()
+
+    topo, plan, listeners, links, run_id = plan_for_launch(path, run_id, progress=progress)
     try:
-        run_id = run_id or rundir.new_run_id(plan.name)
         run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id)
         shutil.copyfile(path, run_dir / "topology.yaml")
         rundir.write_json(run_dir / "plan.json", asdict(plan))
@@ -96,11 +124,18 @@ def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
     except BaseException:
         for sock in listeners.values():
             sock.close()
+        for link in links.values():
+            link.close()
         raise
+    from mwrun.head.agents import Agents
     from mwrun.head.loop import Loop
 
+    topo_hosts = [(name, host.addr) for name, host in topo.hosts.items()]
     loop = Loop(plan, run_id, run_dir, stores, printer, grace,
-                    str(rundir.control_path(run_id)))
+                str(rundir.control_path(run_id)), Agents(links, None) if links else None,
+                topo_hosts)
+    if loop.agents is not None:
+        loop.agents.loop = loop
     try:
         code = loop.run()
     finally:
@@ -122,10 +157,10 @@ def _summary(printer: Printer, loop) -> None:
 
 def detach(path: str, run_id: str | None, grace: float) -> str:
     """Start the supervisor in the background; return once it runs (or say why not)."""
-    _, plan, listeners = plan_for_launch(path)  # every mistake shows here, in the terminal
+    # Every mistake shows here, in the terminal; remote hosts are reached by the child.
+    _, _, listeners, _, run_id = plan_for_launch(path, run_id, connect=False)
     for sock in listeners.values():
         sock.close()
-    run_id = run_id or rundir.new_run_id(plan.name)
     run_dir = rundir.create(run_id)
     log = open(run_dir / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
     with log:

@@ -31,7 +31,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 class Loop:
     def __init__(self, plan, run_id: str, run_dir, stores, printer: Printer, grace: float,
-                 control_path: str):
+                 control_path: str, agents=None, hosts: list | None = None):
         self.plan = plan
         self.run_id = run_id
         self.run_dir = run_dir
@@ -47,6 +47,8 @@ class Loop:
         self.signals: list[int] = []
         self.saved: tuple | None = None
         self.next_tick = 0.0
+        self.agents = agents  # head.agents.Agents: the remote hosts' hands, if any
+        self.hosts = hosts or []  # the status document's host entries (name, addr)
         self.supervisor = Supervisor(plan, self, grace)
         self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.host.watchdog"],
                                          stdin=subprocess.PIPE, text=True,
@@ -62,6 +64,8 @@ class Loop:
 
     def spawn(self, name: str, generations: dict, restarts: int) -> int:
         proc = self.plan.processes[name]
+        if self.agents is not None and proc.host in self.agents.hosts():
+            return self._spawn_remote(name, generations, restarts)
         env = environment.process_env(self.plan, name, os.environ, run_id=self.run_id,
                                       control=self.control_path, generations=generations,
                                       restart_count=restarts)
@@ -73,6 +77,32 @@ class Loop:
         self.selector.register(handle.output_fd, selectors.EVENT_READ,
                                (self._drain, handle.output_fd))
         return handle.pid
+
+    def _spawn_remote(self, name: str, generations: dict, restarts: int) -> int:
+        """The same process, started by its host's agent: the environment is ours
+        over the remote host's own (its PATH, HOME), not the head's."""
+        proc = self.plan.processes[name]
+        link = self.agents.links[proc.host]
+        control_path = link.hello["control"] if link.hello else ""
+        env = environment.process_env(self.plan, name, {}, run_id=self.run_id,
+                                      control=control_path, generations=generations,
+                                      restart_count=restarts)
+        handle = self.agents.spawn(proc.host, name, proc.cmd, env, proc.cwd, proc.cpus,
+                                   environment.OWNED + environment.OWNED_MWRUN,
+                                   environment.OWNED_PREFIXES)
+        self.handles[name] = handle
+        return handle.pid
+
+    def reachable(self, name: str) -> bool:
+        """Whether the process's host can start it now (a lost host cannot)."""
+        host = self.plan.processes[name].host
+        return self.agents is None or host not in self.agents.hosts() or self.agents.up(host)
+
+    def remote_exited(self, name: str, code: int) -> None:
+        self.supervisor.on_exit(name, code)
+
+    def remote_lost(self, name: str, reason: str) -> None:
+        self.supervisor.on_lost(name, reason)
 
     def signal(self, name: str, sig: int) -> None:
         handle = self.handles.get(name)
@@ -104,6 +134,8 @@ class Loop:
         wake_read.setblocking(False)
         wake_write.setblocking(False)
         self.selector.register(wake_read, selectors.EVENT_READ, (self._signalled, wake_read))
+        if self.agents is not None:
+            self.agents.attach(self.selector)
         old_wakeup = signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
         old_handlers = {s: signal.signal(s, self._record_signal) for s in STOP_SIGNALS}
         try:
@@ -126,8 +158,12 @@ class Loop:
         for key, _ in self.selector.select(max(due - time.monotonic(), 0.0)):
             callback, arg = key.data
             callback(arg)
+        if self.agents is not None:
+            self.agents.handle_pending()  # frames read while awaiting an answer
         now = time.monotonic()
         if now >= due:
+            if self.agents is not None:
+                self.agents.tick(now)
             self.supervisor.on_tick()
             if now >= self.next_tick:
                 self.next_tick = now + TICK
@@ -212,7 +248,13 @@ class Loop:
             self.selector.unregister(handle.output_fd)
             handle.close_output()
         self.lines.clear()
+        if self.agents is not None:
+            self.agents.close()  # an agent told to stop kills what it still runs
         for name, handle in self.handles.items():
+            if not hasattr(handle, "popen"):  # remote: its agent has ended it
+                code = handle.returncode()
+                self.supervisor.on_exit(name, -signal.SIGKILL if code is None else code)
+                continue
             if handle.returncode() is None:  # only after an exception in the loop
                 handle.signal(signal.SIGKILL)
                 handle.popen.wait()
@@ -236,6 +278,8 @@ class Loop:
         now = time.monotonic()
         if fresh_usage or now - self.usage_at >= USAGE_EVERY:
             self.usage_at = now
+            if self.agents is not None:
+                self.agents.refresh_usage()  # answers arrive for the next document
             self.usage = {name: self.handles[name].usage() for name, rec in sup.procs.items()
                           if rec.state.alive and name in self.handles}
         processes = []
@@ -257,15 +301,22 @@ class Loop:
                 "supervisor_pid": os.getpid(), "started_at": self.started_at,
                 "topology": str(self.run_dir / "topology.yaml"), "control": self.control_path,
                 "exit_code": sup.exit_code if sup.finished else None,
-                "processes": processes, "worlds": worlds}
+                "processes": processes, "worlds": worlds, "hosts": self._hosts()}
+
+    def _hosts(self) -> list[dict]:
+        states = self.agents.states() if self.agents is not None else {}
+        pids = self.agents.pids() if self.agents is not None else {}
+        return [{"name": name, "addr": addr, "state": states.get(name, "local"),
+                 "agent_pid": pids.get(name)} for name, addr in self.hosts]
 
     def _save(self) -> None:
         """Write state.json when a state changed (a heartbeat changes none) or the
         usage readings are due; building the document for every event would cost
         the supervisor more than everything else it does."""
-        key = (self.supervisor.signature(), self.usage_at)
+        key = (self.supervisor.signature(), self.usage_at,
+               tuple(sorted(self.agents.states().items())) if self.agents else ())
         if key == self.saved and time.monotonic() - self.usage_at < USAGE_EVERY:
             return
         doc = self.document()
         rundir.write_json(self.run_dir / "state.json", doc)
-        self.saved = (self.supervisor.signature(), self.usage_at)
+        self.saved = (key[0], self.usage_at, key[2])

@@ -10,16 +10,19 @@ into one line naming the host and the missing piece.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import selectors
 import shlex
 import signal
 import subprocess
+import sys
 import time
 
 from mwrun import __version__
-from mwrun.errors import RunError
+from mwrun.errors import RunError, TopologyError
 from mwrun.host import frames
+from mwrun.plan.inventory import HostInventory
 
 CONNECT_TIMEOUT = 30.0  # seconds for ssh and the agent's hello, per host (in parallel)
 READ_SLICE = 1 << 20
@@ -52,22 +55,15 @@ class AgentLink:
         self.stderr = b""
         self.heard = time.monotonic()
         self.popen: subprocess.Popen | None = None
+        self.out_fd = self.err_fd = -1  # once started
 
     def start(self) -> None:
         self.popen = subprocess.Popen(self.argv, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       start_new_session=True)
-        for fd in (self.popen.stdout.fileno(), self.popen.stderr.fileno(),
-                   self.popen.stdin.fileno()):
+        self.out_fd, self.err_fd = self.popen.stdout.fileno(), self.popen.stderr.fileno()
+        for fd in (self.out_fd, self.err_fd, self.popen.stdin.fileno()):
             os.set_blocking(fd, False)
-
-    @property
-    def out_fd(self) -> int:
-        return self.popen.stdout.fileno()
-
-    @property
-    def err_fd(self) -> int:
-        return self.popen.stderr.fileno()
 
     def read(self) -> list[dict] | None:
         """Frames that arrived; None once the link is closed."""
@@ -118,6 +114,7 @@ class AgentLink:
             self.popen.wait()
         for pipe in (self.popen.stdout, self.popen.stderr):
             pipe.close()
+        self.state = "lost" if self.state == "up" else self.state
 
     def failure(self) -> str:
         """Why the link did not come up, in one line a user can act on."""
@@ -212,3 +209,40 @@ def connect_all(links: list[AgentLink], timeout: float = CONNECT_TIMEOUT,
             link.close()
         raise RunError("cannot start on every host; nothing was started:\n" + "\n".join(
             f"  host {name}: {why}" for name, why in sorted(problems.items())))
+
+
+def control_path(run_id: str, host: str) -> str:
+    """Where a remote host's processes reach its agent: short (sun_path), per run and
+    host (namespaces on one machine share /tmp)."""
+    digest = hashlib.sha1(f"{run_id}/{host}".encode()).hexdigest()[:16]
+    return f"/tmp/mwrun-agent-{digest}/control.sock"
+
+
+def links_for(topo, run_id: str) -> dict[str, AgentLink]:
+    """An agent link for every host reached over ssh (not yet started)."""
+    links = {}
+    for name, host in topo.hosts.items():
+        if host.ssh is None:
+            continue
+        python = host.python or sys.executable
+        argv = ssh_argv(host.ssh, host.ssh_options, python, name, control_path(run_id, name))
+        links[name] = AgentLink(name, argv, python)
+    return links
+
+
+def reported_inventory(topo, links: dict[str, AgentLink]) -> dict[str, HostInventory]:
+    """What each remote host has, as its agent reported; a stated count more than it
+    has is a positioned error."""
+    inv, errors = {}, []
+    for name, link in links.items():
+        host, facts = topo.hosts[name], link.hello["inventory"]
+        cpus, gpus = tuple(facts["cpus"]), tuple(str(g) for g in facts["gpus"])
+        for kind, stated, have in (("gpus", host.gpus, gpus), ("cpus", host.cpus, cpus)):
+            if stated is not None and stated > len(have):
+                errors.append(host.pos.diagnostic(
+                    f"host '{name}': {kind}: {stated}, but {name} reports {len(have)}"))
+        inv[name] = HostInventory(False, cpus[:host.cpus] if host.cpus else cpus,
+                                  gpus[:host.gpus] if host.gpus is not None else gpus)
+    if errors:
+        raise TopologyError(errors)
+    return inv

@@ -55,7 +55,7 @@ class Agent:
         self.outbox = frames.Outbox()
         self.children: dict[str, Child] = {}
         self.selector = selectors.DefaultSelector()
-        self.heard = clock()
+        self.heard: float | None = None  # silence counts from the head's first frame
         self.beat_due = 0.0
         self.done = False
         self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.host.watchdog"],
@@ -223,7 +223,7 @@ class Agent:
         try:
             while not self.done:
                 now = self.clock()
-                if now - self.heard > self.silence:
+                if self.heard is not None and now - self.heard > self.silence:
                     break  # the head went silent: take it for gone
                 if now >= self.beat_due:
                     self.send("beat")
@@ -243,7 +243,8 @@ class Agent:
             with contextlib.suppress(KeyError):
                 self.selector.register(self.link_out, selectors.EVENT_WRITE, (lambda _: None,
                                                                             None))
-        due = min(self.beat_due, self.heard + self.silence)
+        due = self.beat_due if self.heard is None else min(self.beat_due,
+                                                           self.heard + self.silence)
         for key, _ in self.selector.select(max(0.0, min(due - now, frames.BEAT))):
             callback, arg = key.data
             callback(arg)

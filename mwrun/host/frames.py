@@ -11,7 +11,8 @@ Agent -> head: ``hello {protocol, version, host, inventory}``, ``spawned {name, 
 code}``, ``probed {name, status, cpu, rss}``, ``beat`` (every ``BEAT`` seconds).
 Head -> agent: ``spawn {name, argv, env, cwd, cpus}``, ``signal {name, signal}``,
 ``probe {name}``, ``beat``, ``stop`` (kill everything, then exit).
-Either side that hears nothing for ``SILENCE`` seconds takes the other for gone.
+Either side that hears nothing for ``SILENCE`` seconds takes the other for gone (the
+agent counts from the head's first frame: the head starts talking once its loop runs).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import struct
 
 PROTOCOL = 1
 BEAT = 0.5  # seconds between beats on an idle link
-SILENCE = 1.5  # no frame for this long: the other side is gone
+# No frame for this long: the other side is gone. A closed link is seen at once; this
+# is for a head or host that is stopped or cut off, and must outlast a busy moment.
+SILENCE = 5.0
 MAX_FRAME = 16 * 2**20
 _HEADER = struct.Struct(">I")
 

@@ -215,8 +215,8 @@ def _process_plan(topology, proc: Process, got, worlds, python) -> ProcessPlan:
     same_host = [m for m in primary.members if topology.processes[m].host == proc.host]
     host = topology.hosts[proc.host]
     cmd = proc.cmd
-    if python and cmd[0] in ("python", "python3"):
-        cmd = (python, *cmd[1:])
+    if (python or host.python) and cmd[0] in ("python", "python3"):
+        cmd = (host.python or python, *cmd[1:])  # a remote host's own interpreter
     return ProcessPlan(
         name=proc.name, host=proc.host, addr=host.addr, netns=host.netns, cmd=cmd,
         cwd=proc.cwd, env=dict(proc.env), gpus=tuple(str(g) for g in got["gpus"]),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import sys
 
 import psutil
@@ -10,7 +12,9 @@ import pytest
 
 from mwrun.errors import RunError
 from mwrun.head import remote
+from tests.helpers import BIN
 from tests.integration import testbed
+from tests.integration.jobs import cli, expect, launch, proc_state, status, wait_for, wait_status
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(testbed.missing() is not None,
@@ -64,3 +68,82 @@ def test_every_failing_host_is_named_with_its_reason(tmp_path):
         assert "host fine" not in said
         for link in links:  # nothing left running, the good host's agent included
             assert link.popen.poll() is not None
+
+
+def star_topology(tmp_path, head_addr: str, nodes: list[testbed.Node], **worker) -> str:
+    hosts = [f"  head: {{addr: {head_addr}}}"]
+    for i, node in enumerate(nodes, 1):
+        hosts.append(f"  node{i}: {{addr: {node.addr}, ssh: '{node.ssh}',"
+                     f" ssh_options: {json.dumps(node.ssh_options())}}}")
+    procs = [f"  leader: {{cmd: [{sys.executable}, {BIN / 'hub.py'}], host: head}}"]
+    worlds = []
+    extra = "".join(f", {k}: {v}" for k, v in worker.items())
+    for i in range(1, len(nodes) + 1):
+        procs.append(f"  worker-{i}: {{cmd: [{sys.executable}, {BIN / 'spoke.py'}],"
+                     f" host: node{i}{extra}}}")
+        worlds.append(f"  world{i}: {{members: [leader, worker-{i}]}}")
+    path = tmp_path / "ssh.yaml"
+    path.write_text("version: 1\nname: sshstar\ntimeout: 10\nhosts:\n" + "\n".join(hosts)
+                    + "\nprocesses:\n" + "\n".join(procs) + "\nworlds:\n" + "\n".join(worlds)
+                    + "\n")
+    return str(path)
+
+
+def on_node(pid: int, node: testbed.Node) -> bool:
+    return os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{node.ns}").st_ino
+
+
+def test_a_star_across_two_ssh_hosts_survives_a_remote_kill(procs, home, tmp_path):
+    with testbed.node(tmp_path) as n1, testbed.node(tmp_path) as n2:
+        topology = star_topology(tmp_path, n1.head_addr, [n1, n2], restart="on-failure",
+                                 restart_backoff=0.2)
+        job = launch(procs, home, topology)
+        expect(job, "leader", "recv", world="world1", timeout=60)
+        expect(job, "leader", "recv", world="world2", timeout=60)
+        doc = status(home)
+        hosts = {h["name"]: h for h in doc["hosts"]}
+        assert hosts["head"]["state"] == "local"
+        assert hosts["node1"]["state"] == hosts["node2"]["state"] == "up"
+        w1 = proc_state(doc, "worker-1")
+        assert on_node(w1["pid"], n1) and w1["host"] == "node1"
+        assert on_node(proc_state(doc, "worker-2")["pid"], n2)
+        killed = cli(home, "kill-world", "world1", check=True).stdout
+        assert f"sent SIGKILL to worker-1 (pid {w1['pid']}" in killed
+        broken = expect(job, "leader", "broken", world="world1")
+        assert broken["reason"] == "worker-1 was killed by SIGKILL"
+        expect(job, "leader", "rejoined", world="world1", timeout=60)
+        expect(job, "leader", "recv", world="world2")  # the other world never stopped
+        doc = status(home)
+        assert proc_state(doc, "worker-1")["restarts"] == 1
+        assert proc_state(doc, "worker-2")["restarts"] == 0
+        assert proc_state(doc, "leader")["restarts"] == 0
+        logs = cli(home, "logs", "worker-1", check=True)
+        assert logs.returncode == 0
+        cli(home, "stop", check=True)
+        assert job.wait(timeout=60) == 0
+
+
+@pytest.mark.parametrize("victim", ["head", "agent"])
+def test_sigkill_of_head_or_agent_leaves_no_remote_process(procs, home, tmp_path, victim):
+    with testbed.node(tmp_path) as n1:
+        topology = star_topology(tmp_path, n1.head_addr, [n1])
+        job = launch(procs, home, topology)
+        expect(job, "leader", "recv", world="world1", timeout=60)
+        doc = status(home)
+        worker = proc_state(doc, "worker-1")["pid"]
+        agent = next(h for h in doc["hosts"] if h["name"] == "node1")["agent_pid"]
+        if victim == "head":
+            os.kill(doc["supervisor_pid"], signal.SIGKILL)
+        else:
+            os.kill(agent, signal.SIGKILL)
+            broken = expect(job, "leader", "broken", world="world1")
+            assert broken["reason"] in ("worker-1 failed: host node1 lost",
+                                        "worker-1 was killed by SIGKILL")
+        wait_for(lambda: not psutil.pid_exists(worker) or
+                 psutil.Process(worker).status() == psutil.STATUS_ZOMBIE, timeout=10,
+                 what="the remote worker to be gone")
+        if victim == "agent":
+            doc = wait_status(home, lambda d: proc_state(d, "worker-1")["state"] in
+                              ("failed", "restarting", "exited"), "worker-1 to fail")
+            cli(home, "stop", check=True)
+        job.wait(timeout=60)

@@ -71,6 +71,8 @@ def node(tmp: Path, with_sshd: bool = True):
         _ip("-n", ns, "addr", "add", f"{subnet}.2/24", "dev", inside)
         _ip("-n", ns, "link", "set", inside, "up")
         _ip("-n", ns, "link", "set", "lo", "up")
+        # Through this machine, a node reaches the head's address on any other link.
+        _ip("-n", ns, "route", "add", "default", "via", f"{subnet}.1")
         if with_sshd:
             _start_sshd(made, tmp / ns)
         yield made
