@@ -11,7 +11,10 @@ which breaks their worlds at once, and the head keeps trying to reach the host a
 from __future__ import annotations
 
 import contextlib
+import os
 import selectors
+import signal
+import subprocess
 import time
 
 from mwrun.errors import StartError
@@ -54,6 +57,7 @@ class Agents:
         self.handles: dict[str, RemoteHandle] = {}
         self.retry_at: dict[str, float] = {}
         self.retries: dict[str, int] = {}
+        self.srun = None  # under Slurm: the one srun that started every agent
 
     def hosts(self) -> set[str]:
         return set(self.links)
@@ -66,7 +70,8 @@ class Agents:
 
     def _watch(self, link: AgentLink) -> None:
         self.selector.register(link.out_fd, selectors.EVENT_READ, (self._readable, link))
-        self.selector.register(link.err_fd, selectors.EVENT_READ, (self._stderr, link))
+        if link.err_fd >= 0:  # an ssh link: what ssh and the remote python say
+            self.selector.register(link.err_fd, selectors.EVENT_READ, (self._stderr, link))
 
     def up(self, host: str) -> bool:
         return self.links[host].state == "up"
@@ -216,6 +221,9 @@ class Agents:
                                                           RECONNECT_CAP)
 
     def _reconnect(self, link: AgentLink) -> None:
+        if not link.argv:  # an agent srun started: it does not come back by itself
+            self.retry_at[link.name] = float("inf")
+            return
         fresh = AgentLink(link.name, link.argv, link.python)
         try:
             fresh.start()
@@ -244,3 +252,11 @@ class Agents:
                 with contextlib.suppress(KeyError, ValueError):
                     self.selector.unregister(fd)
             link.close()
+        if self.srun is not None:
+            try:
+                self.srun.wait(timeout=5)  # its agents have been told to stop
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.srun.pid, signal.SIGKILL)
+                self.srun.wait()
+            self.srun.stderr.close()

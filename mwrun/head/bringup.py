@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict
 
 from mwrun.errors import RunError, TopologyError
-from mwrun.head import remote, rundir
+from mwrun.head import remote, rundir, slurm
 from mwrun.head.console import Printer
 from mwrun.plan import inventory, placement, ports, topology
 from mwrun.terminal import seconds, use_colour
@@ -30,24 +30,26 @@ def plan_for_launch(path: str, run_id: str | None = None, connect: bool = True,
     started first (in parallel), and placement uses what each host reports."""
     topo = topology.load(path)
     run_id = run_id or rundir.new_run_id(topo.name)
+    mapping = None
+    if topo.launcher == "slurm":
+        topo, mapping = slurm.assign(topo, slurm.allocation())
     inv = inventory.inventory(topo)
-    links = {}
-    if connect and any(h.remote for h in topo.hosts.values()):
+    links, srun = {}, None
+    if connect and mapping is not None:
+        links, srun = slurm.connect(topo, mapping, run_id, progress)
+    elif connect and any(h.remote for h in topo.hosts.values()):
         links = remote.links_for(topo, run_id)
         remote.connect_all(list(links.values()), progress=progress)
-        try:
-            inv.update(remote.reported_inventory(topo, links))
-        except TopologyError:
-            for link in links.values():
-                link.close()
-            raise
     try:
+        inv.update(remote.reported_inventory(topo, links, inv))
         topo, plan, listeners = _place_and_bind(topo, inv)
     except BaseException:
         for link in links.values():
             link.close()
+        if srun is not None:
+            slurm.end(srun)
         raise
-    return topo, plan, listeners, links, run_id
+    return topo, plan, listeners, (links, srun), run_id
 
 
 def _place_and_bind(topo, inv):
@@ -108,7 +110,8 @@ def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
             stream.write(f"mwrun | {text}\n")
             stream.flush()
 
-    topo, plan, listeners, links, run_id = plan_for_launch(path, run_id, progress=progress)
+    topo, plan, listeners, (links, srun), run_id = plan_for_launch(path, run_id,
+                                                                   progress=progress)
     try:
         run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id)
         shutil.copyfile(path, run_dir / "topology.yaml")
@@ -126,6 +129,8 @@ def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
             sock.close()
         for link in links.values():
             link.close()
+        if srun is not None:
+            slurm.end(srun)
         raise
     from mwrun.head.agents import Agents
     from mwrun.head.loop import Loop
@@ -135,7 +140,7 @@ def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
                 str(rundir.control_path(run_id)), Agents(links, None) if links else None,
                 topo_hosts)
     if loop.agents is not None:
-        loop.agents.loop = loop
+        loop.agents.loop, loop.agents.srun = loop, srun
     try:
         code = loop.run()
     finally:

@@ -230,7 +230,8 @@ def links_for(topo, run_id: str) -> dict[str, AgentLink]:
     return links
 
 
-def reported_inventory(topo, links: dict[str, AgentLink]) -> dict[str, HostInventory]:
+def reported_inventory(topo, links: dict[str, AgentLink],
+                       known: dict[str, HostInventory]) -> dict[str, HostInventory]:
     """What each remote host has, as its agent reported; a stated count more than it
     has is a positioned error."""
     inv, errors = {}, []
@@ -241,7 +242,7 @@ def reported_inventory(topo, links: dict[str, AgentLink]) -> dict[str, HostInven
             if stated is not None and stated > len(have):
                 errors.append(host.pos.diagnostic(
                     f"host '{name}': {kind}: {stated}, but {name} reports {len(have)}"))
-        inv[name] = HostInventory(False, cpus[:host.cpus] if host.cpus else cpus,
+        inv[name] = HostInventory(known[name].local, cpus[:host.cpus] if host.cpus else cpus,
                                   gpus[:host.gpus] if host.gpus is not None else gpus)
     if errors:
         raise TopologyError(errors)

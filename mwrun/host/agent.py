@@ -239,16 +239,20 @@ class Agent:
         return 0
 
     def _wait(self, now: float) -> None:
-        if self.outbox.size:
-            with contextlib.suppress(KeyError):
-                self.selector.register(self.link_out, selectors.EVENT_WRITE, (lambda _: None,
-                                                                            None))
+        # Wake when the link can take more, while there is more to send (over TCP the
+        # link is one descriptor both ways).
+        events = selectors.EVENT_WRITE if self.outbox.size else 0
+        if self.link_out == self.link_in:
+            self.selector.modify(self.link_in, selectors.EVENT_READ | events,
+                                 (self._from_head, None))
+        elif events:
+            self.selector.register(self.link_out, events, (lambda _: None, None))
         due = self.beat_due if self.heard is None else min(self.beat_due,
                                                            self.heard + self.silence)
         for key, _ in self.selector.select(max(0.0, min(due - now, frames.BEAT))):
             callback, arg = key.data
             callback(arg)
-        with contextlib.suppress(KeyError):
+        if events and self.link_out != self.link_in:
             self.selector.unregister(self.link_out)
 
     def _write(self, data: bytes) -> int:
@@ -298,14 +302,39 @@ def _listen(path: str) -> socket.socket:
     return sock
 
 
-def main(host: str, control_path: str) -> int:
-    """Serve the link on stdin/stdout. Our own stray output must never reach the link,
-    so stdout becomes stderr for everything but the frames."""
+def main(host: str | None, control_path: str, connect: str | None = None) -> int:
+    """Serve the link: stdin/stdout (ssh), or a TCP connection to the head (Slurm),
+    proven with the run's secret. Our own stray output must never reach the link, so
+    stdout becomes stderr for everything but the frames."""
     link_out = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)  # the link's fate decides, nothing else
-    agent = Agent(0, link_out, control_path)
-    agent.hello(host)
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    control_path = control_path.replace("{node}", node)
+    if connect is None:
+        agent = Agent(0, link_out, control_path)
+        agent.hello(host or node)
+        return agent.run()
+    secret = os.environ.pop("MWRUN_AGENT_SECRET", "")  # never handed to a child
+    addr, _, port = connect.rpartition(":")
+    sock = socket.create_connection((addr.strip("[]"), int(port)), timeout=30)
+    challenge = _first_frame(sock)
+    sock.setblocking(True)
+    fd = sock.detach()
+    agent = Agent(fd, fd, control_path)
+    agent.send("hello", protocol=frames.PROTOCOL, version=__version__, host=host or node,
+               node=node, pid=os.getpid(), control=control_path, inventory=machine.facts(),
+               proof=frames.proof(secret, challenge.get("nonce", "")))
     return agent.run()
+
+
+def _first_frame(sock: socket.socket) -> dict:
+    decoder, messages = frames.Decoder(), []
+    while not messages:
+        data = sock.recv(65536)
+        if not data:
+            raise SystemExit("mwrun agent: the head closed the connection")
+        messages = decoder.feed(data)
+    return messages[0]

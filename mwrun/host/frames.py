@@ -17,6 +17,8 @@ agent counts from the head's first frame: the head starts talking once its loop 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import struct
 
@@ -27,6 +29,11 @@ BEAT = 0.5  # seconds between beats on an idle link
 SILENCE = 5.0
 MAX_FRAME = 16 * 2**20
 _HEADER = struct.Struct(">I")
+
+
+def proof(secret: str, nonce: str) -> str:
+    """What an agent answers to the head's challenge: the secret itself never travels."""
+    return hmac.new(secret.encode(), nonce.encode(), hashlib.sha256).hexdigest()
 
 
 class FrameError(ValueError):

@@ -121,6 +121,8 @@ def test_a_star_across_two_ssh_hosts_survives_a_remote_kill(procs, home, tmp_pat
         assert logs.returncode == 0
         cli(home, "stop", check=True)
         assert job.wait(timeout=60) == 0
+        for node in (n1, n2):  # nothing of the job is left on either host
+            wait_for(lambda node=node: not node.leftovers(), timeout=10, what="a clean node")
 
 
 @pytest.mark.parametrize("victim", ["head", "agent"])
@@ -142,6 +144,8 @@ def test_sigkill_of_head_or_agent_leaves_no_remote_process(procs, home, tmp_path
         wait_for(lambda: not psutil.pid_exists(worker) or
                  psutil.Process(worker).status() == psutil.STATUS_ZOMBIE, timeout=10,
                  what="the remote worker to be gone")
+        if victim == "head":  # the agent and its ssh session follow the head
+            wait_for(lambda: not n1.leftovers(), timeout=10, what="a clean node")
         if victim == "agent":
             doc = wait_status(home, lambda d: proc_state(d, "worker-1")["state"] in
                               ("failed", "restarting", "exited"), "worker-1 to fail")

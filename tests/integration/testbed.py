@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 SSHD = "/usr/sbin/sshd"
 
 
@@ -49,6 +51,10 @@ class Node:
     @property
     def ssh(self) -> str:
         return f"root@{self.addr}:{self.port}"
+
+    def leftovers(self) -> list[int]:
+        """Processes in the node but its sshd listener: a leak once a job has ended."""
+        return [pid for pid in inside(self.ns) if self.sshd is None or pid != self.sshd.pid]
 
     def ssh_options(self) -> list[str]:
         return ["-i", str(self.key), "-o", "StrictHostKeyChecking=no",
@@ -84,8 +90,32 @@ def node(tmp: Path, with_sshd: bool = True):
             except subprocess.TimeoutExpired:
                 made.sshd.kill()
                 made.sshd.wait()
+        kill_inside(ns)  # sshd's per-connection children outlive its listener
         subprocess.run(["ip", "link", "del", outside], capture_output=True, timeout=30)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+def inside(ns: str) -> list[int]:
+    """Every process whose network namespace is ``ns``."""
+    try:
+        target = os.stat(f"/run/netns/{ns}").st_ino
+    except OSError:
+        return []
+    found = []
+    for pid in psutil.pids():
+        with contextlib.suppress(OSError):
+            if os.stat(f"/proc/{pid}/ns/net").st_ino == target:
+                found.append(pid)
+    return found
+
+
+def kill_inside(ns: str) -> None:
+    for pid in inside(ns):
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
+    deadline = time.monotonic() + 5
+    while inside(ns) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _start_sshd(made: Node, folder: Path) -> None:
