@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -46,7 +47,7 @@ def test_an_agent_comes_up_over_ssh_inside_the_node(tmp_path):
 
 
 def test_every_failing_host_is_named_with_its_reason(tmp_path):
-    with testbed.node(tmp_path) as good, testbed.node(tmp_path, with_sshd=False) as dark:
+    with testbed.nodes(tmp_path, [True, False]) as (good, dark):
         links = [
             link_to(dark, tmp_path, options=["-o", "ConnectTimeout=3"], name="dark"),
             link_to(good, tmp_path, options=["-o", "StrictHostKeyChecking=no",
@@ -94,7 +95,7 @@ def on_node(pid: int, node: testbed.Node) -> bool:
 
 
 def test_a_star_across_two_ssh_hosts_survives_a_remote_kill(procs, home, tmp_path):
-    with testbed.node(tmp_path) as n1, testbed.node(tmp_path) as n2:
+    with testbed.nodes(tmp_path, [True, True]) as (n1, n2):
         topology = star_topology(tmp_path, n1.head_addr, [n1, n2], restart="on-failure",
                                  restart_backoff=0.2)
         job = launch(procs, home, topology)
@@ -151,3 +152,59 @@ def test_sigkill_of_head_or_agent_leaves_no_remote_process(procs, home, tmp_path
                               ("failed", "restarting", "exited"), "worker-1 to fail")
             cli(home, "stop", check=True)
         job.wait(timeout=60)
+
+
+def test_a_collective_across_three_hosts_and_ctrl_c_stops_everywhere(procs, home, tmp_path):
+    script = BIN.parent.parent / "examples" / "all_reduce" / "m8d.py"
+    with testbed.nodes(tmp_path, [True, True]) as (n1, n2):
+        opts = json.dumps(n1.ssh_options())
+        topology = tmp_path / "collective.yaml"
+        topology.write_text(f"""\
+version: 1
+name: across
+timeout: 20
+hosts:
+  head: {{addr: {n1.head_addr}}}
+  node1: {{addr: {n1.addr}, ssh: '{n1.ssh}', ssh_options: {opts}}}
+  node2: {{addr: {n2.addr}, ssh: '{n2.ssh}', ssh_options: {json.dumps(n2.ssh_options())}}}
+processes:
+  rank0: {{cmd: [{sys.executable}, {script}, --steps, '100000', --interval, '0.05'], host: head}}
+  rank1: {{cmd: [{sys.executable}, {script}, --steps, '100000', --interval, '0.05'], host: node1}}
+  rank2: {{cmd: [{sys.executable}, {script}, --steps, '100000', --interval, '0.05'], host: node2}}
+worlds:
+  world1: {{members: [rank0, rank1, rank2]}}
+""")
+        job = launch(procs, home, topology)
+        # Every rank, on every host, sees the same sum: 0 + 1 + 2 of each rank's tensor.
+        summed = set()
+
+        def all_three(line) -> bool:
+            for rank in range(3):
+                if line == (f"rank{rank} | rank: {rank} from world1 has all-reduced tensor:"
+                            " tensor([33., 33., 33.])"):
+                    summed.add(rank)
+            return len(summed) == 3
+
+        job.expect(all_three, timeout=90)
+        pids = [p["pid"] for p in status(home)["processes"]]
+        job.popen.send_signal(signal.SIGINT)  # Ctrl-C on the head
+        assert job.wait(timeout=60) == 0
+        for node in (n1, n2):
+            wait_for(lambda node=node: not node.leftovers(), timeout=10, what="a clean node")
+        assert not [p for p in pids if psutil.pid_exists(p) and
+                    psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_launch_fails_cleanly_when_a_host_lacks_mwrun(procs, home, tmp_path):
+    with testbed.node(tmp_path) as n1:
+        topology = star_topology(tmp_path, n1.head_addr, [n1])
+        path = Path(topology)
+        path.write_text(path.read_text().replace("ssh_options:", "python: /usr/bin/python3,"
+                                                 " ssh_options:"))
+        result = cli(home, "launch", topology)
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines()[-1] == \
+            "  host node1: mwrun is not installed for /usr/bin/python3 there"
+        assert "Traceback" not in result.stderr
+        assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+        wait_for(lambda: not n1.leftovers(), timeout=10, what="a clean node")

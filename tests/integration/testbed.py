@@ -1,9 +1,9 @@
 """Hosts on this machine for tests: network namespaces, each with a real sshd.
 
-A node is a network namespace linked to this one by a veth pair (a /24 of 10.232, our
-own), with an sshd of its own listening on the node's address and accepting one key
-made for the test. Everything made here (namespaces, links, daemons, keys) is removed
-when the context ends, also on failure.
+A node is a network namespace linked to this one by a veth pair on a bridge (a /24 of
+10.232, our own; the nodes of one test share it), with an sshd of its own listening on
+the node's address and accepting one key made for the test. Everything made here
+(namespaces, links, daemons, keys) is removed when the context ends, also on failure.
 """
 
 from __future__ import annotations
@@ -64,35 +64,48 @@ class Node:
 @contextlib.contextmanager
 def node(tmp: Path, with_sshd: bool = True):
     """One namespace host; with_sshd=False leaves it without sshd (unreachable)."""
+    with nodes(tmp, [with_sshd]) as made:
+        yield made[0]
+
+
+@contextlib.contextmanager
+def nodes(tmp: Path, sshd: list[bool]):
+    """A namespace host per entry (with an sshd where True), all on one bridge of this
+    machine, so they reach each other and this machine as hosts on one switch would."""
     tag = f"{os.getpid() % 1000}{random.randrange(1000)}"
-    ns, outside, inside = f"mws{tag}", f"mwsv{tag}a", f"mwsv{tag}b"
     subnet = f"10.232.{random.randrange(1, 250)}"
-    made = Node(ns, f"{subnet}.1", f"{subnet}.2")
-    _ip("netns", "add", ns)
+    bridge = f"mwb{tag}"
+    made: list[Node] = []
+    _ip("link", "add", bridge, "type", "bridge")
     try:
-        _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
-        _ip("link", "set", inside, "netns", ns)
-        _ip("addr", "add", f"{subnet}.1/24", "dev", outside)
-        _ip("link", "set", outside, "up")
-        _ip("-n", ns, "addr", "add", f"{subnet}.2/24", "dev", inside)
-        _ip("-n", ns, "link", "set", inside, "up")
-        _ip("-n", ns, "link", "set", "lo", "up")
-        # Through this machine, a node reaches the head's address on any other link.
-        _ip("-n", ns, "route", "add", "default", "via", f"{subnet}.1")
-        if with_sshd:
-            _start_sshd(made, tmp / ns)
+        _ip("addr", "add", f"{subnet}.1/24", "dev", bridge)
+        _ip("link", "set", bridge, "up")
+        for i, wants_sshd in enumerate(sshd):
+            ns, outside, inside_end = f"mws{tag}{i}", f"mws{tag}{i}a", f"mws{tag}{i}b"
+            _ip("netns", "add", ns)
+            made.append(Node(ns, f"{subnet}.1", f"{subnet}.{i + 2}"))
+            _ip("link", "add", outside, "type", "veth", "peer", "name", inside_end)
+            _ip("link", "set", outside, "master", bridge)
+            _ip("link", "set", outside, "up")
+            _ip("link", "set", inside_end, "netns", ns)
+            _ip("-n", ns, "addr", "add", f"{subnet}.{i + 2}/24", "dev", inside_end)
+            _ip("-n", ns, "link", "set", inside_end, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            if wants_sshd:
+                _start_sshd(made[-1], tmp / ns)
         yield made
     finally:
-        if made.sshd is not None:
-            made.sshd.terminate()
-            try:
-                made.sshd.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                made.sshd.kill()
-                made.sshd.wait()
-        kill_inside(ns)  # sshd's per-connection children outlive its listener
-        subprocess.run(["ip", "link", "del", outside], capture_output=True, timeout=30)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        for host in made:
+            if host.sshd is not None:
+                host.sshd.terminate()
+                try:
+                    host.sshd.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    host.sshd.kill()
+                    host.sshd.wait()
+            kill_inside(host.ns)  # sshd's per-connection children outlive its listener
+            subprocess.run(["ip", "netns", "del", host.ns], capture_output=True, timeout=30)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=30)
 
 
 def inside(ns: str) -> list[int]:
