@@ -34,6 +34,12 @@ def plan_for_launch(path: str, run_id: str | None = None, connect: bool = True,
     if topo.launcher == "slurm":
         topo, mapping = slurm.assign(topo, slurm.allocation())
     inv = inventory.inventory(topo)
+    if not any(inv[n].local and h.netns is None for n, h in topo.hosts.items()):
+        # Before reaching out to any host: the stores must live where we run.
+        raise TopologyError([topo.pos.get("hosts", next(iter(topo.hosts.values())).pos
+                                          ).diagnostic(
+            "none of the hosts is this machine; run mwrun launch on the host that hosts the"
+            " worlds' stores (the first host without ssh:)")])
     links, srun = {}, None
     if connect and mapping is not None:
         links, srun = slurm.connect(topo, mapping, run_id, progress)
@@ -67,6 +73,10 @@ def _place_and_bind(topo, inv):
             sock.close()
         raise
     errors = []
+    if not inv[plan.store_host].local:
+        errors.append(topo.hosts[plan.store_host].pos.diagnostic(
+            f"host '{plan.store_host}' ({topo.hosts[plan.store_host].addr}) is not this"
+            " machine; run mwrun launch there: it hosts the worlds' stores"))
     for proc in topo.processes.values():
         if not inv[proc.host].local and not topo.hosts[proc.host].remote:
             errors.append(proc.pos.get("host", proc.pos["name"]).diagnostic(

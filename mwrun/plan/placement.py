@@ -142,9 +142,14 @@ format_cpus = _ranges
 
 
 def _store_host(topology: Topology, inventory: dict[str, HostInventory]) -> str | None:
-    """The supervisor hosts every store: on the first host that is this machine itself."""
+    """The supervisor hosts every store: on the first host that is this machine itself,
+    else (planning elsewhere: validate, --dry-run) the first one mwrun reaches without
+    an agent, where ``mwrun launch`` must then run."""
     for name, host in topology.hosts.items():
         if inventory[name].local and host.netns is None:
+            return name
+    for name, host in topology.hosts.items():
+        if not host.remote and host.netns is None:
             return name
     return None
 
