@@ -74,3 +74,16 @@ def test_json_needs_dry_run():
     result = run("launch", STAR, "--json")
     assert result.exit_code == 2
     assert "--json goes with --dry-run" in result.output
+
+
+def test_launch_refuses_a_topology_without_this_machine_before_reaching_out(tmp_path):
+    path = tmp_path / "far.yaml"
+    path.write_text("hosts:\n  far: {addr: 10.9.0.2}\n  node: {addr: 10.9.0.3, ssh: 10.9.0.3,"
+                    " ssh_options: [-o, ProxyCommand=false]}\n"  # never a packet, even if
+                    # the check broke
+                    "processes:\n  a: {cmd: x, host: far}\n  b: {cmd: x, host: node}\n"
+                    "worlds:\n  w: {members: [a, b]}\n")
+    result = run("launch", str(path))
+    assert result.exit_code == 2
+    assert "none of the hosts is this machine" in result.output
+    assert "waiting for the agent" not in result.output  # no ssh was tried
