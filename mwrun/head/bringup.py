@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -115,6 +116,8 @@ def _bind(addr: str, port: int) -> socket.socket:
 def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
         existing_dir: bool = False) -> int:
     """Launch in this process and supervise until the job ends; returns the exit status."""
+    _more_descriptors()
+
     def progress(text: str) -> None:
         with contextlib.suppress(OSError, ValueError):
             stream.write(f"mwrun | {text}\n")
@@ -157,6 +160,16 @@ def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
         printer.close()
     _summary(printer, loop)
     return code
+
+
+def _more_descriptors() -> None:
+    """Every world's store holds two connections per member (and its pipes, pidfds and
+    agent links add up): a big job outgrows the usual soft limit of 1024 long before
+    the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
 
 
 def _summary(printer: Printer, loop) -> None:
