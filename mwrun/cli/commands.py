@@ -347,3 +347,15 @@ def _newest_run() -> str:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+@main.command(hidden=True)
+@click.option("--host", "host_name", help="The topology's name of this host.")
+@click.option("--control", required=True, help="Where this host's processes reach us.")
+@click.option("--connect", help="ADDR:PORT of the head (Slurm); else stdin/stdout (ssh).")
+def agent(host_name, control, connect):
+    """Internal: the head's hands on a remote host, started by mwrun launch over ssh or
+    srun; it speaks frames on stdin/stdout (see mwrun/host/frames.py)."""
+    from mwrun.host import agent as host_agent
+
+    sys.exit(host_agent.main(host_name, control, connect))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import resource
 import shutil
 import signal
 import socket
@@ -19,7 +20,7 @@ import time
 from dataclasses import asdict
 
 from mwrun.errors import RunError, TopologyError
-from mwrun.head import rundir
+from mwrun.head import remote, rundir, slurm
 from mwrun.head.console import Printer, RotatedOutput
 from mwrun.plan import inventory, placement, ports, topology
 from mwrun.terminal import seconds, use_colour
@@ -27,10 +28,57 @@ from mwrun.terminal import seconds, use_colour
 DETACH_WAIT = 120.0  # seconds --detach waits for its supervisor to run
 
 
-def plan_for_launch(path: str):
-    """(topology, plan, listening socket per world) ready to start, or TopologyError."""
-    topo = topology.load(path)
+def plan_for_launch(path: str, run_id: str | None = None, connect: bool = True,
+                    progress=None):
+    """(topology, plan, listening socket per world, (agent links, srun), run id) ready
+    to start, or TopologyError / RunError. With ``connect``, remote hosts' agents are
+    started first (in parallel), and placement uses what each host reports."""
+    topo, mapping = _hosts_of(topology.load(path))
+    run_id = run_id or rundir.new_run_id(topo.name)
     inv = inventory.inventory(topo)
+    if not any(inv[n].local and h.netns is None for n, h in topo.hosts.items()):
+        # Before reaching out to any host: the stores must live where we run.
+        raise TopologyError([topo.pos.get("hosts", next(iter(topo.hosts.values())).pos
+                                          ).diagnostic(
+            "none of the hosts is this machine; run mwrun launch on the host that hosts the"
+            " worlds' stores (the first host without ssh:)")])
+    links, srun = _reach(topo, mapping, run_id, progress) if connect else ({}, None)
+    try:
+        inv.update(remote.reported_inventory(topo, links, inv))
+        topo, plan, listeners = _place_and_bind(topo, inv)
+    except BaseException:
+        _let_go((links, srun))
+        raise
+    return topo, plan, listeners, (links, srun), run_id
+
+
+def _hosts_of(topo):
+    """(topology, host -> Slurm node or None): under Slurm, the hosts take the
+    allocation's nodes, and their addresses."""
+    if topo.launcher != "slurm":
+        return topo, None
+    return slurm.assign(topo, slurm.allocation())
+
+
+def _reach(topo, mapping, run_id: str, progress) -> tuple[dict, object]:
+    """Every remote host's agent, up and checked: (links, the srun under Slurm)."""
+    if mapping is not None:
+        return slurm.connect(topo, mapping, run_id, progress)
+    links = remote.links_for(topo, run_id)
+    if links:
+        remote.connect_all(list(links.values()), progress=progress)
+    return links, None
+
+
+def _let_go(agents) -> None:
+    links, srun = agents
+    for link in links.values():
+        link.close()
+    if srun is not None:
+        slurm.end(srun)
+
+
+def _place_and_bind(topo, inv):
     bound: dict[int, socket.socket] = {}
 
     def choose(addr: str, taken: set[int]) -> int:
@@ -45,11 +93,15 @@ def plan_for_launch(path: str):
             sock.close()
         raise
     errors = []
+    if not inv[plan.store_host].local:
+        errors.append(topo.hosts[plan.store_host].pos.diagnostic(
+            f"host '{plan.store_host}' ({topo.hosts[plan.store_host].addr}) is not this"
+            " machine; run mwrun launch there: it hosts the worlds' stores"))
     for proc in topo.processes.values():
-        if not inv[proc.host].local:
+        if not inv[proc.host].local and not topo.hosts[proc.host].remote:
             errors.append(proc.pos.get("host", proc.pos["name"]).diagnostic(
-                f"process '{proc.name}': host '{proc.host}' is not this machine; mwrun launch"
-                " starts processes on this machine (and in its network namespaces: netns:)"))
+                f"process '{proc.name}': host '{proc.host}' is not this machine; give the"
+                " host 'ssh: [user@]host[:port]' (or launcher: slurm) so mwrun can reach it"))
     listeners = {}
     for name, world in plan.worlds.items():
         if world.port in bound:
@@ -82,24 +134,45 @@ def _bind(addr: str, port: int) -> socket.socket:
 
 def run(path: str, run_id: str | None, grace: float, stream=sys.stdout) -> int:
     """Launch in this process and supervise until the job ends; returns the exit status."""
-    _, plan, listeners = plan_for_launch(path)
-    return _supervise(path, plan, listeners, run_id, grace, stream, existing_dir=False)
+    _more_descriptors()
+    topo, plan, listeners, agents, run_id = plan_for_launch(path, run_id,
+                                                           progress=_progress(stream))
+    return _supervise(path, topo, plan, listeners, agents, run_id, grace, stream,
+                      existing_dir=False)
 
 
 def run_detached(path: str, run_id: str, grace: float) -> int:
     """The background half of ``--detach``: the plan and its bound sockets come from
     the parent on stdin (planned once, so the ports it checked are the ones used);
-    the console goes to ``supervisor.log``, rotated."""
+    the console goes to ``supervisor.log``, rotated. Remote hosts are reached from
+    here (an agent's link belongs to the process that supervises)."""
+    _more_descriptors()
     plan, fds = pickle.load(sys.stdin.buffer)
     listeners = {name: socket.socket(fileno=fd) for name, fd in fds.items()}
     log = RotatedOutput(rundir.run_path(run_id) / "supervisor.log")
-    return _supervise(path, plan, listeners, run_id, grace, log, existing_dir=True)
-
-
-def _supervise(path: str, plan, listeners: dict, run_id: str | None, grace: float, stream,
-               existing_dir: bool) -> int:
     try:
-        run_id = run_id or rundir.new_run_id(plan.name)
+        topo, mapping = _hosts_of(topology.load(path))
+        agents = _reach(topo, mapping, run_id, _progress(log))
+    except BaseException:
+        for sock in listeners.values():
+            sock.close()
+        raise
+    return _supervise(path, topo, plan, listeners, agents, run_id, grace, log,
+                      existing_dir=True)
+
+
+def _progress(stream):
+    def say(text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            stream.write(f"mwrun | {text}\n")
+            stream.flush()
+    return say
+
+
+def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grace: float,
+               stream, existing_dir: bool) -> int:
+    links, srun = agents
+    try:
         run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id)
         shutil.copyfile(path, run_dir / "topology.yaml")
         rundir.write_json(run_dir / "plan.json", asdict(plan))
@@ -115,17 +188,33 @@ def _supervise(path: str, plan, listeners: dict, run_id: str | None, grace: floa
     except BaseException:
         for sock in listeners.values():
             sock.close()
+        _let_go(agents)
         raise
+    from mwrun.head.agents import Agents
     from mwrun.head.loop import Loop
 
+    topo_hosts = [(name, host.addr) for name, host in topo.hosts.items()]
     loop = Loop(plan, run_id, run_dir, stores, printer, grace,
-                    str(rundir.control_path(run_id)))
+                str(rundir.control_path(run_id)), Agents(links, None) if links else None,
+                topo_hosts)
+    if loop.agents is not None:
+        loop.agents.loop, loop.agents.srun = loop, srun
     try:
         code = loop.run()
         _summary(printer, loop)
     finally:
         printer.close()
     return code
+
+
+def _more_descriptors() -> None:
+    """Every world's store holds two connections per member (and its pipes, pidfds and
+    agent links add up): a big job outgrows the usual soft limit of 1024 long before
+    the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
 
 
 def _summary(printer: Printer, loop) -> None:
@@ -142,9 +231,9 @@ def _summary(printer: Printer, loop) -> None:
 def detach(path: str, run_id: str | None, grace: float) -> str:
     """Start the supervisor in the background; return once it runs (or say why not,
     leaving nothing running)."""
-    _, plan, listeners = plan_for_launch(path)  # every mistake shows here, in the terminal
+    # Every mistake shows here, in the terminal; remote hosts are reached by the child.
+    _, plan, listeners, _, run_id = plan_for_launch(path, run_id, connect=False)
     try:
-        run_id = run_id or rundir.new_run_id(plan.name)
         run_dir = rundir.create(run_id)
         child = _start_detached(path, run_id, grace, run_dir, plan, listeners)
     finally:

@@ -42,7 +42,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 class Loop:
     def __init__(self, plan, run_id: str, run_dir, stores, printer: Printer, grace: float,
-                 control_path: str):
+                 control_path: str, agents=None, hosts: list | None = None):
         self.plan = plan
         self.run_id = run_id
         self.run_dir = run_dir
@@ -63,6 +63,8 @@ class Loop:
         self.traffic = Traffic()
         self.history = History(run_dir, {"run_id": run_id, "name": plan.name, "worlds": {
             n: list(w.members) for n, w in plan.worlds.items()}})
+        self.agents = agents  # head.agents.Agents: the remote hosts' hands, if any
+        self.hosts = hosts or []  # the status document's host entries (name, addr)
         self.supervisor = Supervisor(plan, self, grace)
         self.up = True  # every world formed once (said once while the job comes up)
         self.starts: dict[str, str] = {}  # process -> "warm" | "cold", as last started
@@ -82,6 +84,8 @@ class Loop:
 
     def spawn(self, name: str, generations: dict, restarts: int) -> int:
         proc = self.plan.processes[name]
+        if self.agents is not None and proc.host in self.agents.hosts():
+            return self._spawn_remote(name, generations, restarts)
         env = self._env(name, generations, restarts)
         handle = self.warm.spawn(proc, env)
         self.starts[name] = "cold" if handle is None else "warm"
@@ -114,6 +118,33 @@ class Loop:
                                for w in self.supervisor.worlds.values()):
             self.up = True
             self.say(f"every world formed, {time.time() - self.started_at:.1f}s after launch")
+
+    def _spawn_remote(self, name: str, generations: dict, restarts: int) -> int:
+        """The same process, started by its host's agent: the environment is ours
+        over the remote host's own (its PATH, HOME), not the head's."""
+        proc = self.plan.processes[name]
+        link = self.agents.links[proc.host]
+        control_path = link.hello["control"] if link.hello else ""
+        env = environment.process_env(self.plan, name, {}, run_id=self.run_id,
+                                      control=control_path, generations=generations,
+                                      restart_count=restarts)
+        handle = self.agents.spawn(proc.host, name, proc.cmd, env, proc.cwd, proc.cpus,
+                                   environment.OWNED + environment.OWNED_MWRUN,
+                                   environment.OWNED_PREFIXES)
+        self.handles[name] = handle
+        self.starts[name] = "cold"  # warm starts on agents' hosts: not yet
+        return handle.pid
+
+    def reachable(self, name: str) -> bool:
+        """Whether the process's host can start it now (a lost host cannot)."""
+        host = self.plan.processes[name].host
+        return self.agents is None or host not in self.agents.hosts() or self.agents.up(host)
+
+    def remote_exited(self, name: str, code: int) -> None:
+        self.supervisor.on_exit(name, code)
+
+    def remote_lost(self, name: str, reason: str) -> None:
+        self.supervisor.on_lost(name, reason)
 
     def signal(self, name: str, sig: int) -> None:
         handle = self.handles.get(name)
@@ -149,6 +180,8 @@ class Loop:
         wake_read.setblocking(False)
         wake_write.setblocking(False)
         self.selector.register(wake_read, selectors.EVENT_READ, (self._signalled, wake_read))
+        if self.agents is not None:
+            self.agents.attach(self.selector)
         old_wakeup = signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
         old_handlers = {s: signal.signal(s, self._record_signal) for s in STOP_SIGNALS}
         try:
@@ -187,8 +220,12 @@ class Loop:
         for connection in list(self.backlog):
             if connection in self.backlog:
                 self._serve(connection)
+        if self.agents is not None:
+            self.agents.handle_pending()  # frames read while awaiting an answer
         now = time.monotonic()
         if now >= due:
+            if self.agents is not None:
+                self.agents.tick(now)
             known = {h.pid for h in self.handles.values()} | self.warm.pids()
             reap_orphans(known | {self.watchdog.pid})
             self.supervisor.on_tick()
@@ -311,11 +348,21 @@ class Loop:
     def _finish(self, listener, wake_read, wake_write) -> None:
         """Leave nothing behind, and never wait without limit: SIGKILL every group
         (whatever became of its leader), then wait at most FINISH_WAIT for the last
-        exits and the last output (a process stuck in the kernel dies when it can)."""
-        for handle in self.handles.values():
+        exits and the last output (a process stuck in the kernel dies when it can).
+        Agents told to stop kill what they still run."""
+        if self.agents is not None:
+            self.agents.close()
+        local = {}
+        for name, handle in self.handles.items():
+            if getattr(handle, "remote", False):
+                code = handle.returncode()
+                self.supervisor.on_exit(name, -signal.SIGKILL if code is None else code)
+            else:
+                local[name] = handle
+        for handle in local.values():
             handle.signal(signal.SIGKILL)
         deadline = time.monotonic() + FINISH_WAIT
-        for name, handle in self.handles.items():
+        for name, handle in local.items():
             code = handle.wait(max(deadline - time.monotonic(), 0.0))
             if code is not None:
                 self.supervisor.on_exit(name, code)  # only after an exception in the loop
@@ -364,6 +411,8 @@ class Loop:
         if (fresh_usage and now - self.usage_at >= USAGE_FRESH) or \
                 now - self.usage_at >= USAGE_EVERY:
             self.usage_at = now
+            if self.agents is not None:
+                self.agents.refresh_usage()  # answers arrive for the next document
             self.usage = {name: self.handles[name].usage() for name, rec in sup.procs.items()
                           if rec.state.alive and name in self.handles}
         processes = []
@@ -392,16 +441,23 @@ class Loop:
                 "supervisor_pid": os.getpid(), "started_at": self.started_at,
                 "topology": str(self.run_dir / "topology.yaml"), "control": self.control_path,
                 "exit_code": sup.exit_code if sup.finished else None,
-                "processes": processes, "worlds": worlds}
+                "processes": processes, "worlds": worlds, "hosts": self._hosts()}
+
+    def _hosts(self) -> list[dict]:
+        states = self.agents.states() if self.agents is not None else {}
+        pids = self.agents.pids() if self.agents is not None else {}
+        return [{"name": name, "addr": addr, "state": states.get(name, "local"),
+                 "agent_pid": pids.get(name)} for name, addr in self.hosts]
 
     def _save(self) -> None:
         """Write state.json when a state changed (a heartbeat changes none) or the
         usage readings are due; building the document for every event would cost
         the supervisor more than everything else it does."""
         self.history.observe(self.supervisor)
-        key = (self.supervisor.signature(), self.usage_at)
+        key = (self.supervisor.signature(), self.usage_at,
+               tuple(sorted(self.agents.states().items())) if self.agents else ())
         if key == self.saved and time.monotonic() - self.usage_at < USAGE_EVERY:
             return
         doc = self.document()
         rundir.write_json(self.run_dir / "state.json", doc)
-        self.saved = (self.supervisor.signature(), self.usage_at)
+        self.saved = (key[0], self.usage_at, key[2])

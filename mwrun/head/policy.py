@@ -18,6 +18,7 @@ class Exit:
     code: int | None  # the exit status; None if it could not start at all
     hung: str | None = None  # why the supervisor killed it as hung, if it did
     start_error: str | None = None  # why it could not start
+    lost: str | None = None  # its host was lost ("host NAME lost")
 
     @property
     def clean(self) -> bool:
@@ -26,6 +27,8 @@ class Exit:
     def describe(self, name: str) -> str:
         if self.start_error:
             return f"{name} could not start: {self.start_error}"
+        if self.lost:
+            return f"{name} failed: {self.lost}"
         if self.hung:
             return f"{name} hung ({self.hung}) and was killed"
         if self.code is not None and self.code < 0:

@@ -147,6 +147,14 @@ class Supervisor:
         self._ended(rec, policy.Exit(code, hung=rec.hung))
         self._settle()
 
+    def on_lost(self, name: str, reason: str) -> None:
+        """Its host's agent is gone (the agent kills what it ran): a failure like a crash."""
+        rec = self.procs[name]
+        if not rec.state.alive:
+            return
+        self._ended(rec, policy.Exit(None, hung=rec.hung, lost=reason))
+        self._settle()
+
     def _ended(self, rec: ProcessRecord, exit: policy.Exit) -> None:
         name = rec.plan.name
         rec.pid, rec.exit_code = None, exit.code
@@ -280,7 +288,8 @@ class Supervisor:
                 rec.state = P.EXITED if rec.exit_code == 0 else P.FAILED
                 rec.why = f"{rec.why}; not restarted: its worlds closed"
                 self.host.say(rec.why)
-            elif rec.state is P.RESTARTING and not self.stopping and rec.restart_at <= now:
+            elif rec.state is P.RESTARTING and not self.stopping and rec.restart_at <= now \
+                    and self.host.reachable(rec.plan.name):  # its host is there (again)
                 rec.restarts += 1
                 self.host.say(f"restarting {rec.plan.name} (restart {rec.restarts}"
                               f" of {rec.plan.max_restarts})")

@@ -59,6 +59,14 @@ class FieldReader(Reader):
             return None
         return parts
 
+    def string_list(self, node, what) -> list[str] | None:
+        """A list of strings (ssh options and the like), each item checked."""
+        items = self.sequence(node, what)
+        if items is None:
+            return None
+        values = [self.string(item, f"{what} item") for item in items]
+        return None if any(v is None for v in values) else values
+
     def gpus(self, node, what) -> tuple[int, ...] | int | None:
         if isinstance(node, yaml.ScalarNode):
             return self.integer(node, f"{what}: gpus (a count)", minimum=0)

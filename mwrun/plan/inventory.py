@@ -7,14 +7,9 @@ NVIDIA driver's device list, interface addresses) without importing torch, so th
 
 from __future__ import annotations
 
-import ipaddress
-import os
-import re
-import socket
 from dataclasses import dataclass
 
-import psutil
-
+from mwrun.machine import is_local_addr, local_addresses, local_cpus, local_gpus
 from mwrun.plan.topology import Host, Topology
 
 
@@ -25,45 +20,6 @@ class HostInventory:
     local: bool  # on this machine: mwrun can start processes there
     cpus: tuple[int, ...] | None  # usable CPU numbers; None when not known
     gpus: tuple[str, ...]  # device ids, in the order topology indices count them
-
-
-def local_addresses() -> set[str]:
-    addrs = set()
-    for entries in psutil.net_if_addrs().values():
-        for entry in entries:
-            if entry.family in (socket.AF_INET, socket.AF_INET6):
-                addrs.add(entry.address.split("%")[0])
-    return addrs
-
-
-def is_local_addr(addr: str, local: set[str]) -> bool:
-    try:
-        ip = ipaddress.ip_address(addr)
-    except ValueError:
-        try:
-            ip = ipaddress.ip_address(socket.gethostbyname(addr))
-        except (OSError, ValueError):
-            return False
-    return ip.is_loopback or str(ip) in local
-
-
-def local_gpus(environ=os.environ) -> tuple[str, ...]:
-    """This machine's GPU ids, honouring a CUDA_VISIBLE_DEVICES mwrun runs under."""
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return tuple(v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1")
-    try:
-        count = len(os.listdir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        try:
-            count = sum(1 for d in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", d))
-        except OSError:
-            count = 0
-    return tuple(str(i) for i in range(count))
-
-
-def local_cpus() -> tuple[int, ...]:
-    return tuple(sorted(os.sched_getaffinity(0)))
 
 
 def host_inventory(host: Host, local: set[str]) -> HostInventory:

@@ -147,9 +147,14 @@ format_cpus = _ranges
 
 
 def _store_host(topology: Topology, inventory: dict[str, HostInventory]) -> str | None:
-    """The supervisor hosts every store: on the first host that is this machine itself."""
+    """The supervisor hosts every store: on the first host that is this machine itself,
+    else (planning elsewhere: validate, --dry-run) the first one mwrun reaches without
+    an agent, where ``mwrun launch`` must then run."""
     for name, host in topology.hosts.items():
         if inventory[name].local and host.netns is None:
+            return name
+    for name, host in topology.hosts.items():
+        if not host.remote and host.netns is None:
             return name
     return None
 
@@ -235,9 +240,11 @@ def _process_plan(topology, proc: Process, got, worlds, python) -> ProcessPlan:
     same_host = [m for m in primary.members if topology.processes[m].host == proc.host]
     host = topology.hosts[proc.host]
     cmd = proc.cmd
-    if python and cmd[0] in ("python", "python3"):
-        cmd = (python, *cmd[1:])
+    if (python or host.python) and cmd[0] in ("python", "python3"):
+        cmd = (host.python or python, *cmd[1:])  # a remote host's own interpreter
     why_cold = preload.why_cold(cmd, python, proc.preload, host.netns) if python else "no python"
+    if host.remote and proc.preload and not why_cold:
+        why_cold = "its host is reached through an agent"  # no zygote there yet
     return ProcessPlan(
         name=proc.name, host=proc.host, addr=host.addr, netns=host.netns, cmd=cmd,
         cwd=proc.cwd, env=dict(proc.env), gpus=tuple(str(g) for g in got["gpus"]),

@@ -29,12 +29,14 @@ HANG_FACTOR = 3.0
 MIN_HANG_TIMEOUT = 60.0
 DEFAULT_HOSTS_ADDR = "127.0.0.1"
 
-_TOP_KEYS = ("version", "name", "backend", "timeout", "hang_timeout", "preload", "hosts",
-             "processes", "worlds")
-_HOST_KEYS = ("addr", "gpus", "cpus", "netns")
+_TOP_KEYS = ("version", "name", "backend", "timeout", "hang_timeout", "preload", "launcher",
+             "hosts", "processes", "worlds")
+LAUNCHERS = ("ssh", "slurm", "local")
+_HOST_KEYS = ("addr", "gpus", "cpus", "netns", "ssh", "ssh_options", "python")
 _PROCESS_KEYS = ("cmd", "replicas", "host", "gpus", "cpus", "env", "cwd", "restart",
                  "max_restarts", "restart_backoff", "hang_timeout", "preload")
 _WORLD_KEYS = ("members", "backend", "timeout", "port", "on_failure")
+_SSH = re.compile(r"^([A-Za-z0-9_.-]+@)?[A-Za-z0-9_.:-]*[A-Za-z0-9_.-](:[0-9]{1,5})?$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _NAME_RULE = "a name starts with a letter or '_' and holds only letters, digits, '_', '.', '-'"
 
@@ -47,6 +49,15 @@ class Host:
     cpus: int | None  # stated count; None: detect on this machine, unknown elsewhere
     netns: str | None  # a network namespace of this machine the host lives in
     pos: Pos = field(compare=False, repr=False)
+    ssh: str | None = None  # [user@]host[:port]: reached through an agent over ssh
+    ssh_options: tuple[str, ...] = ()
+    python: str | None = None  # the interpreter there (default: the head's own)
+    slurm: bool = False  # reached through an agent that srun starts
+
+    @property
+    def remote(self) -> bool:
+        """Reached through an agent (not started by the head itself)."""
+        return self.ssh is not None or self.slurm
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,7 @@ class Topology:
     worlds: dict[str, World]
     pos: dict[str, Pos] = field(default_factory=dict, compare=False, repr=False)
     hang_timeout: float | None = None  # None: hang_deadline() of each process's worlds
+    launcher: str = "local"  # ssh | slurm | local: how remote hosts get their agent
 
     def memberships(self, process: str) -> list[tuple[str, int]]:
         """(world, rank) for every world the process belongs to, primary first."""
@@ -144,7 +156,13 @@ class _Parser:
         backend = self._get(top, "backend", r.choice, "backend", BACKENDS) or "gloo"
         timeout = self._get(top, "timeout", r.number, "timeout", positive=True) or DEFAULT_TIMEOUT
         hang_timeout = self._get(top, "hang_timeout", r.number, "hang_timeout", positive=True)
-        hosts = self.hosts(top.get("hosts"))
+        launcher = self._get(top, "launcher", r.choice, "launcher", LAUNCHERS)
+        hosts = self.hosts(top.get("hosts"), launcher == "slurm")
+        if hosts and launcher is None:
+            launcher = "ssh" if any(h.ssh for h in hosts.values()) else "local"
+        elif hosts and launcher != "ssh" and any(h.ssh for h in hosts.values()):
+            r.error(top["launcher"][1], f"launcher: {launcher} with hosts that name 'ssh:';"
+                    " use launcher: ssh, or leave 'ssh:' out")
         self.preload = self._get(top, "preload", r.preload, "preload")
         processes = self.processes(top, hosts)
         worlds = self.worlds(top, processes, backend, timeout)
@@ -155,14 +173,15 @@ class _Parser:
         return Topology(name=name, source=self.source, folder=self.folder, backend=backend,
                         timeout=timeout, hosts=hosts or {}, processes=processes or {},
                         worlds=worlds or {}, pos={k: r.pos(v[1]) for k, v in top.items()},
-                        hang_timeout=hang_timeout)
+                        hang_timeout=hang_timeout,
+                        launcher=launcher or "local")
 
     def _get(self, items, key, read, *args, **kwargs):
         return read(items[key][1], *args, **kwargs) if key in items else None
 
     # -- hosts -------------------------------------------------------------------------
 
-    def hosts(self, entry) -> dict[str, Host] | None:
+    def hosts(self, entry, slurm: bool = False) -> dict[str, Host] | None:
         r = self.r
         if entry is None:
             pos = Pos(self.source, 0, 0)
@@ -181,13 +200,21 @@ class _Parser:
             if spec is None:
                 continue
             r.known_keys(spec, _HOST_KEYS, what)
-            if "addr" not in spec:
+            if "addr" not in spec and not slurm:
                 r.error(node, f"{what}: 'addr' is missing (an IP address or host name)")
             addr = self._get(spec, "addr", r.string, f"{what}: addr")
             gpus = self._get(spec, "gpus", r.integer, f"{what}: gpus", minimum=0)
             cpus = self._get(spec, "cpus", r.integer, f"{what}: cpus", minimum=1)
             netns = self._get(spec, "netns", r.string, f"{what}: netns")
-            hosts[name] = Host(name, addr or "", gpus, cpus, netns, r.pos(key_node))
+            ssh = self._get(spec, "ssh", r.string, f"{what}: ssh")
+            if ssh is not None and not _SSH.match(ssh):
+                r.error(spec["ssh"][1], f"{what}: ssh '{ssh}': write [user@]host[:port]")
+            if ssh is not None and netns is not None:
+                r.error(spec["ssh"][1], f"{what}: 'ssh' and 'netns' exclude each other")
+            options = self._get(spec, "ssh_options", r.string_list, f"{what}: ssh_options")
+            python = self._get(spec, "python", r.string, f"{what}: python")
+            hosts[name] = Host(name, addr or "", gpus, cpus, netns, r.pos(key_node), ssh,
+                               tuple(options or ()), python, slurm)
         return hosts
 
     # -- processes ---------------------------------------------------------------------

@@ -83,3 +83,16 @@ def test_grace_must_be_a_finite_number_of_seconds():
         assert "--grace" in result.output and "Traceback" not in result.output
     result = CliRunner().invoke(main, ["launch", STAR, "--dry-run"], env={"MWRUN_GRACE": "nan"})
     assert result.exit_code == 2 and "--grace" in result.output
+
+
+def test_launch_refuses_a_topology_without_this_machine_before_reaching_out(tmp_path):
+    path = tmp_path / "far.yaml"
+    path.write_text("hosts:\n  far: {addr: 10.9.0.2}\n  node: {addr: 10.9.0.3, ssh: 10.9.0.3,"
+                    " ssh_options: [-o, ProxyCommand=false]}\n"  # never a packet, even if
+                    # the check broke
+                    "processes:\n  a: {cmd: x, host: far}\n  b: {cmd: x, host: node}\n"
+                    "worlds:\n  w: {members: [a, b]}\n")
+    result = run("launch", str(path))
+    assert result.exit_code == 2
+    assert "none of the hosts is this machine" in result.output
+    assert "waiting for the agent" not in result.output  # no ssh was tried

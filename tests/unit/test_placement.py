@@ -146,12 +146,12 @@ def test_a_world_with_every_member_here_keeps_its_store_on_loopback():
     assert loopback.worlds["here"].addr == "127.0.0.2"  # a loopback address already
 
 
-def test_no_local_host_is_an_error():
+def test_planning_elsewhere_puts_the_stores_on_the_first_host_without_an_agent():
     text = ("hosts:\n  far: {addr: 10.9.0.2}\nprocesses:\n  a: {cmd: x}\n"
             "worlds:\n  w: {members: [a]}\n")
     inv = {"far": HostInventory(local=False, cpus=None, gpus=())}
-    [message] = errors_of(text, inv)
-    assert message.startswith("t.yaml:2:3: none of the hosts is this machine")
+    plan = place(parse(text, "t.yaml"), inv, lambda a, t: 40000)
+    assert plan.store_host == "far"  # its only world stays on its loopback
 
 
 def test_local_rank_counts_members_on_the_same_host():

@@ -32,6 +32,10 @@ class FakeHost:
         self.calls = []
         self.status = {}
         self.fail_start = set()
+        self.unreachable = set()
+
+    def reachable(self, name):
+        return name not in self.unreachable
 
     def now(self):
         return self.t
@@ -497,3 +501,19 @@ def test_after_bye_silence_is_not_a_hang():
     sup.on_tick()
     assert sup.procs["worker-0"].state is P.RUNNING
     assert ("worker-0", signal.SIGKILL) not in host.of("signal")
+
+
+def test_a_lost_host_fails_its_process_breaks_its_world_and_restarts_once_back():
+    sup, host = make()
+    # worker-0 is on a host that is lost: a failure like a crash, with its reason.
+    host.unreachable.add("worker-0")
+    sup.on_lost("worker-0", "host node1 lost")
+    assert ("world1", 0, "worker-0 failed: host node1 lost") in host.of("broken")
+    assert sup.procs["worker-0"].state is P.RESTARTING
+    host.t += 100
+    sup.on_tick()
+    assert sup.procs["worker-0"].state is P.RESTARTING  # not while the host is away
+    host.unreachable.clear()
+    sup.on_tick()
+    assert sup.procs["worker-0"].state is P.STARTING
+    assert [c for c in host.of("spawn") if c[0] == "worker-0"][-1][2] == 1

@@ -251,7 +251,32 @@ def test_hosts_section():
                      " (head, node)"]
     assert problems(text.replace("{addr: 10.0.0.1}", "{ip: 10.0.0.1}")) == [
         "t.yaml:2:9: host 'head': 'addr' is missing (an IP address or host name)",
-        "t.yaml:2:10: host 'head': unknown key 'ip'; known keys: addr, gpus, cpus, netns"]
+        "t.yaml:2:10: host 'head': unknown key 'ip'; known keys: addr, gpus, cpus, netns,"
+        " ssh, ssh_options, python"]
+
+
+def test_ssh_hosts_and_launcher():
+    text = ("hosts:\n  head: {addr: 10.0.0.1}\n"
+            "  node: {addr: 10.0.0.2, ssh: 'root@10.0.0.2:2222', ssh_options: [-i, k],"
+            " python: /opt/venv/bin/python}\n"
+            "processes:\n  a: {cmd: x, host: node}\n  b: {cmd: x, host: head}\n"
+            "worlds:\n  w: {members: [a, b]}\n")
+    topo = parse(text, "t.yaml")
+    node = topo.hosts["node"]
+    assert topo.launcher == "ssh" and node.remote and not topo.hosts["head"].remote
+    assert (node.ssh, node.ssh_options, node.python) == ("root@10.0.0.2:2222", ("-i", "k"),
+                                                          "/opt/venv/bin/python")
+    assert problems(text.replace("'root@10.0.0.2:2222'", "'a b'")) == [
+        "t.yaml:3:31: host 'node': ssh 'a b': write [user@]host[:port]"]
+    assert problems(text.replace("[-i, k]", "-i k")) == [
+        "t.yaml:3:66: host 'node': ssh_options must be a list, not a string"]
+    assert problems("launcher: local\n" + text) == [
+        "t.yaml:1:11: launcher: local with hosts that name 'ssh:'; use launcher: ssh, or"
+        " leave 'ssh:' out"]
+    slurm = "launcher: slurm\n" + text.replace("{addr: 10.0.0.1}", "{}").replace(
+        "addr: 10.0.0.2, ssh: 'root@10.0.0.2:2222', ", "")
+    topo = parse(slurm, "t.yaml")
+    assert topo.launcher == "slurm" and all(h.remote for h in topo.hosts.values())
 
 
 def test_parse_cpus():

@@ -1,0 +1,264 @@
+"""Every remote host's agent as the head's loop sees it: hands like the local ones.
+
+``Agents`` turns the loop's requests for a remote process (spawn, signal, probe) into
+frames to that host's agent, and the agent's frames back into the loop's events (output
+lines, exits, the library's heartbeats and world events). A host whose link closes or
+falls silent is *lost*: each of its live processes fails with ``host NAME lost``,
+which breaks their worlds at once, and the head keeps trying to reach the host again
+(with backoff); restart policies apply once it is back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import time
+
+from mwrun.errors import StartError
+from mwrun.head import control
+from mwrun.head.remote import AgentLink, check_hello
+from mwrun.host import frames
+
+ANSWER_WAIT = 10.0  # seconds an agent has to answer a spawn or a probe
+RECONNECT_FIRST, RECONNECT_CAP = 1.0, 30.0
+
+
+class RemoteHandle:
+    """A process on a remote host, with the face of a local ``ProcessHandle``."""
+
+    remote = True
+
+    def __init__(self, agents: Agents, host: str, name: str, pid: int):
+        self.agents, self.host, self.name, self.pid = agents, host, name, pid
+        self.code: int | None = None
+        self.cpu: float | None = None
+        self.rss: int | None = None
+
+    def signal(self, sig: int) -> None:
+        self.agents.send(self.host, "signal", name=self.name, signal=int(sig))
+
+    def returncode(self) -> int | None:
+        return self.code
+
+    def status(self) -> str | None:
+        return self.agents.probe(self)
+
+    def usage(self) -> tuple[float | None, int | None]:
+        return self.cpu, self.rss
+
+
+class Agents:
+    def __init__(self, links: dict[str, AgentLink], loop):
+        self.links = links  # host name -> link (up, or lost and being retried)
+        self.loop = loop
+        self.selector: selectors.BaseSelector | None = None
+        self.pending: list[tuple[AgentLink, dict]] = []  # frames read while awaiting one
+        self.handles: dict[str, RemoteHandle] = {}
+        self.retry_at: dict[str, float] = {}
+        self.retries: dict[str, int] = {}
+        self.srun = None  # under Slurm: the one srun that started every agent
+
+    def hosts(self) -> set[str]:
+        return set(self.links)
+
+    def attach(self, selector: selectors.BaseSelector) -> None:
+        self.selector = selector
+        for link in self.links.values():
+            link.heard = time.monotonic()  # the bring-up was no silence of theirs
+            self._watch(link)
+
+    def _watch(self, link: AgentLink) -> None:
+        self.selector.register(link.out_fd, selectors.EVENT_READ, (self._readable, link))
+        if link.err_fd >= 0:  # an ssh link: what ssh and the remote python say
+            self.selector.register(link.err_fd, selectors.EVENT_READ, (self._stderr, link))
+
+    def up(self, host: str) -> bool:
+        return self.links[host].state == "up"
+
+    # -- requests ------------------------------------------------------------------------
+
+    def send(self, host: str, kind: str, **fields) -> None:
+        link = self.links[host]
+        if link.state == "up":
+            link.send(kind, **fields)
+
+    def spawn(self, host: str, name: str, argv, env: dict, cwd: str, cpus, unset,
+              unset_prefixes) -> RemoteHandle:
+        link = self.links[host]
+        if link.state != "up":
+            raise StartError(f"host {host} is not reachable")
+        link.send("spawn", name=name, argv=list(argv), env=env, cwd=cwd,
+                  cpus=sorted(cpus) if cpus is not None else None, unset=list(unset),
+                  unset_prefixes=list(unset_prefixes))
+        answer = self._await(link, ("spawned", "failed"), name)
+        if answer is None:
+            raise StartError(f"host {host}: its agent did not answer")
+        if answer["kind"] == "failed":
+            raise StartError(answer["error"])
+        handle = RemoteHandle(self, host, name, answer["pid"])
+        self.handles[name] = handle
+        return handle
+
+    def probe(self, handle: RemoteHandle) -> str | None:
+        link = self.links[handle.host]
+        if link.state != "up" or handle.code is not None:
+            return None
+        link.send("probe", name=handle.name)
+        answer = self._await(link, ("probed",), handle.name)
+        if answer is None:
+            return None
+        handle.cpu, handle.rss = answer.get("cpu"), answer.get("rss")
+        return answer.get("status")
+
+    def _await(self, link: AgentLink, kinds: tuple, name: str) -> dict | None:
+        """The agent's answer about ``name``; other frames wait in ``pending`` for the
+        loop (handling them here would re-enter the supervisor mid-decision)."""
+        deadline = time.monotonic() + ANSWER_WAIT
+        waiter = selectors.DefaultSelector()
+        waiter.register(link.out_fd, selectors.EVENT_READ)
+        try:
+            while time.monotonic() < deadline:
+                for i, (src, msg) in enumerate(self.pending):
+                    if src is link and msg["kind"] in kinds and msg.get("name") == name:
+                        return self.pending.pop(i)[1]
+                waiter.select(deadline - time.monotonic())
+                try:
+                    messages = link.read()
+                except frames.FrameError:
+                    messages = None
+                if messages is None:
+                    self.pending.append((link, {"kind": "closed"}))
+                    return None
+                self.pending.extend((link, m) for m in messages)
+        finally:
+            waiter.close()
+        return None
+
+    # -- events ----------------------------------------------------------------------------
+
+    def _readable(self, link: AgentLink) -> None:
+        try:
+            messages = link.read()
+        except frames.FrameError:
+            messages = None
+        if messages is None:
+            self._lost(link, "its link closed")
+            return
+        self.pending.extend((link, m) for m in messages)
+        self.handle_pending()
+
+    def _stderr(self, link: AgentLink) -> None:
+        if not link.read_stderr():
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(link.err_fd)
+
+    def handle_pending(self) -> None:
+        while self.pending:
+            link, msg = self.pending.pop(0)
+            if link.state == "connecting":
+                self._hello(link, msg)
+            elif msg["kind"] == "closed":
+                self._lost(link, "its link closed")
+            elif link.state == "up":
+                self._dispatch(link, msg)
+
+    def _dispatch(self, link: AgentLink, msg: dict) -> None:
+        kind, name = msg["kind"], msg.get("name")
+        handle = self.handles.get(name) if name else None
+        if kind == "lines" and handle is not None:
+            for line in msg["lines"]:
+                self.loop.printer.line(name, line)
+        elif kind == "exited" and handle is not None:
+            handle.code = msg["code"]
+            del self.handles[name]
+            self.loop.remote_exited(name, handle.code)
+        elif kind == "control" and isinstance(msg.get("request"), dict):
+            control.dispatch(self.loop, msg["request"])
+        elif kind == "probed" and handle is not None:
+            handle.cpu, handle.rss = msg.get("cpu"), msg.get("rss")
+
+    def _hello(self, link: AgentLink, msg: dict) -> None:
+        why = check_hello(link, msg)
+        if why:
+            self.loop.say(f"host {link.name}: {why}")
+            self._drop(link)
+            return
+        link.hello, link.state = msg, "up"
+        self.retries.pop(link.name, None)
+        self.loop.say(f"host {link.name} is reachable again")
+
+    def tick(self, now: float) -> None:
+        """Beat on every link; take a silent one for lost; retry lost hosts when due."""
+        for link in self.links.values():
+            if link.state == "up":
+                link.send("beat")
+                if time.monotonic() - link.heard > frames.SILENCE:
+                    self._lost(link, f"silent for {frames.SILENCE:g}s")
+            elif link.state == "lost" and self.retry_at.get(link.name, 0) <= now:
+                self._reconnect(link)
+            elif link.state == "connecting" and now - link.heard > ANSWER_WAIT:
+                self._drop(link)
+
+    def _lost(self, link: AgentLink, why: str) -> None:
+        if link.state == "up":
+            self.loop.say(f"host {link.name} lost: {why}")
+        self._drop(link)
+        for name, handle in list(self.handles.items()):
+            if handle.host == link.name:
+                del self.handles[name]
+                self.loop.remote_lost(name, f"host {link.name} lost")
+
+    def _drop(self, link: AgentLink) -> None:
+        for fd in (link.out_fd, link.err_fd):
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(fd)
+        link.close()
+        link.state = "lost"
+        tries = self.retries.get(link.name, 0)
+        self.retries[link.name] = tries + 1
+        self.retry_at[link.name] = time.monotonic() + min(RECONNECT_FIRST * 2 ** tries,
+                                                          RECONNECT_CAP)
+
+    def _reconnect(self, link: AgentLink) -> None:
+        if not link.argv:  # an agent srun started: it does not come back by itself
+            self.retry_at[link.name] = float("inf")
+            return
+        fresh = AgentLink(link.name, link.argv, link.python)
+        try:
+            fresh.start()
+        except OSError:
+            self._drop(fresh)
+            self.links[link.name] = fresh
+            return
+        fresh.heard = time.monotonic()
+        self.links[link.name] = fresh
+        self._watch(fresh)
+
+    def refresh_usage(self) -> None:
+        for handle in self.handles.values():
+            self.send(handle.host, "probe", name=handle.name)
+
+    def pids(self) -> dict[str, int]:
+        return {name: link.hello.get("pid") for name, link in self.links.items()
+                if link.hello and link.state == "up"}
+
+    def states(self) -> dict[str, str]:
+        return {name: link.state for name, link in self.links.items()}
+
+    def close(self) -> None:
+        for link in self.links.values():
+            for fd in (link.out_fd, link.err_fd):
+                with contextlib.suppress(KeyError, ValueError):
+                    self.selector.unregister(fd)
+            link.close()
+        if self.srun is not None:
+            try:
+                self.srun.wait(timeout=5)  # its agents have been told to stop
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.srun.pid, signal.SIGKILL)
+                self.srun.wait()
+            self.srun.stderr.close()

@@ -1,0 +1,249 @@
+"""The head's side of a remote host: one agent, reached over ssh, spoken to in frames.
+
+``AgentLink`` starts the agent (``ssh ... PYTHON -m mwrun agent``), reads its frames and
+stderr, and writes requests; ``connect_all`` brings every remote host's agent up in
+parallel before anything is planned onto it, and turns each way it can fail (host
+unreachable, authentication refused, python or mwrun missing, another mwrun version)
+into one line naming the host and the missing piece.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import selectors
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+from mwrun import __version__
+from mwrun.errors import RunError, TopologyError
+from mwrun.host import frames
+from mwrun.plan.inventory import HostInventory
+
+CONNECT_TIMEOUT = 30.0  # seconds for ssh and the agent's hello, per host (in parallel)
+READ_SLICE = 1 << 20
+
+
+def ssh_argv(target: str, options: tuple[str, ...], python: str, host: str,
+             control: str) -> list[str]:
+    """ssh [user@]host[:port] running the agent; never prompts (BatchMode)."""
+    user_host, port = target, None
+    if target.count(":") == 1:
+        user_host, _, port = target.partition(":")
+    remote = " ".join(shlex.quote(a) for a in [python, "-m", "mwrun", "agent", "--host",
+                                               host, "--control", control])
+    argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=2"]
+    if port:
+        argv += ["-p", port]
+    return [*argv, *options, user_host, "--", f"exec {remote}"]
+
+
+class AgentLink:
+    def __init__(self, name: str, argv: list[str], python: str):
+        self.name = name
+        self.argv = argv
+        self.python = python
+        self.state = "connecting"
+        self.hello: dict | None = None
+        self.decoder = frames.Decoder()
+        self.outbox = frames.Outbox()
+        self.stderr = b""
+        self.heard = time.monotonic()
+        self.popen: subprocess.Popen | None = None
+        self.out_fd = self.err_fd = -1  # once started
+
+    def start(self) -> None:
+        self.popen = subprocess.Popen(self.argv, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      start_new_session=True)
+        self.out_fd, self.err_fd = self.popen.stdout.fileno(), self.popen.stderr.fileno()
+        for fd in (self.out_fd, self.err_fd, self.popen.stdin.fileno()):
+            os.set_blocking(fd, False)
+
+    def read(self) -> list[dict] | None:
+        """Frames that arrived; None once the link is closed."""
+        try:
+            data = os.read(self.out_fd, READ_SLICE)
+        except BlockingIOError:
+            return []
+        except OSError:
+            data = b""
+        if not data:
+            return None
+        self.heard = time.monotonic()
+        return self.decoder.feed(data)
+
+    def read_stderr(self) -> bool:
+        """Collect what ssh or the remote python said; False at its end."""
+        try:
+            data = os.read(self.err_fd, 65536)
+        except BlockingIOError:
+            return True
+        except OSError:
+            data = b""
+        self.stderr = (self.stderr + data)[-8192:]
+        return bool(data)
+
+    def send(self, kind: str, **fields) -> None:
+        self.outbox.put({"kind": kind, **fields})
+        self.flush()
+
+    def flush(self) -> bool:
+        try:
+            return self.outbox.flush(lambda data: os.write(self.popen.stdin.fileno(), data))
+        except (OSError, ValueError):
+            return True  # the link is gone; its end of file says so
+
+    def close(self) -> None:
+        """Ask the agent to stop, then make sure ssh is gone."""
+        if self.popen is None or self.popen.stdin.closed:
+            return
+        self.send("stop")
+        with contextlib.suppress(OSError):
+            self.popen.stdin.close()
+        try:
+            self.popen.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+        for pipe in (self.popen.stdout, self.popen.stderr):
+            pipe.close()
+        self.state = "lost" if self.state == "up" else self.state
+
+    def failure(self) -> str:
+        """Why the link did not come up, in one line a user can act on."""
+        said = self.stderr.decode("utf-8", "replace").strip()
+        last = said.splitlines()[-1] if said else ""
+        code = self.popen.poll() if self.popen else None
+        if "No module named mwrun" in said:
+            return f"mwrun is not installed for {self.python} there"
+        if "No module named" in said:
+            return f"{self.python} there cannot run mwrun: {last}"
+        if code == 127 or ("No such file" in said and self.python in said):
+            return f"no {self.python} there (set the host's python:)"
+        if "Permission denied" in said or "Host key verification failed" in said:
+            return f"ssh refused authentication: {last}"
+        if code == 255:
+            return f"unreachable over ssh: {last or 'ssh exited 255'}"
+        if code is None:
+            return f"no answer from its agent within {CONNECT_TIMEOUT:.0f} s"
+        return f"its agent exited ({code}) before saying hello" + (f": {last}" if last else "")
+
+
+def check_hello(link: AgentLink, message: dict) -> str | None:
+    """None if the agent is one we can talk to, else why not."""
+    if message.get("kind") != "hello":
+        return f"its agent spoke before saying hello ({message.get('kind')!r})"
+    if message.get("protocol") != frames.PROTOCOL or message.get("version") != __version__:
+        return (f"mwrun {message.get('version')} (protocol {message.get('protocol')}) there,"
+                f" {__version__} (protocol {frames.PROTOCOL}) here: install the same version")
+    return None
+
+
+def connect_all(links: list[AgentLink], timeout: float = CONNECT_TIMEOUT,
+                progress=None) -> None:
+    """Start every agent and wait for each hello, all in parallel; RunError naming every
+    host that failed (and nothing left running) otherwise."""
+    selector = selectors.DefaultSelector()
+    problems: dict[str, str] = {}
+    for link in links:
+        try:
+            link.start()
+        except OSError as exc:
+            problems[link.name] = f"cannot run ssh: {exc.strerror or exc}"
+            continue
+        selector.register(link.out_fd, selectors.EVENT_READ, (link, "out"))
+        selector.register(link.err_fd, selectors.EVENT_READ, (link, "err"))
+    waiting = {link.name for link in links if link.name not in problems}
+    deadline = time.monotonic() + timeout
+    told = time.monotonic()
+    while waiting and time.monotonic() < deadline:
+        if progress and time.monotonic() - told > 2:
+            progress(f"waiting for the agent on {', '.join(sorted(waiting))}")
+            told = time.monotonic()
+        for key, _ in selector.select(min(1.0, deadline - time.monotonic())):
+            link, which = key.data
+            if link.name not in waiting:
+                continue
+            if which == "err":
+                if not link.read_stderr():
+                    selector.unregister(link.err_fd)
+                continue
+            try:
+                messages = link.read()
+            except frames.FrameError:
+                problems[link.name] = ("its agent's output is not mwrun's (does a login script"
+                                       " print to stdout?)")
+                waiting.discard(link.name)
+                continue
+            if messages is None:
+                selector.unregister(link.out_fd)
+                with contextlib.suppress(KeyError, ValueError):
+                    selector.unregister(link.err_fd)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    link.popen.wait(timeout=5)
+                while link.read_stderr():
+                    pass
+                problems[link.name] = link.failure()
+                waiting.discard(link.name)
+                continue
+            if messages:
+                why = check_hello(link, messages[0])
+                if why:
+                    problems[link.name] = why
+                else:
+                    link.hello = messages[0]
+                    link.state = "up"
+                waiting.discard(link.name)
+    selector.close()
+    for name in waiting:
+        problems[name] = next(lk for lk in links if lk.name == name).failure()
+    if problems:
+        for link in links:
+            link.close()
+        raise RunError("cannot start on every host; nothing was started:\n" + "\n".join(
+            f"  host {name}: {why}" for name, why in sorted(problems.items())))
+
+
+def control_path(run_id: str, host: str) -> str:
+    """Where a remote host's processes reach its agent: short (sun_path), per run and
+    host (namespaces on one machine share /tmp)."""
+    digest = hashlib.sha1(f"{run_id}/{host}".encode()).hexdigest()[:16]
+    return f"/tmp/mwrun-agent-{digest}/control.sock"
+
+
+def links_for(topo, run_id: str) -> dict[str, AgentLink]:
+    """An agent link for every host reached over ssh (not yet started)."""
+    links = {}
+    for name, host in topo.hosts.items():
+        if host.ssh is None:
+            continue
+        python = host.python or sys.executable
+        argv = ssh_argv(host.ssh, host.ssh_options, python, name, control_path(run_id, name))
+        links[name] = AgentLink(name, argv, python)
+    return links
+
+
+def reported_inventory(topo, links: dict[str, AgentLink],
+                       known: dict[str, HostInventory]) -> dict[str, HostInventory]:
+    """What each remote host has, as its agent reported; a stated count more than it
+    has is a positioned error."""
+    inv, errors = {}, []
+    for name, link in links.items():
+        host, facts = topo.hosts[name], link.hello["inventory"]
+        cpus, gpus = tuple(facts["cpus"]), tuple(str(g) for g in facts["gpus"])
+        for kind, stated, have in (("gpus", host.gpus, gpus), ("cpus", host.cpus, cpus)):
+            if stated is not None and stated > len(have):
+                errors.append(host.pos.diagnostic(
+                    f"host '{name}': {kind}: {stated}, but {name} reports {len(have)}"))
+        inv[name] = HostInventory(known[name].local, cpus[:host.cpus] if host.cpus else cpus,
+                                  gpus[:host.gpus] if host.gpus is not None else gpus)
+    if errors:
+        raise TopologyError(errors)
+    return inv

@@ -1,0 +1,211 @@
+"""``launcher: slurm``: inside an allocation, one ``srun`` starts an agent on every node.
+
+The topology's hosts take the allocation's nodes in file order (a host's ``addr``
+defaults to its node's address). The agents connect back to the head over TCP and
+answer a challenge with an HMAC of the run's secret, which reaches them in srun's
+environment (never in argv, never logged); a connection that does not prove it is
+dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hmac
+import os
+import secrets
+import selectors
+import shlex
+import socket
+import subprocess
+import sys
+import time
+
+from mwrun.errors import RunError, TopologyError, UsageError
+from mwrun.head.remote import CONNECT_TIMEOUT, AgentLink, check_hello, control_path
+from mwrun.host import frames
+
+
+def allocation(environ=os.environ) -> list[str]:
+    """The allocation's nodes, in Slurm's order; UsageError outside an allocation."""
+    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    if not nodelist:
+        raise UsageError("launcher: slurm needs a Slurm allocation (SLURM_JOB_NODELIST is not"
+                         " set): run mwrun launch inside salloc or an sbatch script")
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RunError(f"cannot read the allocation's nodes with scontrol: {exc}") from None
+    return out.split()
+
+
+def node_addr(node: str) -> str:
+    """The address Slurm reaches a node on (its NodeAddr), else what its name resolves to."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(["scontrol", "show", "node", "-o", node], capture_output=True,
+                             text=True, timeout=30).stdout
+        for field in out.split():
+            if field.startswith("NodeAddr="):
+                return field.partition("=")[2]
+    return socket.gethostbyname(node)
+
+
+def assign(topo, nodes: list[str], addr_of=node_addr):
+    """(topology with every host's addr filled in, host -> node); the hosts take the
+    nodes in file order. Too few nodes is a positioned error."""
+    hosts = list(topo.hosts.values())
+    if len(nodes) < len(hosts):
+        raise TopologyError([topo.pos.get("hosts", hosts[0].pos).diagnostic(
+            f"launcher: slurm: {len(hosts)} hosts, but the allocation has {len(nodes)}"
+            f" node{'s' * (len(nodes) != 1)} ({', '.join(nodes)}); ask salloc for"
+            f" --nodes={len(hosts)}")])
+    filled, mapping = {}, {}
+    for host, node in zip(hosts, nodes, strict=False):
+        filled[host.name] = dataclasses.replace(host, addr=host.addr or addr_of(node))
+        mapping[host.name] = node
+    return dataclasses.replace(topo, hosts=filled), mapping
+
+
+def head_addr(towards: str) -> str:
+    """This machine's address on the way to ``towards`` (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET6 if ":" in towards else socket.AF_INET,
+                       socket.SOCK_DGRAM) as probe:
+        probe.connect((towards, 9))
+        return probe.getsockname()[0]
+
+
+class SocketLink(AgentLink):
+    """An agent's link over a TCP connection it opened to the head."""
+
+    def __init__(self, name: str, sock: socket.socket, python: str):
+        super().__init__(name, [], python)
+        self.sock = sock
+        sock.setblocking(False)
+        self.out_fd = sock.fileno()
+
+    def start(self) -> None:  # it started itself (srun)
+        pass
+
+    def read_stderr(self) -> bool:
+        return False
+
+    def flush(self) -> bool:
+        try:
+            return self.outbox.flush(self.sock.send)
+        except OSError:
+            return True
+
+    def close(self) -> None:
+        if self.sock.fileno() < 0:
+            return
+        self.send("stop")
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_WR)
+        self.sock.close()
+        self.state = "lost" if self.state == "up" else self.state
+
+    def failure(self) -> str:
+        return "its agent did not connect"
+
+
+def connect(topo, mapping: dict[str, str], run_id: str, progress=None,
+            timeout: float = CONNECT_TIMEOUT) -> tuple[dict[str, SocketLink], subprocess.Popen]:
+    """One srun for every node; each agent connects back and proves the secret."""
+    hosts = list(mapping)
+    first = topo.hosts[hosts[0]]
+    listener = socket.create_server((head_addr(first.addr), 0))
+    addr, port = listener.getsockname()[:2]
+    secret = secrets.token_hex(32)
+    python = first.python or sys.executable
+    nodes = [mapping[h] for h in hosts]
+    argv = ["srun", f"--nodes={len(nodes)}", "--ntasks-per-node=1",
+            f"--nodelist={','.join(nodes)}", "--kill-on-bad-exit=0", "--overlap",
+            python, "-m", "mwrun", "agent", "--connect", f"{addr}:{port}",
+            "--control", control_path(run_id, "{node}")]
+    srun = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, "MWRUN_AGENT_SECRET": secret})
+    by_node = {mapping[h]: h for h in hosts}
+    try:
+        links = _accept(listener, secret, by_node, python, srun, progress, timeout)
+    except BaseException:
+        end(srun)
+        raise
+    finally:
+        listener.close()
+    return links, srun
+
+
+def _accept(listener, secret, by_node, python, srun, progress, timeout):
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, None)
+    links: dict[str, SocketLink] = {}
+    pending: dict[socket.socket, tuple[str, frames.Decoder, float]] = {}
+    deadline = time.monotonic() + timeout
+    told = time.monotonic()
+    while len(links) < len(by_node) and time.monotonic() < deadline:
+        if srun.poll() is not None:
+            said = srun.stderr.read().decode("utf-8", "replace").strip()
+            raise RunError(f"srun ended ({srun.returncode}) before every agent connected"
+                           + (f": {said.splitlines()[-1]}" if said else ""))
+        if progress and time.monotonic() - told > 2:
+            missing = sorted(set(by_node.values()) - set(links))
+            progress(f"waiting for the agent on {', '.join(missing)}")
+            told = time.monotonic()
+        for key, _ in selector.select(0.2):
+            if key.data is None:
+                sock, _ = listener.accept()
+                nonce = secrets.token_hex(16)
+                sock.sendall(frames.encode({"kind": "challenge", "nonce": nonce}))
+                sock.setblocking(False)
+                pending[sock] = (nonce, frames.Decoder(), time.monotonic() + 10)
+                selector.register(sock, selectors.EVENT_READ, sock)
+                continue
+            sock = key.data
+            nonce, decoder, _ = pending[sock]
+            try:
+                data = sock.recv(65536)
+                messages = decoder.feed(data) if data else None
+            except (OSError, frames.FrameError):
+                messages = None
+            if messages == []:
+                continue
+            selector.unregister(sock)
+            del pending[sock]
+            hello = messages[0] if messages else {}
+            proof = str(hello.get("proof", ""))
+            host = by_node.get(hello.get("node"))
+            if not hmac.compare_digest(proof, frames.proof(secret, nonce)) or host is None \
+                    or host in links:
+                sock.close()  # not one of ours: dropped, and nothing said about why
+                continue
+            link = SocketLink(host, sock, python)
+            why = check_hello(link, hello)
+            if why:
+                sock.close()
+                raise RunError(f"host {host}: {why}")
+            link.hello, link.state = hello, "up"
+            links[host] = link
+        for sock, (_, _, expires) in list(pending.items()):
+            if time.monotonic() > expires:
+                selector.unregister(sock)
+                sock.close()
+                del pending[sock]
+    selector.close()
+    for sock in pending:
+        sock.close()
+    if len(links) < len(by_node):
+        for link in links.values():
+            link.close()
+        missing = sorted(h for h in by_node.values() if h not in links)
+        raise RunError(f"no agent connected from {', '.join(missing)} within {timeout:.0f} s"
+                       f" (srun: {shlex.join(srun.args[:4])} ...)")
+    return links
+
+
+def end(srun: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(srun.pid, 9)
+    srun.wait()
+    srun.stderr.close()

@@ -1,0 +1,340 @@
+"""``mwrun agent``: the head's hands on a remote host.
+
+Started by the head (over ssh, or by one ``srun`` under Slurm), never by users. It
+decides nothing: it spawns, pins, watches and signals this host's processes exactly as
+the head does locally (``host.process``), streams their output lines and exits back
+over the link (``host.frames``), and relays what the library inside each process tells
+the supervisor (heartbeats, world events) from a Unix socket on this host.
+
+When the head goes away (the link closes, or is silent for ``frames.SILENCE``) the
+agent SIGKILLs every process group it started and exits; a watchdog does the same if
+the agent itself is SIGKILLed. Either way nothing of the job outlives the head by more
+than about two seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from mwrun import __version__, machine
+from mwrun.errors import StartError
+from mwrun.host import frames
+from mwrun.host.lines import LineBuffer
+from mwrun.host.process import ProcessHandle
+
+READ_SLICE = 65536  # bytes read from one child per turn: fair to the others
+OUTBOX_CAP = 4 * 2**20  # queued for the head past this: stop reading children's output
+RELAYED = ("hello", "heartbeat", "world", "bye")  # the library's no-reply verbs
+
+
+class Child:
+    def __init__(self, name: str, handle: ProcessHandle):
+        self.name = name
+        self.handle = handle
+        self.lines = LineBuffer()
+        self.reading = True
+
+
+class Agent:
+    def __init__(self, link_in: int, link_out: int, control_path: str, *,
+                 silence: float = frames.SILENCE, clock=time.monotonic):
+        self.link_in = link_in
+        self.link_out = link_out
+        self.control_path = control_path
+        self.silence = silence
+        self.clock = clock
+        self.decoder = frames.Decoder()
+        self.outbox = frames.Outbox()
+        self.children: dict[str, Child] = {}
+        self.selector = selectors.DefaultSelector()
+        self.heard: float | None = None  # silence counts from the head's first frame
+        self.beat_due = 0.0
+        self.done = False
+        self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.host.watchdog"],
+                                         stdin=subprocess.PIPE, text=True,
+                                         start_new_session=True)
+
+    # -- the link ---------------------------------------------------------------------
+
+    def send(self, kind: str, **fields) -> None:
+        self.outbox.put({"kind": kind, **fields})
+
+    def hello(self, host: str) -> None:
+        self.send("hello", protocol=frames.PROTOCOL, version=__version__, host=host,
+                  pid=os.getpid(), control=self.control_path, inventory=machine.facts())
+
+    def _from_head(self, _) -> None:
+        try:
+            data = os.read(self.link_in, READ_SLICE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.done = True  # the head is gone: its ssh session or socket closed
+            return
+        self.heard = self.clock()
+        try:
+            messages = self.decoder.feed(data)
+        except frames.FrameError:
+            self.done = True
+            return
+        for message in messages:
+            handler = getattr(self, f"on_{message['kind']}", None)
+            if handler is not None:
+                handler(message)
+
+    # -- what the head asks -------------------------------------------------------------
+
+    def on_spawn(self, msg: dict) -> None:
+        name = msg["name"]
+        env = dict(os.environ)
+        # The head's names for this process replace whatever this host's environment
+        # says under them (an outer job's RANK, TORCHELASTIC_*...).
+        prefixes = tuple(msg.get("unset_prefixes", ()))
+        env = {k: v for k, v in env.items()
+               if k not in msg.get("unset", ()) and not (prefixes and k.startswith(prefixes))}
+        env.update(msg["env"])
+        cpus = set(msg["cpus"]) if msg.get("cpus") is not None else None
+        try:
+            handle = ProcessHandle.spawn(msg["argv"], env, msg["cwd"], cpus)
+        except StartError as exc:
+            self.send("failed", name=name, error=str(exc))
+            return
+        self._tell_watchdog(f"+{handle.pid}")
+        child = Child(name, handle)
+        self.children[name] = child
+        self.selector.register(handle.exit_fd, selectors.EVENT_READ, (self._exited, child))
+        self.selector.register(handle.output_fd, selectors.EVENT_READ, (self._output, child))
+        self.send("spawned", name=name, pid=handle.pid)
+
+    def on_signal(self, msg: dict) -> None:
+        child = self.children.get(msg["name"])
+        if child is not None:
+            child.handle.signal(int(msg["signal"]))
+
+    def on_probe(self, msg: dict) -> None:
+        child = self.children.get(msg["name"])
+        status, (cpu, rss) = (None, (None, None)) if child is None else \
+            (child.handle.status(), child.handle.usage())
+        self.send("probed", name=msg["name"], status=status, cpu=cpu, rss=rss)
+
+    def on_stop(self, msg: dict) -> None:
+        self.done = True
+
+    # -- the children -------------------------------------------------------------------
+
+    def _output(self, child: Child) -> None:
+        fd = child.handle.output_fd
+        try:
+            data = os.read(fd, READ_SLICE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            lines = child.lines.feed(data)
+        else:  # every writer closed it (grandchildren too)
+            lines = child.lines.flush()
+            self.selector.unregister(fd)
+            child.reading = False
+            child.handle.close_output()
+        if lines:
+            self.send("lines", name=child.name, lines=lines)
+
+    def _exited(self, child: Child) -> None:
+        code = child.handle.returncode()
+        if code is None:
+            return
+        while child.reading:  # the last words before the exit is reported
+            before = self.outbox.size
+            self._output(child)
+            if self.outbox.size == before and child.reading:
+                break  # a grandchild holds the pipe open: what is there is sent
+        self.selector.unregister(child.handle.exit_fd)
+        child.handle.close_exit()
+        child.handle.signal(signal.SIGKILL)  # the group: nothing the leader left behind
+        self._tell_watchdog(f"-{child.handle.pid}")
+        if child.reading:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(child.handle.output_fd)
+            self.send("lines", name=child.name, lines=child.lines.flush())
+            child.handle.close_output()
+        del self.children[child.name]
+        self.send("exited", name=child.name, code=code)
+
+    def _pause_output(self, paused: bool) -> None:
+        """Back-pressure: while the head is behind, leave output in the children's
+        pipes (they block writing) rather than queue without bound or drop it."""
+        for child in self.children.values():
+            if not child.reading:
+                continue
+            fd = child.handle.output_fd
+            with contextlib.suppress(KeyError, ValueError):
+                if paused:
+                    self.selector.unregister(fd)
+                else:
+                    self.selector.register(fd, selectors.EVENT_READ, (self._output, child))
+
+    # -- the library's messages on this host --------------------------------------------
+
+    def _accept(self, listener: socket.socket) -> None:
+        with contextlib.suppress(BlockingIOError):
+            sock, _ = listener.accept()
+            sock.setblocking(False)
+            self.selector.register(sock, selectors.EVENT_READ, (self._relay, [sock, b""]))
+
+    def _relay(self, conn: list) -> None:
+        sock = conn[0]
+        try:
+            data = sock.recv(READ_SLICE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data or len(conn[1]) > 2**20:
+            self.selector.unregister(sock)
+            sock.close()
+            return
+        *lines, conn[1] = (conn[1] + data).split(b"\n")
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                request = json.loads(line)
+                if isinstance(request, dict) and request.get("verb") in RELAYED:
+                    self.send("control", request=request)
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        os.set_blocking(self.link_in, False)
+        os.set_blocking(self.link_out, False)
+        self.selector.register(self.link_in, selectors.EVENT_READ, (self._from_head, None))
+        listener = _listen(self.control_path)
+        self.selector.register(listener, selectors.EVENT_READ, (self._accept, listener))
+        paused = False
+        try:
+            while not self.done:
+                now = self.clock()
+                if self.heard is not None and now - self.heard > self.silence:
+                    break  # the head went silent: take it for gone
+                if now >= self.beat_due:
+                    self.send("beat")
+                    self.beat_due = now + frames.BEAT
+                if self.outbox.size and self.outbox.flush(self._write):
+                    pass
+                if (self.outbox.size > OUTBOX_CAP) != paused:
+                    paused = not paused
+                    self._pause_output(paused)
+                self._wait(now)
+        finally:
+            self._shutdown(listener)
+        return 0
+
+    def _wait(self, now: float) -> None:
+        # Wake when the link can take more, while there is more to send (over TCP the
+        # link is one descriptor both ways).
+        events = selectors.EVENT_WRITE if self.outbox.size else 0
+        if self.link_out == self.link_in:
+            self.selector.modify(self.link_in, selectors.EVENT_READ | events,
+                                 (self._from_head, None))
+        elif events:
+            self.selector.register(self.link_out, events, (lambda _: None, None))
+        due = self.beat_due if self.heard is None else min(self.beat_due,
+                                                           self.heard + self.silence)
+        for key, _ in self.selector.select(max(0.0, min(due - now, frames.BEAT))):
+            callback, arg = key.data
+            callback(arg)
+        if events and self.link_out != self.link_in:
+            self.selector.unregister(self.link_out)
+
+    def _write(self, data: bytes) -> int:
+        try:
+            return os.write(self.link_out, data)
+        except BrokenPipeError:
+            self.done = True
+            return len(data)
+
+    def _shutdown(self, listener: socket.socket) -> None:
+        for child in self.children.values():
+            child.handle.signal(signal.SIGKILL)
+        for child in self.children.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.handle.popen.wait(timeout=1.0)
+        self._tell_watchdog("exit")
+        with contextlib.suppress(OSError):
+            self.watchdog.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.watchdog.wait(timeout=1.0)
+        listener.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.control_path)
+        # Whatever the head may still read (final lines, exits) goes out if it can.
+        os.set_blocking(self.link_out, True)
+        with contextlib.suppress(OSError):
+            self.outbox.flush(self._write)
+
+    def _tell_watchdog(self, line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.watchdog.stdin.write(line + "\n")
+            self.watchdog.stdin.flush()
+
+
+def _listen(path: str) -> socket.socket:
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    sock.listen(64)
+    sock.setblocking(False)
+    return sock
+
+
+def main(host: str | None, control_path: str, connect: str | None = None) -> int:
+    """Serve the link: stdin/stdout (ssh), or a TCP connection to the head (Slurm),
+    proven with the run's secret. Our own stray output must never reach the link, so
+    stdout becomes stderr for everything but the frames."""
+    link_out = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)  # the link's fate decides, nothing else
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    control_path = control_path.replace("{node}", node)
+    if connect is None:
+        agent = Agent(0, link_out, control_path)
+        agent.hello(host or node)
+        return agent.run()
+    secret = os.environ.pop("MWRUN_AGENT_SECRET", "")  # never handed to a child
+    addr, _, port = connect.rpartition(":")
+    sock = socket.create_connection((addr.strip("[]"), int(port)), timeout=30)
+    challenge = _first_frame(sock)
+    sock.setblocking(True)
+    fd = sock.detach()
+    agent = Agent(fd, fd, control_path)
+    agent.send("hello", protocol=frames.PROTOCOL, version=__version__, host=host or node,
+               node=node, pid=os.getpid(), control=control_path, inventory=machine.facts(),
+               proof=frames.proof(secret, challenge.get("nonce", "")))
+    return agent.run()
+
+
+def _first_frame(sock: socket.socket) -> dict:
+    decoder, messages = frames.Decoder(), []
+    while not messages:
+        data = sock.recv(65536)
+        if not data:
+            raise SystemExit("mwrun agent: the head closed the connection")
+        messages = decoder.feed(data)
+    return messages[0]

@@ -1,0 +1,101 @@
+"""The head <-> agent link: length-prefixed JSON frames over a byte stream.
+
+A frame is a 4-byte big-endian length and that many bytes of one JSON object with a
+``kind``. The stream is an ssh session's stdin/stdout (ssh authenticates it) or a TCP
+connection opened with a per-run secret (Slurm). The agent speaks first, a ``hello``
+with ``PROTOCOL`` and its mwrun version; the head refuses a link of another version
+before it sends anything.
+
+Agent -> head: ``hello {protocol, version, host, inventory}``, ``spawned {name, pid}``,
+``failed {name, error}`` (could not start), ``lines {name, lines}``, ``exited {name,
+code}``, ``probed {name, status, cpu, rss}``, ``beat`` (every ``BEAT`` seconds).
+Head -> agent: ``spawn {name, argv, env, cwd, cpus}``, ``signal {name, signal}``,
+``probe {name}``, ``beat``, ``stop`` (kill everything, then exit).
+Either side that hears nothing for ``SILENCE`` seconds takes the other for gone (the
+agent counts from the head's first frame: the head starts talking once its loop runs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import struct
+
+PROTOCOL = 1
+BEAT = 0.5  # seconds between beats on an idle link
+# No frame for this long: the other side is gone. A closed link is seen at once; this
+# is for a head or host that is stopped or cut off, and must outlast a busy moment.
+SILENCE = 5.0
+MAX_FRAME = 16 * 2**20
+_HEADER = struct.Struct(">I")
+
+
+def proof(secret: str, nonce: str) -> str:
+    """What an agent answers to the head's challenge: the secret itself never travels."""
+    return hmac.new(secret.encode(), nonce.encode(), hashlib.sha256).hexdigest()
+
+
+class FrameError(ValueError):
+    """The stream does not carry mwrun frames (or a frame is damaged)."""
+
+
+def encode(message: dict) -> bytes:
+    body = json.dumps(message, separators=(",", ":")).encode()
+    if len(body) > MAX_FRAME:
+        raise FrameError(f"frame of {len(body)} bytes exceeds {MAX_FRAME}")
+    return _HEADER.pack(len(body)) + body
+
+
+class Decoder:
+    """Bytes in (any slicing), whole messages out."""
+
+    def __init__(self):
+        self._pending = bytearray()
+
+    def feed(self, data: bytes) -> list[dict]:
+        self._pending += data
+        messages = []
+        while len(self._pending) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self._pending)
+            if size > MAX_FRAME:
+                raise FrameError(f"frame of {size} bytes announced; not an mwrun link?")
+            if len(self._pending) < _HEADER.size + size:
+                break
+            body = bytes(self._pending[_HEADER.size:_HEADER.size + size])
+            del self._pending[:_HEADER.size + size]
+            try:
+                message = json.loads(body)
+            except ValueError:
+                raise FrameError("a frame that is not JSON") from None
+            if not isinstance(message, dict) or not isinstance(message.get("kind"), str):
+                raise FrameError("a frame without a kind")
+            messages.append(message)
+        return messages
+
+
+class Outbox:
+    """Frames waiting to be written to a non-blocking descriptor, bounded by the
+    caller: ``size`` tells how much is queued so a writer can stop reading its own
+    sources (back-pressure) rather than drop anything."""
+
+    def __init__(self):
+        self._queue = bytearray()
+
+    @property
+    def size(self) -> int:
+        return len(self._queue)
+
+    def put(self, message: dict) -> None:
+        self._queue += encode(message)
+
+    def flush(self, write) -> bool:
+        """Write what the descriptor takes now; True once everything is out.
+        ``write(bytes) -> int`` may raise BlockingIOError (nothing taken)."""
+        while self._queue:
+            try:
+                sent = write(bytes(self._queue[:65536]))
+            except BlockingIOError:
+                return False
+            del self._queue[:sent]
+        return True

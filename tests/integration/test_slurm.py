@@ -1,0 +1,71 @@
+"""The same star under ``launcher: slurm``, from inside ``salloc`` on a real two-node
+Slurm cluster (slurmctld, two slurmds, munge), node two in a network namespace."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from tests.helpers import BIN
+from tests.integration import slurmbed
+
+pytestmark = [pytest.mark.timeout(180),
+              pytest.mark.skipif(slurmbed.missing() is not None,
+                                 reason=slurmbed.missing() or "")]
+
+TOPOLOGY = f"""\
+version: 1
+name: slurmstar
+timeout: 20
+launcher: slurm
+hosts:
+  first: {{}}
+  second: {{}}
+processes:
+  leader: {{cmd: [{sys.executable}, {BIN / 'hub.py'}], host: first}}
+  worker: {{cmd: [{sys.executable}, {BIN / 'spoke.py'}, --count, '20', --interval, '0.01'],
+           host: second}}
+worlds:
+  world1: {{members: [leader, worker]}}
+"""
+
+
+def job_processes(node) -> list[str]:
+    """The node's processes that belong to the job (its slurmd does not)."""
+    found = []
+    for pid in node.leftovers():
+        with contextlib.suppress(psutil.Error):
+            line = " ".join(psutil.Process(pid).cmdline())
+            if "mwrun" in line or str(BIN) in line:
+                found.append(line)
+    return found
+
+
+def test_a_job_across_the_allocations_nodes(tmp_path):
+    topology = tmp_path / "slurm.yaml"
+    topology.write_text(TOPOLOGY)
+    with slurmbed.cluster(tmp_path) as (env, n2, _nodes):
+        env = {**env, "MWRUN_HOME": str(tmp_path / "home"), "NO_COLOR": "1"}
+        run = subprocess.run(["salloc", "-N2", sys.executable, "-m", "mwrun", "launch",
+                              str(topology)], env=env, capture_output=True, text=True,
+                             timeout=150)
+        out = run.stdout + run.stderr
+        assert run.returncode == 0, out
+        assert '"event": "recv", "world": "world1", "value": 19.0' in out
+        assert "worker   | " in out or "worker" in out
+        assert not job_processes(n2), job_processes(n2)  # nothing of the job on node two
+        outside = subprocess.run([sys.executable, "-m", "mwrun", "launch", str(topology)],
+                                 env={k: v for k, v in env.items()
+                                      if not k.startswith("SLURM_")}, capture_output=True,
+                                 text=True, timeout=60)
+        assert outside.returncode == 2
+        assert "launcher: slurm needs a Slurm allocation" in outside.stderr
+        too_many = subprocess.run(["salloc", "-N1", sys.executable, "-m", "mwrun", "launch",
+                                   str(topology)], env=env, capture_output=True, text=True,
+                                  timeout=60)
+        assert too_many.returncode == 2, too_many.stderr
+        assert "2 hosts, but the allocation has 1 node" in too_many.stderr

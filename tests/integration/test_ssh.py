@@ -1,0 +1,210 @@
+"""Agents over a real ssh into real sshds, each in a network namespace of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from mwrun.errors import RunError
+from mwrun.head import remote
+from tests.helpers import BIN
+from tests.integration import testbed
+from tests.integration.jobs import cli, expect, launch, proc_state, status, wait_for, wait_status
+
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.skipif(testbed.missing() is not None,
+                                 reason=testbed.missing() or "")]
+
+
+def link_to(node: testbed.Node, tmp_path, python: str = sys.executable,
+            options: list[str] | None = None, name: str = "n1") -> remote.AgentLink:
+    argv = remote.ssh_argv(node.ssh, tuple(options or node.ssh_options()), python, name,
+                           str(tmp_path / f"{name}.sock"))
+    return remote.AgentLink(name, argv, python)
+
+
+def test_an_agent_comes_up_over_ssh_inside_the_node(tmp_path):
+    with testbed.node(tmp_path) as node:
+        link = link_to(node, tmp_path)
+        try:
+            remote.connect_all([link])
+            assert link.state == "up"
+            hello = link.hello
+            assert hello["host"] == "n1"
+            assert node.addr in hello["inventory"]["addrs"]
+            agent_net = os.stat(f"/proc/{hello['pid']}/ns/net").st_ino
+            assert agent_net == os.stat(f"/run/netns/{node.ns}").st_ino
+        finally:
+            link.close()
+        assert not psutil.pid_exists(hello["pid"]) or \
+            psutil.Process(hello["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+def test_every_failing_host_is_named_with_its_reason(tmp_path):
+    with testbed.nodes(tmp_path, [True, False]) as (good, dark):
+        links = [
+            link_to(dark, tmp_path, options=["-o", "ConnectTimeout=3"], name="dark"),
+            link_to(good, tmp_path, options=["-o", "StrictHostKeyChecking=no",
+                                             "-o", "UserKnownHostsFile=/dev/null",
+                                             "-o", "IdentitiesOnly=yes", "-i", "/dev/null"],
+                    name="nokey"),
+            link_to(good, tmp_path, python="/nonexistent/python", name="nopython"),
+            link_to(good, tmp_path, python="/usr/bin/python3", name="nomwrun"),
+            link_to(good, tmp_path, name="fine"),
+        ]
+        with pytest.raises(RunError) as caught:
+            remote.connect_all(links, timeout=60)
+        said = str(caught.value)
+        assert "nothing was started" in said
+        assert "host dark: unreachable over ssh" in said
+        assert "host nokey: ssh refused authentication" in said
+        assert "host nopython: no /nonexistent/python there" in said
+        assert "host nomwrun: " in said and "/usr/bin/python3" in said
+        assert "host fine" not in said
+        for link in links:  # nothing left running, the good host's agent included
+            assert link.popen.poll() is not None
+
+
+def star_topology(tmp_path, head_addr: str, nodes: list[testbed.Node], **worker) -> str:
+    hosts = [f"  head: {{addr: {head_addr}}}"]
+    for i, node in enumerate(nodes, 1):
+        hosts.append(f"  node{i}: {{addr: {node.addr}, ssh: '{node.ssh}',"
+                     f" ssh_options: {json.dumps(node.ssh_options())}}}")
+    procs = [f"  leader: {{cmd: [{sys.executable}, {BIN / 'hub.py'}], host: head}}"]
+    worlds = []
+    extra = "".join(f", {k}: {v}" for k, v in worker.items())
+    for i in range(1, len(nodes) + 1):
+        procs.append(f"  worker-{i}: {{cmd: [{sys.executable}, {BIN / 'spoke.py'}],"
+                     f" host: node{i}{extra}}}")
+        worlds.append(f"  world{i}: {{members: [leader, worker-{i}]}}")
+    path = tmp_path / "ssh.yaml"
+    path.write_text("version: 1\nname: sshstar\ntimeout: 10\nhosts:\n" + "\n".join(hosts)
+                    + "\nprocesses:\n" + "\n".join(procs) + "\nworlds:\n" + "\n".join(worlds)
+                    + "\n")
+    return str(path)
+
+
+def on_node(pid: int, node: testbed.Node) -> bool:
+    return os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{node.ns}").st_ino
+
+
+def test_a_star_across_two_ssh_hosts_survives_a_remote_kill(procs, home, tmp_path):
+    with testbed.nodes(tmp_path, [True, True]) as (n1, n2):
+        topology = star_topology(tmp_path, n1.head_addr, [n1, n2], restart="on-failure",
+                                 restart_backoff=0.2)
+        job = launch(procs, home, topology)
+        expect(job, "leader", "recv", world="world1", timeout=60)
+        expect(job, "leader", "recv", world="world2", timeout=60)
+        doc = status(home)
+        hosts = {h["name"]: h for h in doc["hosts"]}
+        assert hosts["head"]["state"] == "local"
+        assert hosts["node1"]["state"] == hosts["node2"]["state"] == "up"
+        w1 = proc_state(doc, "worker-1")
+        assert on_node(w1["pid"], n1) and w1["host"] == "node1"
+        assert on_node(proc_state(doc, "worker-2")["pid"], n2)
+        killed = cli(home, "kill-world", "world1", check=True).stdout
+        assert f"sent SIGKILL to worker-1 (pid {w1['pid']}" in killed
+        broken = expect(job, "leader", "broken", world="world1")
+        assert broken["reason"] == "worker-1 was killed by SIGKILL"
+        expect(job, "leader", "rejoined", world="world1", timeout=60)
+        expect(job, "leader", "recv", world="world2")  # the other world never stopped
+        doc = status(home)
+        assert proc_state(doc, "worker-1")["restarts"] == 1
+        assert proc_state(doc, "worker-2")["restarts"] == 0
+        assert proc_state(doc, "leader")["restarts"] == 0
+        logs = cli(home, "logs", "worker-1", check=True)
+        assert logs.returncode == 0
+        cli(home, "stop", check=True)
+        assert job.wait(timeout=60) == 0
+        for node in (n1, n2):  # nothing of the job is left on either host
+            wait_for(lambda node=node: not node.leftovers(), timeout=10, what="a clean node")
+
+
+@pytest.mark.parametrize("victim", ["head", "agent"])
+def test_sigkill_of_head_or_agent_leaves_no_remote_process(procs, home, tmp_path, victim):
+    with testbed.node(tmp_path) as n1:
+        topology = star_topology(tmp_path, n1.head_addr, [n1])
+        job = launch(procs, home, topology)
+        expect(job, "leader", "recv", world="world1", timeout=60)
+        doc = status(home)
+        worker = proc_state(doc, "worker-1")["pid"]
+        agent = next(h for h in doc["hosts"] if h["name"] == "node1")["agent_pid"]
+        if victim == "head":
+            os.kill(doc["supervisor_pid"], signal.SIGKILL)
+        else:
+            os.kill(agent, signal.SIGKILL)
+            broken = expect(job, "leader", "broken", world="world1")
+            assert broken["reason"] in ("worker-1 failed: host node1 lost",
+                                        "worker-1 was killed by SIGKILL")
+        wait_for(lambda: not psutil.pid_exists(worker) or
+                 psutil.Process(worker).status() == psutil.STATUS_ZOMBIE, timeout=10,
+                 what="the remote worker to be gone")
+        if victim == "head":  # the agent and its ssh session follow the head
+            wait_for(lambda: not n1.leftovers(), timeout=10, what="a clean node")
+        if victim == "agent":
+            doc = wait_status(home, lambda d: proc_state(d, "worker-1")["state"] in
+                              ("failed", "restarting", "exited"), "worker-1 to fail")
+            cli(home, "stop", check=True)
+        job.wait(timeout=60)
+
+
+def test_a_collective_across_three_hosts_and_ctrl_c_stops_everywhere(procs, home, tmp_path):
+    script = BIN.parent.parent / "examples" / "all_reduce" / "m8d.py"
+    with testbed.nodes(tmp_path, [True, True]) as (n1, n2):
+        opts = json.dumps(n1.ssh_options())
+        topology = tmp_path / "collective.yaml"
+        topology.write_text(f"""\
+version: 1
+name: across
+timeout: 20
+hosts:
+  head: {{addr: {n1.head_addr}}}
+  node1: {{addr: {n1.addr}, ssh: '{n1.ssh}', ssh_options: {opts}}}
+  node2: {{addr: {n2.addr}, ssh: '{n2.ssh}', ssh_options: {json.dumps(n2.ssh_options())}}}
+processes:
+  rank0: {{cmd: [{sys.executable}, {script}, --steps, '100000', --interval, '0.05'], host: head}}
+  rank1: {{cmd: [{sys.executable}, {script}, --steps, '100000', --interval, '0.05'], host: node1}}
+  rank2: {{cmd: [{sys.executable}, {script}, --steps, '100000', --interval, '0.05'], host: node2}}
+worlds:
+  world1: {{members: [rank0, rank1, rank2]}}
+""")
+        job = launch(procs, home, topology)
+        # Every rank, on every host, sees the same sum: 0 + 1 + 2 of each rank's tensor.
+        summed = set()
+
+        def all_three(line) -> bool:
+            for rank in range(3):
+                if line == (f"rank{rank} | rank: {rank} from world1 has all-reduced tensor:"
+                            " tensor([33., 33., 33.])"):
+                    summed.add(rank)
+            return len(summed) == 3
+
+        job.expect(all_three, timeout=90)
+        pids = [p["pid"] for p in status(home)["processes"]]
+        job.popen.send_signal(signal.SIGINT)  # Ctrl-C on the head
+        assert job.wait(timeout=60) == 0
+        for node in (n1, n2):
+            wait_for(lambda node=node: not node.leftovers(), timeout=10, what="a clean node")
+        assert not [p for p in pids if psutil.pid_exists(p) and
+                    psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_launch_fails_cleanly_when_a_host_lacks_mwrun(procs, home, tmp_path):
+    with testbed.node(tmp_path) as n1:
+        topology = star_topology(tmp_path, n1.head_addr, [n1])
+        path = Path(topology)
+        path.write_text(path.read_text().replace("ssh_options:", "python: /usr/bin/python3,"
+                                                 " ssh_options:"))
+        result = cli(home, "launch", topology)
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines()[-1] == \
+            "  host node1: mwrun is not installed for /usr/bin/python3 there"
+        assert "Traceback" not in result.stderr
+        assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+        wait_for(lambda: not n1.leftovers(), timeout=10, what="a clean node")
