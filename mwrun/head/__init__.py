@@ -1,12 +1,15 @@
 """The head: the supervisor of a running job, inside ``mwrun launch``.
 
 ``supervisor`` is the only place that decides (moves the ``states``, applies
-``policy``); ``loop`` is its event loop and hands (spawns through ``host``, writes
-``stores``, serves ``control``); ``bringup`` takes a topology file to a running loop
-(or a detached one); ``stores`` hosts the worlds' stores; ``control`` is the control
-socket's verbs; ``rundir`` is the run folder; ``console`` shows and logs output.
+``policy``, with ``hangs`` for hang detection); ``loop`` is its event loop and hands
+(spawns through ``host``, or through ``agents`` on remote hosts reached by ``remote``
+links over ssh or ``slurm``; warm starts through ``warmstarts``; writes ``stores``,
+served once ``pending`` has them; serves ``control`` with ``requests`` checked);
+``bringup`` takes a topology file to a running loop (or a detached one); ``document``
+is the status document, ``traffic`` the worlds' rates, ``history`` the run's timeline;
+``rundir`` is the run folder; ``console`` shows and logs output.
 
-May import: ``mwrun.errors``, ``mwrun.protocol``, ``mwrun.terminal``, ``plan``, ``host``.
-Never ``worlds`` or ``cli``. Only ``stores`` imports torch, and only once a launch is
-under way.
+May import: ``mwrun.errors``, ``mwrun.protocol``, ``mwrun.terminal``, ``mwrun.machine``,
+``plan``, ``host``. Never ``worlds`` or ``cli``. Only ``stores`` imports torch, and
+only once a launch is under way.
 """

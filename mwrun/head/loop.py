@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from mwrun.head import control, rundir
+from mwrun.head import control, document
 from mwrun.head.console import Printer
 from mwrun.head.history import SAMPLE_EVERY, History
 from mwrun.head.states import WorldState
@@ -30,8 +30,6 @@ from mwrun.host.process import ProcessHandle
 from mwrun.host.warm import reap_orphans
 from mwrun.plan import environment
 
-USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
-USAGE_FRESH = 1.0  # a status request reuses readings younger than this
 OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
 OUTPUT_SLICE_MIN = 4096
 EXIT_DRAIN = 256 * 1024  # what is read of a child's pipe before its exit is reported
@@ -234,26 +232,13 @@ class Loop:
                 self._look_into_stores()
             if now >= self.next_sample:
                 self.next_sample = now + SAMPLE_EVERY
-                self.history.sample(self._rates(now, SAMPLE_EVERY))
+                self.history.sample(document.rates(self, now, SAMPLE_EVERY))
         self._announce_up()
         self._save()
 
     def _look_into_stores(self) -> None:
         for world in self.supervisor.plain_forming():
             self.supervisor.on_store_seen(world, self.stores.plain_ranks(world))
-
-    def _rates(self, now: float, span: float) -> dict:
-        """Per world [calls/s, bytes/s] for the history (rounded: it is for pictures)."""
-        rates = {}
-        for name, world in self.supervisor.worlds.items():
-            view = self.traffic.view(self._pids(world), name, now, span)
-            if view["calls_per_s"] is not None:
-                rates[name] = [round(view["calls_per_s"], 2), round(view["bytes_per_s"])]
-        return rates
-
-    def _pids(self, world) -> dict:
-        procs = self.supervisor.procs
-        return {m: procs[m].pid for m in world.plan.members if procs[m].state.alive}
 
     def _record_signal(self, signum, frame) -> None:
         self.signals.append(signum)  # acted on by the loop, never in the handler
@@ -401,63 +386,10 @@ class Loop:
             handle.close_output()
         self.lines.clear()
 
-    # -- the status document -------------------------------------------------------------
+    # -- the status document (head/document.py) -------------------------------------------
 
     def document(self, fresh_usage: bool = False) -> dict:
-        sup = self.supervisor
-        now = time.monotonic()
-        # Fresh for a status request, but read at most once a second: a client asking
-        # in a loop must not make the supervisor read /proc for every process each time.
-        if (fresh_usage and now - self.usage_at >= USAGE_FRESH) or \
-                now - self.usage_at >= USAGE_EVERY:
-            self.usage_at = now
-            if self.agents is not None:
-                self.agents.refresh_usage()  # answers arrive for the next document
-            self.usage = {name: self.handles[name].usage() for name, rec in sup.procs.items()
-                          if rec.state.alive and name in self.handles}
-        processes = []
-        for name, rec in sup.procs.items():
-            cpu, rss = self.usage.get(name, (None, None)) if rec.state.alive else (None, None)
-            processes.append({
-                "name": name, "host": rec.plan.host, "pid": rec.pid, "state": rec.state.value,
-                "exit_code": rec.exit_code, "restarts": rec.restarts,
-                "worlds": dict(rec.plan.worlds),
-                "gpus": [int(g) if g.isdigit() else g for g in rec.plan.gpus],
-                "cpus": list(rec.plan.cpus) if rec.plan.cpus is not None else [],
-                "started_at": rec.started_at, "cpu_percent": cpu, "rss_bytes": rss,
-                "start": self.starts.get(name),
-                "last_event": rec.why or None,
-                "traffic": self.traffic.per_member(name, rec.pid, rec.plan.worlds, now)})
-        worlds = [{"name": name, "backend": w.plan.backend, "size": w.plan.size,
-                   "members": list(w.plan.members), "generation": w.generation,
-                   "state": "unknown" if w.opaque and w.state.value == "forming"
-                   else w.state.value, "breaks": w.breaks, "port": w.plan.port,
-                   "reason": w.reason or w.opaque,
-                   **self.traffic.view(self._pids(w), name, now),
-                   "healthy_for_s": round(now - w.healthy_since, 3)
-                   if w.state.value == "healthy" and w.healthy_since is not None else None}
-                  for name, w in sup.worlds.items()]
-        return {"run_id": self.run_id, "name": self.plan.name, "state": sup.state.value,
-                "supervisor_pid": os.getpid(), "started_at": self.started_at,
-                "topology": str(self.run_dir / "topology.yaml"), "control": self.control_path,
-                "exit_code": sup.exit_code if sup.finished else None,
-                "processes": processes, "worlds": worlds, "hosts": self._hosts()}
-
-    def _hosts(self) -> list[dict]:
-        states = self.agents.states() if self.agents is not None else {}
-        pids = self.agents.pids() if self.agents is not None else {}
-        return [{"name": name, "addr": addr, "state": states.get(name, "local"),
-                 "agent_pid": pids.get(name)} for name, addr in self.hosts]
+        return document.build(self, fresh_usage)
 
     def _save(self) -> None:
-        """Write state.json when a state changed (a heartbeat changes none) or the
-        usage readings are due; building the document for every event would cost
-        the supervisor more than everything else it does."""
-        self.history.observe(self.supervisor)
-        key = (self.supervisor.signature(), self.usage_at,
-               tuple(sorted(self.agents.states().items())) if self.agents else ())
-        if key == self.saved and time.monotonic() - self.usage_at < USAGE_EVERY:
-            return
-        doc = self.document()
-        rundir.write_json(self.run_dir / "state.json", doc)
-        self.saved = (key[0], self.usage_at, key[2])
+        document.save(self)

@@ -2,9 +2,11 @@
 
 ``process`` is one live child (its own session, CPU affinity, a pidfd for its exit,
 signals to its process group); ``lines`` turns its output into lines; ``watchdog``
-kills every process group if the supervisor is SIGKILLed. The head uses these for its
-own machine; an agent on a remote host will use the same.
+kills every process group if the supervisor is SIGKILLed; ``zygote``, ``child``,
+``warm`` and ``title`` make warm starts. The head uses these for its own machine;
+``agent`` (``mwrun agent``) uses the same on a remote host, and speaks ``frames`` with
+the head.
 
-May import: ``mwrun.errors``, psutil. Never ``worlds``, ``plan``, ``head``, ``cli``, or
+May import: ``mwrun.errors``, ``mwrun.machine``, psutil. Never ``worlds``, ``plan``, ``head``, ``cli``, or
 torch; nothing here decides anything.
 """
