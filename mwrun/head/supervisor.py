@@ -9,52 +9,17 @@ world event from the library, a tick, a control request.
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, field
 
 from mwrun.errors import StartError
-from mwrun.head import hangs, policy
+from mwrun.head import drills, hangs, policy
+from mwrun.head.records import ProcessRecord, WorldRecord
 from mwrun.head.states import ProcessState as P
 from mwrun.head.states import RunState as R
 from mwrun.head.states import WorldState as W
-from mwrun.plan.placement import Plan, ProcessPlan, WorldPlan
+from mwrun.plan.placement import Plan
 
 TICK = 0.5  # seconds between checks for hung processes and due restarts
 KILL_WAIT = 5.0  # after SIGKILL, how long to wait for processes stuck in the kernel
-
-
-@dataclass
-class ProcessRecord:
-    plan: ProcessPlan
-    state: P = P.STARTING
-    pid: int | None = None
-    restarts: int = 0
-    exit_code: int | None = None
-    started_at: float | None = None  # wall clock, for people
-    started: float = 0.0  # monotonic
-    restart_at: float | None = None
-    generations: dict[str, int] = field(default_factory=dict)  # world -> generation it is in
-    ready: set[str] = field(default_factory=set)  # worlds it joined at that generation
-    left: set[str] = field(default_factory=set)  # worlds it closed (finished with)
-    said_hello: bool = False
-    beat_every: float | None = None
-    last_beat: float = 0.0
-    stopped_since: float | None = None
-    suspect_since: float | None = None  # awake time it was first silent past its deadline
-    hung: str | None = None
-    why: str = ""  # the last thing that happened to it, for status
-    joined_at: float | None = None  # monotonic; when it last went STARTING -> RUNNING
-    loop: int = 0  # restarts of its current crash loop (policy.crash_loop)
-
-
-@dataclass
-class WorldRecord:
-    plan: WorldPlan
-    generation: int = 0
-    state: W = W.FORMING
-    breaks: int = 0
-    reason: str | None = None
-    healthy_since: float | None = None  # monotonic, when it last became HEALTHY
-    opaque: str | None = None  # why mwrun cannot tell whether its plain members joined
 
 
 class Supervisor:
@@ -380,20 +345,8 @@ class Supervisor:
 
     def kill_world(self, world_name: str, rank: int | None, sig: int) -> list[dict]:
         """The fault drill: signal WORLD's own members (or one rank). Raises ValueError."""
-        world = self.worlds.get(world_name)
-        if world is None:
-            raise ValueError(f"no world named {world_name!r}; worlds: {', '.join(self.worlds)}")
-        members = world.plan.members
-        if rank is not None:
-            if not 0 <= rank < len(members):
-                raise ValueError(f"world {world_name} has ranks 0..{len(members) - 1},"
-                                 f" not {rank}")
-            targets = [members[rank]]
-        else:
-            targets = [m for m in members if len(self.procs[m].plan.worlds) == 1]
-            if not targets:
-                raise ValueError(f"every member of {world_name} is also in another world;"
-                                 " name one with --rank")
+        targets = drills.targets(self.worlds, self.procs, world_name, rank)
+        members = self.worlds[world_name].plan.members
         hit = []
         for name in targets:
             rec = self.procs[name]

@@ -14,6 +14,9 @@ import yaml
 from mwrun.plan import preload as _preload
 from mwrun.plan.yamlread import Reader, _kind, scalar_value
 
+# Names of hosts, processes and worlds.
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+NAME_RULE = "a name starts with a letter or '_' and holds only letters, digits, '_', '.', '-'"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by mwrun for every process; a user value would silently lose or break ranks.
 RESERVED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",

@@ -9,14 +9,14 @@ file system (that each ``cwd`` exists).
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from mwrun.errors import TopologyError, UsageError
-from mwrun.plan.fields import FieldReader, parse_cpus  # noqa: F401 - parse_cpus is public here
+from mwrun.plan.fields import NAME, NAME_RULE, FieldReader, parse_cpus  # noqa: F401
+from mwrun.plan.hosts import LAUNCHERS, Host, read_hosts
 from mwrun.plan.preload import OFF
 from mwrun.plan.yamlread import Pos, compose
 
@@ -27,37 +27,13 @@ DEFAULT_TIMEOUT = 30.0
 # The default hang deadline: this many call timeouts, and never under a minute.
 HANG_FACTOR = 3.0
 MIN_HANG_TIMEOUT = 60.0
-DEFAULT_HOSTS_ADDR = "127.0.0.1"
 
 _TOP_KEYS = ("version", "name", "backend", "timeout", "hang_timeout", "preload", "launcher",
              "hosts", "processes", "worlds")
-LAUNCHERS = ("ssh", "slurm", "local")
-_HOST_KEYS = ("addr", "gpus", "cpus", "netns", "ssh", "ssh_options", "python")
 _PROCESS_KEYS = ("cmd", "replicas", "host", "gpus", "cpus", "env", "cwd", "restart",
                  "max_restarts", "restart_backoff", "hang_timeout", "preload")
 _WORLD_KEYS = ("members", "backend", "timeout", "port", "on_failure")
-_SSH = re.compile(r"^([A-Za-z0-9_.-]+@)?[A-Za-z0-9_.:-]*[A-Za-z0-9_.-](:[0-9]{1,5})?$")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_NAME_RULE = "a name starts with a letter or '_' and holds only letters, digits, '_', '.', '-'"
-
-
-@dataclass(frozen=True)
-class Host:
-    name: str
-    addr: str
-    gpus: int | None  # stated count; None: detect on this machine, 0 elsewhere
-    cpus: int | None  # stated count; None: detect on this machine, unknown elsewhere
-    netns: str | None  # a network namespace of this machine the host lives in
-    pos: Pos = field(compare=False, repr=False)
-    ssh: str | None = None  # [user@]host[:port]: reached through an agent over ssh
-    ssh_options: tuple[str, ...] = ()
-    python: str | None = None  # the interpreter there (default: the head's own)
-    slurm: bool = False  # reached through an agent that srun starts
-
-    @property
-    def remote(self) -> bool:
-        """Reached through an agent (not started by the head itself)."""
-        return self.ssh is not None or self.slurm
+_NAME, _NAME_RULE = NAME, NAME_RULE
 
 
 @dataclass(frozen=True)
@@ -179,43 +155,8 @@ class _Parser:
     def _get(self, items, key, read, *args, **kwargs):
         return read(items[key][1], *args, **kwargs) if key in items else None
 
-    # -- hosts -------------------------------------------------------------------------
-
     def hosts(self, entry, slurm: bool = False) -> dict[str, Host] | None:
-        r = self.r
-        if entry is None:
-            pos = Pos(self.source, 0, 0)
-            return {"localhost": Host("localhost", DEFAULT_HOSTS_ADDR, None, None, None, pos)}
-        items = r.mapping(entry[1], "hosts")
-        if items is None:
-            return None
-        if not items:
-            r.error(entry[1], "hosts is empty; leave it out to run on localhost only")
-        hosts = {}
-        for name, (key_node, node) in items.items():
-            what = f"host '{name}'"
-            if not _NAME.match(name):
-                r.error(key_node, f"{what}: {_NAME_RULE}")
-            spec = r.mapping(node, what)
-            if spec is None:
-                continue
-            r.known_keys(spec, _HOST_KEYS, what)
-            if "addr" not in spec and not slurm:
-                r.error(node, f"{what}: 'addr' is missing (an IP address or host name)")
-            addr = self._get(spec, "addr", r.string, f"{what}: addr")
-            gpus = self._get(spec, "gpus", r.integer, f"{what}: gpus", minimum=0)
-            cpus = self._get(spec, "cpus", r.integer, f"{what}: cpus", minimum=1)
-            netns = self._get(spec, "netns", r.string, f"{what}: netns")
-            ssh = self._get(spec, "ssh", r.string, f"{what}: ssh")
-            if ssh is not None and not _SSH.match(ssh):
-                r.error(spec["ssh"][1], f"{what}: ssh '{ssh}': write [user@]host[:port]")
-            if ssh is not None and netns is not None:
-                r.error(spec["ssh"][1], f"{what}: 'ssh' and 'netns' exclude each other")
-            options = self._get(spec, "ssh_options", r.string_list, f"{what}: ssh_options")
-            python = self._get(spec, "python", r.string, f"{what}: python")
-            hosts[name] = Host(name, addr or "", gpus, cpus, netns, r.pos(key_node), ssh,
-                               tuple(options or ()), python, slurm)
-        return hosts
+        return read_hosts(self.r, entry, self.source, slurm)
 
     # -- processes ---------------------------------------------------------------------
 

@@ -1,0 +1,45 @@
+"""What the supervisor knows of each process and each world: records it alone changes
+(its state machines are in ``states``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mwrun.head.states import ProcessState as P
+from mwrun.head.states import WorldState as W
+from mwrun.plan.placement import ProcessPlan, WorldPlan
+
+
+@dataclass
+class ProcessRecord:
+    plan: ProcessPlan
+    state: P = P.STARTING
+    pid: int | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+    started_at: float | None = None  # wall clock, for people
+    started: float = 0.0  # monotonic
+    restart_at: float | None = None
+    generations: dict[str, int] = field(default_factory=dict)  # world -> generation it is in
+    ready: set[str] = field(default_factory=set)  # worlds it joined at that generation
+    left: set[str] = field(default_factory=set)  # worlds it closed (finished with)
+    said_hello: bool = False
+    beat_every: float | None = None
+    last_beat: float = 0.0
+    stopped_since: float | None = None
+    suspect_since: float | None = None  # awake time it was first silent past its deadline
+    hung: str | None = None
+    why: str = ""  # the last thing that happened to it, for status
+    joined_at: float | None = None  # monotonic; when it last went STARTING -> RUNNING
+    loop: int = 0  # restarts of its current crash loop (policy.crash_loop)
+
+
+@dataclass
+class WorldRecord:
+    plan: WorldPlan
+    generation: int = 0
+    state: W = W.FORMING
+    breaks: int = 0
+    reason: str | None = None
+    healthy_since: float | None = None  # monotonic, when it last became HEALTHY
+    opaque: str | None = None  # why mwrun cannot tell whether its plain members joined

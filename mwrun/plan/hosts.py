@@ -1,0 +1,77 @@
+"""The ``hosts`` of a topology: where processes run and how mwrun reaches each host
+(this machine, a network namespace of it, ssh, or a Slurm node)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from mwrun.plan.fields import NAME, NAME_RULE
+from mwrun.plan.yamlread import Pos
+
+DEFAULT_HOSTS_ADDR = "127.0.0.1"
+LAUNCHERS = ("ssh", "slurm", "local")
+_HOST_KEYS = ("addr", "gpus", "cpus", "netns", "ssh", "ssh_options", "python")
+_SSH = re.compile(r"^([A-Za-z0-9_.-]+@)?[A-Za-z0-9_.:-]*[A-Za-z0-9_.-](:[0-9]{1,5})?$")
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    addr: str
+    gpus: int | None  # stated count; None: detect on this machine, 0 elsewhere
+    cpus: int | None  # stated count; None: detect on this machine, unknown elsewhere
+    netns: str | None  # a network namespace of this machine the host lives in
+    pos: Pos = field(compare=False, repr=False)
+    ssh: str | None = None  # [user@]host[:port]: reached through an agent over ssh
+    ssh_options: tuple[str, ...] = ()
+    python: str | None = None  # the interpreter there (default: the head's own)
+    slurm: bool = False  # reached through an agent that srun starts
+
+    @property
+    def remote(self) -> bool:
+        """Reached through an agent (not started by the head itself)."""
+        return self.ssh is not None or self.slurm
+
+
+
+def _get(items, key, read, *args, **kwargs):
+    return read(items[key][1], *args, **kwargs) if key in items else None
+
+
+def read_hosts(r, entry, source: str, slurm: bool = False) -> dict[str, Host] | None:
+    """Every host entry, or None; mistakes go to the reader ``r`` with their position.
+    Under Slurm, ``addr`` may be left out: it is the node's."""
+    if entry is None:
+        pos = Pos(source, 0, 0)
+        return {"localhost": Host("localhost", DEFAULT_HOSTS_ADDR, None, None, None, pos)}
+    items = r.mapping(entry[1], "hosts")
+    if items is None:
+        return None
+    if not items:
+        r.error(entry[1], "hosts is empty; leave it out to run on localhost only")
+    hosts = {}
+    for name, (key_node, node) in items.items():
+        what = f"host '{name}'"
+        if not NAME.match(name):
+            r.error(key_node, f"{what}: {NAME_RULE}")
+        spec = r.mapping(node, what)
+        if spec is None:
+            continue
+        r.known_keys(spec, _HOST_KEYS, what)
+        if "addr" not in spec and not slurm:
+            r.error(node, f"{what}: 'addr' is missing (an IP address or host name)")
+        addr = _get(spec, "addr", r.string, f"{what}: addr")
+        gpus = _get(spec, "gpus", r.integer, f"{what}: gpus", minimum=0)
+        cpus = _get(spec, "cpus", r.integer, f"{what}: cpus", minimum=1)
+        netns = _get(spec, "netns", r.string, f"{what}: netns")
+        ssh = _get(spec, "ssh", r.string, f"{what}: ssh")
+        if ssh is not None and not _SSH.match(ssh):
+            r.error(spec["ssh"][1], f"{what}: ssh '{ssh}': write [user@]host[:port]")
+        if ssh is not None and netns is not None:
+            r.error(spec["ssh"][1], f"{what}: 'ssh' and 'netns' exclude each other")
+        options = _get(spec, "ssh_options", r.string_list, f"{what}: ssh_options")
+        python = _get(spec, "python", r.string, f"{what}: python")
+        hosts[name] = Host(name, addr or "", gpus, cpus, netns, r.pos(key_node), ssh,
+                           tuple(options or ()), python, slurm)
+    return hosts
