@@ -58,11 +58,15 @@ topology_arg = click.argument("topology", type=click.Path(dir_okay=False, path_t
 run_arg = click.argument("run", required=False)
 
 
-def _plan(path: str, choose_port):
-    from mwrun.plan import inventory, placement, topology
+def _plan(path: str):
+    """The plan of a topology that starts nothing: validate and --dry-run. Its hosts may
+    all be other machines (only a launch needs to be on one of them), and ports
+    written in it are checked to be free here."""
+    from mwrun.plan import inventory, placement, ports, topology
 
     topo = topology.load(path)
-    return topo, placement.place(topo, inventory.inventory(topo), choose_port, sys.executable)
+    return topo, placement.place(topo, inventory.inventory(topo), ports.probe_free,
+                                 sys.executable, here=False, port_in_use=ports.in_use)
 
 
 @main.command()
@@ -72,9 +76,7 @@ def validate(topology):
 
     Exit status 0 when it is right, 2 when it is not.
     """
-    from mwrun.plan.ports import probe_free
-
-    _, plan = _plan(topology, probe_free)
+    _, plan = _plan(topology)
     worlds = "; ".join(f"{w.name}: {', '.join(w.members)}" for w in plan.worlds.values())
     click.echo(f"{topology}: ok: {len(plan.processes)} processes, {len(plan.worlds)} worlds"
                f" ({worlds})")
@@ -124,9 +126,8 @@ def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:
     from mwrun.cli import planview
     from mwrun.head import rundir
     from mwrun.plan import environment
-    from mwrun.plan.ports import probe_free
 
-    _, plan = _plan(topology, probe_free)
+    _, plan = _plan(topology)
     run_id = run_id or rundir.new_run_id(plan.name)
     control = str(rundir.control_path(run_id))
     envs = {name: environment.mwrun_env(plan, name, run_id=run_id, control=control)
