@@ -20,7 +20,8 @@ Examples:
   mwrun logs worker-0 -f
   mwrun stop
 
-Runs live under $MWRUN_HOME (default ~/.mwrun); RUN defaults to the newest live run.
+Runs live under $MWRUN_HOME (default ~/.mwrun). Without RUN, status and logs
+mean the newest run, live or not; kill-world and stop the newest live run.
 """
 
 
@@ -39,6 +40,9 @@ class _Group(click.Group):
         except MwrunError as exc:
             click.echo(f"Error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except PermissionError as exc:  # another user's run folder, a locked-down home
+            click.echo(f"Error: {exc.filename or 'mwrun'}: {exc.strerror}", err=True)
+            ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
@@ -135,11 +139,15 @@ def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:
     click.echo(planview.plan_json(plan, envs) if as_json else planview.plan_text(plan, envs))
 
 
+def _warn(text: str) -> None:
+    click.echo(f"mwrun: {text}", err=True)
+
+
 def _live_status(run: str | None) -> tuple[str, dict, bool]:
     """(run id, status document, whether its supervisor answered)."""
     from mwrun.head import control, rundir
 
-    run_id, state = rundir.find(run)
+    run_id, state = rundir.find(run, live_only=False, warn=_warn)
     if rundir.is_live(state):
         try:
             reply = control.request(state["control"], {"verb": "status"})
@@ -154,7 +162,7 @@ def _live_status(run: str | None) -> tuple[str, dict, bool]:
 @click.option("--json", "as_json", is_flag=True, help="The status document as JSON.")
 @click.option("--watch", "-w", is_flag=True, help="Refresh every second until the run ends.")
 def status(run, as_json, watch):
-    """Processes and worlds of RUN (default: the newest live run).
+    """Processes and worlds of RUN (default: the newest run, live or not).
 
     \b
     Examples:
@@ -205,7 +213,7 @@ def kill_world(world, run, rank, sig):
         control.signal_number(sig)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--signal") from None
-    run_id, state = rundir.find(run)
+    run_id, state = rundir.find(run, warn=_warn)
     _require_live(run_id, state)
     reply = control.request(state["control"], {"verb": "kill_world", "world": world,
                                                 "rank": rank, "signal": sig})
@@ -235,7 +243,7 @@ def stop(run, no_wait):
     """
     from mwrun.head import control, rundir
 
-    run_id, state = rundir.find(run)
+    run_id, state = rundir.find(run, warn=_warn)
     _require_live(run_id, state)
     control.request(state["control"], {"verb": "stop"})
     click.echo(f"stopping {run_id}...")
@@ -254,7 +262,7 @@ def stop(run, no_wait):
 @run_arg
 @click.option("--follow", "-f", is_flag=True, help="Keep printing as the log grows.")
 def logs(process, run, follow):
-    """The output of PROCESS in RUN (stdout and stderr, as it printed them).
+    """The output of PROCESS in RUN (default: the newest run, live or not).
 
     \b
     Examples:
@@ -264,8 +272,8 @@ def logs(process, run, follow):
     from mwrun.cli import logview
     from mwrun.head import rundir
 
-    run_id, state = rundir.find(run)
-    names = [p["name"] for p in state.get("processes", [])]
+    run_id, state = rundir.find(run, live_only=False, warn=_warn)
+    names = [p["name"] for p in state["processes"]]
     if process not in names:
         raise RunError(f"run {run_id} has no process {process!r}; it has: {', '.join(names)}")
     path = rundir.run_path(run_id) / "logs" / f"{process}.log"

@@ -81,8 +81,8 @@ def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
     """Launch in this process and supervise until the job ends; returns the exit status."""
     _, plan, listeners = plan_for_launch(path)
     try:
-        run_id = run_id or rundir.new_run_id(plan.name)
-        run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id)
+        run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id, plan.name)
+        run_id = run_dir.name
         shutil.copyfile(path, run_dir / "topology.yaml")
         rundir.write_json(run_dir / "plan.json", asdict(plan))
         printer = Printer(list(plan.processes), stream, use_colour(stream), run_dir)
@@ -125,8 +125,8 @@ def detach(path: str, run_id: str | None, grace: float) -> str:
     _, plan, listeners = plan_for_launch(path)  # every mistake shows here, in the terminal
     for sock in listeners.values():
         sock.close()
-    run_id = run_id or rundir.new_run_id(plan.name)
-    run_dir = rundir.create(run_id)
+    run_dir = rundir.create(run_id, plan.name)
+    run_id = run_dir.name
     log = open(run_dir / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
     with log:
         child = subprocess.Popen(
