@@ -8,6 +8,13 @@ belongs to in ``MWRUN_WORLDS`` for the mwrun library.
 own restart count: torch names a rendezvous attempt by it, so every member of one
 generation must agree on it, while ``MWRUN_RESTART_COUNT`` counts this process's
 restarts.
+
+``LOCAL_RANK`` of a process pinned to GPUs indexes its *own* visible devices, as a
+Slurm task bound with ``--gpu-bind`` sees only its GPUs: it is 0, with
+``LOCAL_WORLD_SIZE`` 1, so the torchrun line
+``torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))`` picks the process's GPU. A
+process with no GPU keeps torchrun's meaning: its index among its primary world's
+members on its host.
 """
 
 from __future__ import annotations
@@ -44,13 +51,15 @@ def mwrun_env(plan: Plan, name: str, *, run_id: str, control: str,
     generations = generations or {}
     proc = plan.processes[name]
     primary = plan.worlds[proc.primary]
+    # Pinned: alone with its devices (see the module's docstring).
+    local_rank, local_size = (0, 1) if proc.gpus else (proc.local_rank, proc.local_world_size)
     env = {
         "MASTER_ADDR": primary.addr,
         "MASTER_PORT": str(primary.port),
         "RANK": str(proc.worlds[primary.name]),
         "WORLD_SIZE": str(primary.size),
-        "LOCAL_RANK": str(proc.local_rank),
-        "LOCAL_WORLD_SIZE": str(proc.local_world_size),
+        "LOCAL_RANK": str(local_rank),
+        "LOCAL_WORLD_SIZE": str(local_size),
         "GROUP_RANK": "0",
         "ROLE_RANK": str(proc.worlds[primary.name]),
         "ROLE_WORLD_SIZE": str(primary.size),
