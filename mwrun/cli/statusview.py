@@ -8,7 +8,7 @@ from mwrun.terminal import paint, seconds, size, table
 
 STATE_COLOURS = {"running": 32, "healthy": 32, "finished": 32, "exited": 32, "starting": 33,
                  "forming": 33, "restarting": 33, "stopping": 33, "hung": 31, "failed": 31,
-                 "broken": 31, "stopped": 35, "closed": 35}
+                 "broken": 31, "stopped": 35, "closed": 35, "unresponsive": 33}
 
 
 def render(doc: dict, live: bool, colour: bool = False, now: float | None = None) -> str:
@@ -26,7 +26,7 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
         head += "\n  the supervisor has gone without finishing; this is its last word"
     rows = []
     for p in doc["processes"]:
-        alive = p["state"] in ("starting", "running", "hung")
+        alive = p["state"] in ("starting", "running", "unresponsive", "hung")
         uptime = seconds(now - p["started_at"]) if alive and p.get("started_at") else "-"
         cpu = f"{p['cpu_percent']:.1f}" if p.get("cpu_percent") is not None else "-"
         rows.append([p["name"], p["host"], str(p["pid"] or "-"), state(p["state"]),

@@ -171,7 +171,7 @@ def test_stopped_process_is_declared_hung_after_the_world_timeout_and_killed():
     for name in ("leader", "worker-1"):  # a stopped process cannot beat
         sup.on_heartbeat(name, sup.procs[name].pid)
     sup.on_tick()
-    assert sup.procs["worker-0"].state is P.RUNNING
+    assert sup.procs["worker-0"].state is P.UNRESPONSIVE
     host.t += 0.2
     sup.on_tick()
     assert sup.procs["worker-0"].state is P.HUNG
