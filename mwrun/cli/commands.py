@@ -173,6 +173,7 @@ def status(run, as_json, watch):
     import json
 
     from mwrun.cli.statusview import render
+    from mwrun.head import rundir
     from mwrun.terminal import use_colour
 
     while True:
@@ -182,7 +183,7 @@ def status(run, as_json, watch):
         else:
             if watch and sys.stdout.isatty():
                 click.echo("\033[H\033[2J", nl=False)
-            click.echo(render(doc, live, use_colour()))
+            click.echo(render(doc, live, use_colour(), events=rundir.recent_events(run_id)))
         if not watch or doc["state"] in ("finished", "failed") or not live:
             return
         run = run_id

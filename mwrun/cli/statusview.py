@@ -11,7 +11,10 @@ STATE_COLOURS = {"running": 32, "healthy": 32, "finished": 32, "exited": 32, "st
                  "broken": 31, "stopped": 35, "closed": 35, "unresponsive": 33}
 
 
-def render(doc: dict, live: bool, colour: bool = False, now: float | None = None) -> str:
+def render(doc: dict, live: bool, colour: bool = False, now: float | None = None,
+           events: list[str] | None = None) -> str:
+    """The status tables; ``events``: the run's latest events, oldest first (else each
+    process's and world's last word)."""
     now = time.time() if now is None else now
 
     def state(value: str) -> str:
@@ -43,6 +46,8 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
              if p.get("last_event") and p["state"] != "running"]
     notes += [f"  {w['name']}: {w['reason']}" for w in doc["worlds"]
               if w.get("reason") and w["state"] != "healthy"]
+    if events is not None:
+        notes = [f"  {line}" for line in events]
     out = [head, "", procs, "", worlds]
     if notes:
         out += ["", "last events:", *notes]

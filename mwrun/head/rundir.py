@@ -140,6 +140,19 @@ def load_state(run_id: str) -> dict:
     return doc
 
 
+def recent_events(run_id: str, count: int = 6) -> list[str]:
+    """The last ``count`` lines of the run's events.log ("HH:MM:SS what happened"),
+    oldest first: the order they happened in."""
+    try:
+        with open(run_path(run_id) / "events.log", "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(log.tell() - 16384, 0))
+            lines = log.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    return lines[-count:] if count else []
+
+
 def supervisor_alive(state: dict) -> bool:
     pid = state.get("supervisor_pid")
     if not pid:
@@ -153,7 +166,7 @@ def supervisor_alive(state: dict) -> bool:
 
 
 def is_live(state: dict) -> bool:
-    return state.get("state") not in FINAL and supervisor_alive(state)
+    return state.get("state") not in FINAL and "control" in state and supervisor_alive(state)
 
 
 def scan() -> tuple[list[tuple[str, dict]], list[tuple[str, float, str]]]:

@@ -1,6 +1,7 @@
 import re
 
 from mwrun.cli.statusview import render
+from mwrun.head import rundir
 from mwrun.terminal import paint, table, width
 
 STRIP = re.compile(r"\033\[[0-9;]*m")
@@ -29,3 +30,21 @@ def test_status_columns_line_up_with_colours_on():
     painted = render(DOC, True, colour=True, now=110.0)
     assert "\033[" in painted
     assert STRIP.sub("", painted) == plain
+
+
+def test_last_events_are_the_newest_in_the_order_they_happened():
+    events = [f"10:00:0{i} event {i}" for i in range(6)]
+    text = render(DOC, False, now=110.0, events=events)
+    shown = text.split("last events:\n")[1].splitlines()
+    assert shown == [f"  {line}" for line in events]
+
+
+def test_recent_events_reads_the_tail_of_the_events_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("MWRUN_HOME", str(tmp_path))
+    folder = tmp_path / "runs" / "r"
+    folder.mkdir(parents=True)
+    (folder / "events.log").write_text("".join(f"10:{i // 60:02d}:{i % 60:02d} e{i}\n"
+                                               for i in range(3000)))
+    assert rundir.recent_events("r", 3) == ["10:49:57 e2997", "10:49:58 e2998",
+                                             "10:49:59 e2999"]
+    assert rundir.recent_events("missing") == []
