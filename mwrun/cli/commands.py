@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 
 import click
 
@@ -112,6 +113,10 @@ def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):
     """
     if as_json and not dry_run:
         raise click.UsageError("--json goes with --dry-run")
+    from mwrun.plan.environment import QUIET_NUMPY
+
+    # The supervisor imports torch too (its stores): as quiet as the processes it starts.
+    warnings.filterwarnings(*QUIET_NUMPY.split(":")[:2], UserWarning)
     if dry_run:
         _dry_run(topology, run_id, as_json)
         return

@@ -165,7 +165,7 @@ def test_status_kill_world_stop_and_logs_through_the_cli(procs, home, tmp_path):
     assert proc_state(doc, "worker-0")["pid"] != pid0
     assert proc_state(doc, "leader")["restarts"] == 0
     log = cli(home, "logs", "leader", check=True).stdout
-    assert '"event": "rejoined", "world": "world1", "generation": 1' in log
+    assert '"event": "rejoined", "world": "world1", "generation": 1' in log, log
     follower = procs.start([sys.executable, "-m", "mwrun", "logs", "leader", "drill", "-f"],
                            env={"MWRUN_HOME": str(home)})
     count = len(follower.lines)
@@ -181,7 +181,7 @@ def test_status_kill_world_stop_and_logs_through_the_cli(procs, home, tmp_path):
 
 def test_run_time_mistakes_get_clear_errors(procs, home, tmp_path):
     assert cli(home, "status").stderr == \
-        f"Error: no live run; none at all under {home / 'runs'}\n"
+        f"Error: no run; none at all under {home / 'runs'}\n"
     topology = write_star(tmp_path)
     job = launch(procs, home, topology, "--run-id", "twice")
     expect(job, "leader", "recv", world="world1")

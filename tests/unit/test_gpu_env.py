@@ -40,3 +40,15 @@ def test_a_process_without_gpus_keeps_its_index_on_the_host():
     cpu = envs()["cpu"]
     assert (cpu["LOCAL_RANK"], cpu["LOCAL_WORLD_SIZE"], cpu["CUDA_VISIBLE_DEVICES"]) == \
         ("4", "5", "")
+
+
+def test_children_do_not_print_torchs_numpy_warning_unless_the_user_asks():
+    from mwrun.plan.environment import process_env
+
+    topo = parse(TEXT.replace("gpus: 1", "cpus: 1").replace("gpus: 2", "cpus: 1"), "t.yaml")
+    plan = place(topo, {"localhost": HostInventory(True, tuple(range(8)), ())},
+                 lambda addr, taken: 40000)
+    quiet = process_env(plan, "cpu", {}, run_id="r", control="c")
+    assert quiet["PYTHONWARNINGS"] == "ignore:Failed to initialize NumPy:UserWarning"
+    mine = process_env(plan, "cpu", {"PYTHONWARNINGS": "default"}, run_id="r", control="c")
+    assert mine["PYTHONWARNINGS"] == "ignore:Failed to initialize NumPy:UserWarning,default"
