@@ -3,7 +3,8 @@
 A thread blocked in a torch store call hears neither Ctrl-C (Python runs signal
 handlers between its own steps, in the main thread) nor its process exiting (the
 interpreter waits for such threads when the call runs in one). Waits that may last
-(forming a world, rejoin) run here instead.
+(forming a world, rejoin) run here instead, and so does dropping a group, which can
+block as long.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import threading
 
 STEP = 0.5  # how often a waiting thread looks whether its process exits
+RELEASING: set[threading.Thread] = set()  # threads dropping an old generation's group
 
 
 def interruptible(exiting, running: set, fn, *args):
@@ -48,3 +50,20 @@ def finish(running: set, timeout: float = 2.0) -> None:
     """Wait a moment for the threads of ``running``, whose store has just gone."""
     for thread in list(running):
         thread.join(timeout)
+
+
+def release(group) -> None:
+    """Drop a generation's group without waiting for it.
+
+    Destroying a gloo group joins its worker threads, and a worker can be stuck for up
+    to the world's timeout in an operation gloo failed to abort; a short-lived thread
+    takes that wait so that rejoin() and close() never do.
+    """
+    def release() -> None:
+        group.release()
+        RELEASING.discard(reaper)
+
+    reaper = threading.Thread(target=release, name="mwrun-release", daemon=True)
+    RELEASING.add(reaper)
+    reaper.start()
+    reaper.join(timeout=0.5)

@@ -21,13 +21,12 @@ from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
 from mwrun.worlds import backends
 from mwrun.worlds.calls import Calls
-from mwrun.worlds.interruptible import finish, interruptible
+from mwrun.worlds.interruptible import RELEASING, finish, interruptible, release
 from mwrun.worlds.worldspec import WorldSpec
 
 log = logging.getLogger("mwrun")
 _FOREVER = timedelta(hours=1)  # a watcher's wait, renewed for as long as the world lives
 _HOSTS: weakref.WeakSet = weakref.WeakSet()  # worlds whose store this process hosts (by hand)
-_RELEASING: set[threading.Thread] = set()  # threads dropping an old generation's group
 
 
 @atexit.register
@@ -41,7 +40,7 @@ def _drop_stores() -> None:
         watcher = world._watcher
         if watcher is not None:
             watcher.join(timeout=2)
-    finish(_RELEASING)  # groups being dropped: their threads end in C++ too
+    finish(RELEASING)  # groups being dropped: their threads end in C++ too
 
 
 class WorldClosed(BrokenWorldError):
@@ -356,7 +355,7 @@ class World(Calls):
             group, self._group = self._group, None
         if group is not None:
             group.abort()
-            _release(group)
+            release(group)
 
     def close(self) -> None:
         """Leave the world. Other members see it break if they still call on it."""
@@ -376,26 +375,9 @@ class World(Calls):
                 protocol.leave(store, generation, self.rank)
         self._stop_watcher(generation)
         if group is not None:
-            _release(group)
+            release(group)
         self._store = self._server = self._watcher = None
         finish(self._waits)  # a wait on the store this member hosted ends now
-
-
-def _release(group: backends.Backend) -> None:
-    """Drop a generation's group without waiting for it.
-
-    Destroying a gloo group joins its worker threads, and a worker can be stuck for up
-    to the world's timeout in an operation gloo failed to abort; a short-lived thread
-    takes that wait so that rejoin() and close() never do.
-    """
-    def release() -> None:
-        group.release()
-        _RELEASING.discard(reaper)
-
-    reaper = threading.Thread(target=release, name="mwrun-release", daemon=True)
-    _RELEASING.add(reaper)
-    reaper.start()
-    reaper.join(timeout=0.5)
 
 
 def _left(deadline: float | None, default: float) -> float:
