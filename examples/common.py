@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
+import threading
 
 import mwrun
 
@@ -40,8 +42,10 @@ def say(text: str) -> None:
 
 
 def recover(world, error: mwrun.BrokenWorldError, what: str = "") -> bool:
-    """Say the world broke and wait for it to re-form; False once it never will."""
-    say(f"{world.name} broke{what}: {error.reason}")
+    """Say the world broke (or ended: a peer finished) and wait for it to re-form;
+    False once it never will."""
+    verb = "ended" if isinstance(error, mwrun.WorldEnded) else "broke"
+    say(f"{world.name} {verb}{what}: {error.reason}")
     try:
         world.rejoin()
     except mwrun.BrokenWorldError as final:
@@ -52,5 +56,26 @@ def recover(world, error: mwrun.BrokenWorldError, what: str = "") -> bool:
 
 
 async def arecover(world, error: mwrun.BrokenWorldError, what: str = "") -> bool:
-    """recover() for asyncio code: the wait runs in a thread, the loop goes on."""
-    return await asyncio.to_thread(recover, world, error, what)
+    """recover() for asyncio code: the wait runs in a thread, the loop goes on.
+
+    A daemon thread, not asyncio.to_thread: on Ctrl-C asyncio.run waits for its
+    executor's threads, and a rejoin may wait for a peer that never comes back.
+    """
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def wait() -> None:
+        result = recover(world, error, what)
+        with contextlib.suppress(RuntimeError):  # the loop has closed: no one waits
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(result))
+
+    threading.Thread(target=wait, name=f"recover-{world.name}", daemon=True).start()
+    return await done
+
+
+def quiet_interrupt(main) -> None:
+    """Run main(); Ctrl-C ends the program with status 130 and no traceback."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)

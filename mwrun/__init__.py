@@ -6,7 +6,7 @@ loaded on first use so that ``import mwrun`` — and with it the CLI — never i
 torch unless a script actually asks for a world.
 """
 
-from mwrun.errors import BrokenWorldError, MwrunError
+from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
 
 __version__ = "0.1.0"
 
@@ -17,6 +17,7 @@ __all__ = [
     "ReduceOp",
     "Work",
     "World",
+    "WorldEnded",
     "WorldSpec",
     "__version__",
     "from_worldinfo",

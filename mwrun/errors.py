@@ -65,3 +65,15 @@ class BrokenWorldError(MwrunError, RuntimeError):
 
     def __reduce__(self):
         return (type(self), (self.world, self.generation, self.reason))
+
+
+class WorldEnded(BrokenWorldError):
+    """A peer left the world normally (it closed it): the world ended, nothing failed.
+
+    A ``BrokenWorldError`` all the same (calls on the world raise it until ``rejoin()``,
+    which succeeds if the peer comes back), so code written for breaks keeps working.
+    """
+
+    def __init__(self, world: str, generation: int, reason: str):
+        super().__init__(world, generation, reason)
+        self.args = (f"world {world!r} (generation {generation}) has ended: {reason}",)

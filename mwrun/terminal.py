@@ -4,9 +4,11 @@ and colours that switch off when not on a terminal."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 COLOURS = (36, 33, 32, 35, 34, 91, 92, 93, 94, 95, 96)
+_ESCAPE = re.compile(r"\033\[[0-9;]*m")
 
 
 def use_colour(stream=None) -> bool:
@@ -27,12 +29,20 @@ def colour_for(index: int) -> int:
 def table(headers: list[str], rows: list[list[str]], indent: str = "") -> str:
     """Left-aligned columns two spaces apart; the last column is not padded."""
     cells = [headers, *rows]
-    widths = [max(len(str(row[i])) for row in cells) for i in range(len(headers))]
+    widths = [max(width(str(row[i])) for row in cells) for i in range(len(headers))]
     lines = []
     for row in cells:
-        parts = [str(c).ljust(w) for c, w in zip(row[:-1], widths[:-1], strict=True)]
+        # Padding by the visible width: a painted cell carries colour codes that take
+        # no room on the screen.
+        parts = [str(c) + " " * (w - width(str(c)))
+                 for c, w in zip(row[:-1], widths[:-1], strict=True)]
         lines.append(indent + "  ".join([*parts, str(row[-1])]).rstrip())
     return "\n".join(lines)
+
+
+def width(text: str) -> int:
+    """How many columns ``text`` takes on a terminal (colour codes take none)."""
+    return len(_ESCAPE.sub("", text))
 
 
 def seconds(value: float) -> str:

@@ -22,7 +22,7 @@ import torch
 import mwrun
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from common import add_arguments, arecover, say, worlds
+from common import add_arguments, arecover, quiet_interrupt, say, worlds
 
 
 async def serve(world: mwrun.World, device) -> int:
@@ -41,14 +41,13 @@ async def serve(world: mwrun.World, device) -> int:
 
 
 async def main(args) -> None:
-    job = mwrun.init(worlds=worlds(args, size=2))
-    device = next(iter(job.worlds.values())).device
-    counts = await asyncio.gather(*(serve(w, device) for w in job.worlds.values()))
-    for world, count in zip(job.worlds, counts, strict=True):
-        say(f"{world}: received {count} tensors")
-    job.close()
+    with mwrun.init(worlds=worlds(args, size=2)) as job:  # closed on Ctrl-C too
+        device = next(iter(job.worlds.values())).device
+        counts = await asyncio.gather(*(serve(w, device) for w in job.worlds.values()))
+        for world, count in zip(job.worlds, counts, strict=True):
+            say(f"{world}: received {count} tensors")
 
 
 if __name__ == "__main__":
     parser = add_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
-    asyncio.run(main(parser.parse_args()))
+    quiet_interrupt(lambda: asyncio.run(main(parser.parse_args())))

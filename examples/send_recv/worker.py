@@ -11,7 +11,7 @@ import torch
 import mwrun
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from common import add_arguments, worlds
+from common import add_arguments, quiet_interrupt, worlds
 
 
 def main(args) -> None:
@@ -32,4 +32,4 @@ if __name__ == "__main__":
     parser = add_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between sends")
-    main(parser.parse_args())
+    quiet_interrupt(lambda: main(parser.parse_args()))

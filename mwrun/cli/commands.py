@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 
 import click
 
@@ -21,7 +22,8 @@ Examples:
   mwrun stop
   mwrun report -o drill.png
 
-Runs live under $MWRUN_HOME (default ~/.mwrun); RUN defaults to the newest live run.
+Runs live under $MWRUN_HOME (default ~/.mwrun). Without RUN, status and logs
+mean the newest run, live or not; kill-world and stop the newest live run.
 """
 
 
@@ -40,6 +42,9 @@ class _Group(click.Group):
         except MwrunError as exc:
             click.echo(f"Error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except PermissionError as exc:  # another user's run folder, a locked-down home
+            click.echo(f"Error: {exc.filename or 'mwrun'}: {exc.strerror}", err=True)
+            ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
@@ -78,11 +83,15 @@ topology_arg = click.argument("topology", type=click.Path(dir_okay=False, path_t
 run_arg = click.argument("run", required=False)
 
 
-def _plan(path: str, choose_port):
-    from mwrun.plan import inventory, placement, topology
+def _plan(path: str):
+    """The plan of a topology that starts nothing: validate and --dry-run. Its hosts may
+    all be other machines (only a launch needs to be on one of them), and ports
+    written in it are checked to be free here."""
+    from mwrun.plan import inventory, placement, ports, topology
 
     topo = topology.load(path)
-    return topo, placement.place(topo, inventory.inventory(topo), choose_port, sys.executable)
+    return topo, placement.place(topo, inventory.inventory(topo), ports.probe_free,
+                                 sys.executable, here=False, port_in_use=ports.in_use)
 
 
 @main.command()
@@ -92,9 +101,7 @@ def validate(topology):
 
     Exit status 0 when it is right, 2 when it is not.
     """
-    from mwrun.plan.ports import probe_free
-
-    _, plan = _plan(topology, probe_free)
+    _, plan = _plan(topology)
     worlds = "; ".join(f"{w.name}: {', '.join(w.members)}" for w in plan.worlds.values())
     click.echo(f"{topology}: ok: {len(plan.processes)} processes, {len(plan.worlds)} worlds"
                f" ({worlds})")
@@ -126,6 +133,10 @@ def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):
     """
     if as_json and not dry_run:
         raise click.UsageError("--json goes with --dry-run")
+    from mwrun.plan.environment import QUIET_NUMPY
+
+    # The supervisor imports torch too (its stores): as quiet as the processes it starts.
+    warnings.filterwarnings(*QUIET_NUMPY.split(":")[:2], UserWarning)
     if dry_run:
         _dry_run(topology, run_id, as_json)
         return
@@ -146,9 +157,8 @@ def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:
     from mwrun.cli import planview
     from mwrun.head import rundir
     from mwrun.plan import environment
-    from mwrun.plan.ports import probe_free
 
-    _, plan = _plan(topology, probe_free)
+    _, plan = _plan(topology)
     run_id = run_id or rundir.new_run_id(plan.name)
     control = str(rundir.control_path(run_id))
     envs = {name: environment.mwrun_env(plan, name, run_id=run_id, control=control)
@@ -156,11 +166,15 @@ def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:
     click.echo(planview.plan_json(plan, envs) if as_json else planview.plan_text(plan, envs))
 
 
+def _warn(text: str) -> None:
+    click.echo(f"mwrun: {text}", err=True)
+
+
 def _live_status(run: str | None) -> tuple[str, dict, bool]:
     """(run id, status document, whether its supervisor answered)."""
     from mwrun.head import control, rundir
 
-    run_id, state = rundir.find(run)
+    run_id, state = rundir.find(run, live_only=False, warn=_warn)
     if rundir.is_live(state):
         try:
             reply = control.request(state["control"], {"verb": "status"})
@@ -175,7 +189,7 @@ def _live_status(run: str | None) -> tuple[str, dict, bool]:
 @click.option("--json", "as_json", is_flag=True, help="The status document as JSON.")
 @click.option("--watch", "-w", is_flag=True, help="Refresh every second until the run ends.")
 def status(run, as_json, watch):
-    """Processes and worlds of RUN (default: the newest live run).
+    """Processes and worlds of RUN (default: the newest run, live or not).
 
     Per world: its state, generation and breaks, its traffic over the last 5 s
     (calls/s and MB/s, counted by the members' own calls), the age of its last
@@ -192,6 +206,7 @@ def status(run, as_json, watch):
     import json
 
     from mwrun.cli.statusview import in_place, render
+    from mwrun.head import rundir
     from mwrun.terminal import use_colour
 
     first = True
@@ -202,7 +217,8 @@ def status(run, as_json, watch):
         elif watch and sys.stdout.isatty():
             click.echo(in_place(render(doc, live, use_colour()), first), nl=False)
         else:
-            click.echo(("" if first else "\n") + render(doc, live, use_colour()))
+            click.echo(("" if first else "\n") + render(doc, live, use_colour(),
+                                                 events=rundir.recent_events(run_id)))
         first = False
         if not watch or doc["state"] in ("finished", "failed") or not live:
             return
@@ -234,7 +250,7 @@ def kill_world(world, run, rank, sig):
         control.signal_number(sig)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--signal") from None
-    run_id, state = rundir.find(run)
+    run_id, state = rundir.find(run, warn=_warn)
     _require_live(run_id, state)
     reply = control.request(state["control"], {"verb": "kill_world", "world": world,
                                                 "rank": rank, "signal": sig})
@@ -264,7 +280,7 @@ def stop(run, no_wait):
     """
     from mwrun.head import control, rundir
 
-    run_id, state = rundir.find(run)
+    run_id, state = rundir.find(run, warn=_warn)
     _require_live(run_id, state)
     control.request(state["control"], {"verb": "stop"})
     click.echo(f"stopping {run_id}...")
@@ -283,7 +299,7 @@ def stop(run, no_wait):
 @run_arg
 @click.option("--follow", "-f", is_flag=True, help="Keep printing as the log grows.")
 def logs(process, run, follow):
-    """The output of PROCESS in RUN (stdout and stderr, as it printed them).
+    """The output of PROCESS in RUN (default: the newest run, live or not).
 
     \b
     Examples:
@@ -293,8 +309,8 @@ def logs(process, run, follow):
     from mwrun.cli import logview
     from mwrun.head import rundir
 
-    run_id, state = rundir.find(run)
-    names = [p["name"] for p in state.get("processes", [])]
+    run_id, state = rundir.find(run, live_only=False, warn=_warn)
+    names = [p["name"] for p in state["processes"]]
     if process not in names:
         raise RunError(f"run {run_id} has no process {process!r}; it has: {', '.join(names)}")
     path = rundir.run_path(run_id) / "logs" / f"{process}.log"

@@ -8,7 +8,8 @@ from mwrun.terminal import paint, seconds, size, table
 
 STATE_COLOURS = {"running": 32, "healthy": 32, "finished": 32, "exited": 32, "starting": 33,
                  "forming": 33, "restarting": 33, "stopping": 33, "hung": 31, "failed": 31,
-                 "broken": 31, "stopped": 35, "closed": 35, "unknown": 35}
+                 "broken": 31, "stopped": 35, "closed": 35, "unknown": 35,
+                 "unresponsive": 33}
 
 
 def traffic_cells(w: dict, live: bool) -> list[str]:
@@ -27,7 +28,10 @@ def traffic_cells(w: dict, live: bool) -> list[str]:
     return [calls, rate, last, "-" if up is None or not live else seconds(up)]
 
 
-def render(doc: dict, live: bool, colour: bool = False, now: float | None = None) -> str:
+def render(doc: dict, live: bool, colour: bool = False, now: float | None = None,
+           events: list[str] | None = None) -> str:
+    """The status tables; ``events``: the run's latest events, oldest first (else each
+    process's and world's last word)."""
     now = time.time() if now is None else now
 
     def state(value: str) -> str:
@@ -36,11 +40,13 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
     age = seconds(max(now - doc.get("started_at", now), 0))
     head = (f"run {doc['run_id']} ({doc['name']}): {state(doc['state'])}, started {age} ago,"
             f" supervisor pid {doc['supervisor_pid']}")
-    if not live and doc["state"] not in ("finished", "failed"):
+    if not live and doc["state"] == "starting" and not doc["processes"]:
+        head += "\n  it ended before it started any process (interrupted, or it failed)"
+    elif not live and doc["state"] not in ("finished", "failed"):
         head += "\n  the supervisor has gone without finishing; this is its last word"
     rows = []
     for p in doc["processes"]:
-        alive = p["state"] in ("starting", "running", "hung")
+        alive = p["state"] in ("starting", "running", "unresponsive", "hung")
         uptime = seconds(now - p["started_at"]) if alive and p.get("started_at") else "-"
         cpu = f"{p['cpu_percent']:.1f}" if p.get("cpu_percent") is not None else "-"
         rows.append([p["name"], p["host"], str(p["pid"] or "-"), state(p["state"]),
@@ -59,6 +65,8 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
              if p.get("last_event") and p["state"] != "running"]
     notes += [f"  {w['name']}: {w['reason']}" for w in doc["worlds"]
               if w.get("reason") and w["state"] != "healthy"]
+    if events is not None:
+        notes = [f"  {line}" for line in events]
     out = [head, "", procs, "", worlds]
     if notes:
         out += ["", "last events:", *notes]

@@ -11,6 +11,7 @@ import contextlib
 import os
 import pickle
 import resource
+import secrets
 import shutil
 import signal
 import socket
@@ -30,11 +31,10 @@ DETACH_WAIT = 120.0  # seconds --detach waits for its supervisor to run
 
 def plan_for_launch(path: str, run_id: str | None = None, connect: bool = True,
                     progress=None):
-    """(topology, plan, listening socket per world, (agent links, srun), run id) ready
-    to start, or TopologyError / RunError. With ``connect``, remote hosts' agents are
+    """(topology, plan, listening socket per world, (agent links, srun), run id or None)
+    ready to start, or TopologyError / RunError. With ``connect``, remote hosts' agents are
     started first (in parallel), and placement uses what each host reports."""
     topo, mapping = _hosts_of(topology.load(path))
-    run_id = run_id or rundir.new_run_id(topo.name)
     inv = inventory.inventory(topo)
     if not any(inv[n].local and h.netns is None for n, h in topo.hosts.items()):
         # Before reaching out to any host: the stores must live where we run.
@@ -42,7 +42,9 @@ def plan_for_launch(path: str, run_id: str | None = None, connect: bool = True,
                                           ).diagnostic(
             "none of the hosts is this machine; run mwrun launch on the host that hosts the"
             " worlds' stores (the first host without ssh:)")])
-    links, srun = _reach(topo, mapping, run_id, progress) if connect else ({}, None)
+    # The agents' sockets are named before the run folder (and its id) exists.
+    key = run_id or f"{topo.name}-{secrets.token_hex(6)}"
+    links, srun = _reach(topo, mapping, key, progress) if connect else ({}, None)
     try:
         inv.update(remote.reported_inventory(topo, links, inv))
         topo, plan, listeners = _place_and_bind(topo, inv)
@@ -173,7 +175,8 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
                stream, existing_dir: bool) -> int:
     links, srun = agents
     try:
-        run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id)
+        run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id, plan.name)
+        run_id = run_dir.name
         shutil.copyfile(path, run_dir / "topology.yaml")
         rundir.write_json(run_dir / "plan.json", asdict(plan))
         printer = Printer(list(plan.processes), stream, use_colour(stream), run_dir)
@@ -234,7 +237,8 @@ def detach(path: str, run_id: str | None, grace: float) -> str:
     # Every mistake shows here, in the terminal; remote hosts are reached by the child.
     _, plan, listeners, _, run_id = plan_for_launch(path, run_id, connect=False)
     try:
-        run_dir = rundir.create(run_id)
+        run_dir = rundir.create(run_id, plan.name)
+        run_id = run_dir.name
         child = _start_detached(path, run_id, grace, run_dir, plan, listeners)
     finally:
         for sock in listeners.values():

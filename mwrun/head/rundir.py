@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 
 from mwrun.errors import RunError, UsageError
+from mwrun.head import statecheck
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 FINAL = ("finished", "failed")
@@ -74,19 +75,53 @@ def private_folder(path: str | os.PathLike) -> Path:
                    " MWRUN_HOME to a shorter path")
 
 
-def create(run_id: str) -> Path:
-    """Make the folder of a new run; a run id is used once."""
-    if not RUN_ID.match(run_id):
+def create(run_id: str | None, name: str = "run") -> Path:
+    """Make the folder of a new run and return it (its name is the run id).
+
+    A RUN_ID given is used once. Without one the id is NAME-YYYYMMDD-HHMMSS, with -2,
+    -3... when another launch took that second: the folder is the reservation, made
+    atomically, so two launches never share one.
+    """
+    if run_id is not None and not RUN_ID.match(run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits, '_', '.', '-' (at most 100)")
-    path = run_path(run_id)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        path.mkdir(mode=0o700)
-    except FileExistsError:
-        raise UsageError(f"run {run_id!r} exists already ({path}); choose another --run-id"
-                         " or leave it out") from None
-    (path / "logs").mkdir(mode=0o700)
+        runs_root().mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = _reserve(run_id, name)
+        (path / "logs").mkdir(mode=0o700)
+    except PermissionError as exc:
+        raise RunError(f"cannot make a run folder under {runs_root()}: {exc.strerror}"
+                       " (set MWRUN_HOME to a folder of yours)") from None
+    # Written before anything else can fail or be interrupted: a folder without a
+    # state would look like a run that is still starting, for ever.
+    write_json(path / "state.json", initial_state(path.name, name))
     return path
+
+
+def _reserve(run_id: str | None, name: str) -> Path:
+    if run_id is not None:
+        path = run_path(run_id)
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            raise UsageError(f"run {run_id!r} exists already ({path}); choose another"
+                             " --run-id or leave it out") from None
+        return path
+    base = new_run_id(name)
+    for attempt in range(1, 1000):
+        path = run_path(base if attempt == 1 else f"{base}-{attempt}")
+        try:
+            path.mkdir(mode=0o700)
+            return path
+        except FileExistsError:
+            continue
+    raise RunError(f"more than 999 runs named {base}; wait a second")
+
+
+def initial_state(run_id: str, name: str) -> dict:
+    """The state of a run whose supervisor has not started a process yet."""
+    return {"run_id": run_id, "name": name, "state": "starting", "supervisor_pid": os.getpid(),
+            "started_at": time.time(), "control": str(control_path(run_id)),
+            "exit_code": None, "processes": [], "worlds": []}
 
 
 def write_json(path: Path, data) -> None:
@@ -96,10 +131,50 @@ def write_json(path: Path, data) -> None:
 
 
 def read_state(run_id: str) -> dict | None:
+    """The run's state, or None if it cannot be had (use load_state to learn why)."""
     try:
-        return json.loads((run_path(run_id) / "state.json").read_text())
-    except (OSError, ValueError):
+        return load_state(run_id)
+    except RunError:
         return None
+
+
+def load_state(run_id: str) -> dict:
+    """The run's state; RunError saying why not (missing, unreadable, damaged)."""
+    path = run_path(run_id) / "state.json"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if run_path(run_id).is_dir():
+            raise RunError(f"run {run_id!r} has no state.json ({path.parent});"
+                           " it never started") from None
+        raise RunError(f"no run {run_id!r} under {runs_root()}" + _recent_hint()) from None
+    except PermissionError as exc:
+        raise RunError(f"run {run_id!r}: cannot read {path}: {exc.strerror}"
+                       " (another user's run?)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunError(f"run {run_id!r}: cannot read {path}: {exc}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise RunError(f"run {run_id!r}: its state.json is damaged (not complete JSON);"
+                       " the run is not running: no supervisor keeps it") from None
+    found = statecheck.problem(doc)
+    if found:
+        raise RunError(f"run {run_id!r}: its state.json is damaged ({found})")
+    return doc
+
+
+def recent_events(run_id: str, count: int = 6) -> list[str]:
+    """The last ``count`` lines of the run's events.log ("HH:MM:SS what happened"),
+    oldest first: the order they happened in."""
+    try:
+        with open(run_path(run_id) / "events.log", "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(log.tell() - 16384, 0))
+            lines = log.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    return lines[-count:] if count else []
 
 
 def supervisor_alive(state: dict) -> bool:
@@ -115,37 +190,50 @@ def supervisor_alive(state: dict) -> bool:
 
 
 def is_live(state: dict) -> bool:
-    return state.get("state") not in FINAL and supervisor_alive(state)
+    return state.get("state") not in FINAL and "control" in state and supervisor_alive(state)
+
+
+def scan() -> tuple[list[tuple[str, dict]], list[tuple[str, float, str]]]:
+    """Every run: (run id, state) of the readable ones, newest first, and (run id,
+    folder time, why) of those whose state cannot be used."""
+    runs, damaged = [], []
+    with contextlib.suppress(OSError):
+        for entry in runs_root().iterdir():
+            try:
+                runs.append((entry.name, load_state(entry.name)))
+            except RunError as exc:
+                with contextlib.suppress(OSError):
+                    damaged.append((entry.name, entry.stat().st_mtime, str(exc)))
+    runs.sort(key=lambda r: r[1]["started_at"], reverse=True)
+    return runs, damaged
 
 
 def all_runs() -> list[tuple[str, dict]]:
-    """(run id, state) of every run with a state file, newest first."""
-    runs = []
-    with contextlib.suppress(OSError):
-        for entry in runs_root().iterdir():
-            state = read_state(entry.name)
-            if state is not None:
-                runs.append((entry.name, state))
-    return sorted(runs, key=lambda r: r[1].get("started_at", 0), reverse=True)
+    """(run id, state) of every run with a usable state file, newest first."""
+    return scan()[0]
 
 
-def find(run_id: str | None) -> tuple[str, dict]:
-    """The run named, or the newest live one; RunError with what exists otherwise."""
+def find(run_id: str | None, live_only: bool = True, warn=None) -> tuple[str, dict]:
+    """The run named, or else the newest run (the newest live one with ``live_only``).
+
+    Raises RunError with what exists when there is none. Runs whose state is damaged
+    are skipped; ``warn(text)`` is told of each one newer than the run found.
+    """
     if run_id is not None:
-        state = read_state(run_id)
-        if state is None:
-            if run_path(run_id).is_dir():
-                raise RunError(f"run {run_id!r} has no state yet (is it still starting?)")
-            raise RunError(f"no run {run_id!r} under {runs_root()}" + _recent_hint())
-        return run_id, state
-    for found, state in all_runs():
-        if is_live(state):
-            return found, state
-    raise RunError("no live run" + _recent_hint())
+        return run_id, load_state(run_id)
+    runs, damaged = scan()
+    found = next(((r, s) for r, s in runs if not live_only or is_live(s)), None)
+    since = found[1]["started_at"] if found else 0.0
+    for _, mtime, why in sorted(damaged, key=lambda d: d[1]):
+        if warn is not None and mtime >= since:
+            warn(f"skipped: {why}")
+    if found is None:
+        raise RunError(("no live run" if live_only else "no run") + _recent_hint(runs))
+    return found
 
 
-def _recent_hint() -> str:
-    runs = all_runs()[:3]
+def _recent_hint(runs=None) -> str:
+    runs = (all_runs() if runs is None else runs)[:3]
     if not runs:
         return f"; none at all under {runs_root()}"
     listed = ", ".join(f"{r} ({s.get('state', '?')})" for r, s in runs)

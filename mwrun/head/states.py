@@ -3,7 +3,9 @@
 Process::
 
     STARTING --joined its worlds--> RUNNING
-    STARTING | RUNNING --stopped or silent past its hang_timeout--> HUNG --killed--> (exit)
+    RUNNING --heartbeats late, or stopped (seen in /proc)--> UNRESPONSIVE --beats again--> RUNNING
+    STARTING | RUNNING | UNRESPONSIVE --stopped or silent past its hang_timeout--> HUNG
+    HUNG --killed--> (exit)
     (exit) --restart policy says yes--> RESTARTING --backoff over--> STARTING
     (exit) --code 0, no restart--> EXITED
     (exit) --failed, no restart left--> FAILED
@@ -31,6 +33,7 @@ from enum import Enum
 class ProcessState(str, Enum):
     STARTING = "starting"
     RUNNING = "running"
+    UNRESPONSIVE = "unresponsive"
     RESTARTING = "restarting"
     HUNG = "hung"
     EXITED = "exited"
@@ -39,7 +42,8 @@ class ProcessState(str, Enum):
 
     @property
     def alive(self) -> bool:
-        return self in (ProcessState.STARTING, ProcessState.RUNNING, ProcessState.HUNG)
+        return self in (ProcessState.STARTING, ProcessState.RUNNING, ProcessState.UNRESPONSIVE,
+                        ProcessState.HUNG)
 
     @property
     def final(self) -> bool:
@@ -56,6 +60,7 @@ class WorldState(str, Enum):
 class RunState(str, Enum):
     STARTING = "starting"
     RUNNING = "running"
+    UNRESPONSIVE = "unresponsive"
     STOPPING = "stopping"
     FINISHED = "finished"
     FAILED = "failed"

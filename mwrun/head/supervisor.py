@@ -20,6 +20,7 @@ from mwrun.plan.placement import Plan
 
 TICK = 0.5  # seconds between checks for hung processes and due restarts
 KILL_WAIT = 5.0  # after SIGKILL, how long to wait for processes stuck in the kernel
+LATE_BEATS = 2  # heartbeats missed in a row before a process shows as unresponsive
 
 
 class Supervisor:
@@ -189,6 +190,7 @@ class Supervisor:
         rec = self.procs.get(name)
         if rec is not None and rec.pid == pid:
             rec.last_beat = self._awake()
+            self._responsive(rec, late=False)
 
     def on_bye(self, name: str, pid: int) -> None:
         rec = self.procs.get(name)
@@ -259,7 +261,7 @@ class Supervisor:
                 self.host.say(f"restarting {rec.plan.name} (restart {rec.restarts}"
                               f" of {rec.plan.max_restarts})")
                 self._spawn(rec)
-            elif rec.state in (P.STARTING, P.RUNNING) and not self.stopping:
+            elif rec.state in (P.STARTING, P.RUNNING, P.UNRESPONSIVE) and not self.stopping:
                 self._check_hung(rec, awake)
         if self.stopping:
             self._escalate(now)
@@ -281,6 +283,7 @@ class Supervisor:
             # The library beats from its own thread: silence past the deadline means
             # stopped or wedged. /proc is read only then, to confirm it.
             silent = now - rec.last_beat
+            self._responsive(rec, late=silent >= LATE_BEATS * rec.beat_every)
             if silent < limit:
                 rec.suspect_since = None
                 return
@@ -291,12 +294,27 @@ class Supervisor:
             if why is not None:
                 self._hang(rec, why)
             return
-        if self.host.probe(rec.plan.name) == "stopped":  # a plain process: ask /proc
+        stopped = self.host.probe(rec.plan.name) == "stopped"  # a plain process: ask /proc
+        self._responsive(rec, late=stopped)
+        if stopped:
             rec.stopped_since = rec.stopped_since if rec.stopped_since is not None else now
             if now - rec.stopped_since >= limit:
                 self._hang(rec, f"stopped for {limit:g}s")
             return
         rec.stopped_since = None
+
+    def _responsive(self, rec: ProcessRecord, late: bool) -> None:
+        """Show at once that a running process stopped answering, long before it is
+        declared hung; and that it answers again."""
+        if late and rec.state is P.RUNNING:
+            rec.state = P.UNRESPONSIVE  # RUNNING -> UNRESPONSIVE
+            rec.why = f"{rec.plan.name} is unresponsive (" + (
+                "its heartbeats are late)" if rec.beat_every is not None else "stopped)")
+            self.host.say(rec.why)
+        elif not late and rec.state is P.UNRESPONSIVE:
+            rec.state = P.RUNNING  # UNRESPONSIVE -> RUNNING
+            rec.why = f"{rec.plan.name} responds again"
+            self.host.say(rec.why)
 
     def _hang(self, rec: ProcessRecord, why: str) -> None:
         rec.state, rec.hung = P.HUNG, why  # STARTING|RUNNING -> HUNG

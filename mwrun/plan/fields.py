@@ -128,6 +128,10 @@ class FieldReader(Reader):
                                     f" ('{str(value).lower()}'): YAML reads it as a boolean")
             elif value is None and isinstance(value_node, yaml.ScalarNode):
                 env[key] = ""
+            elif isinstance(value_node, yaml.ScalarNode) and not isinstance(value, str):
+                # YAML 1.1 rewrites plain numbers and times (010 -> 8, 0x10 -> 16,
+                # 1.10 -> 1.1, 12:30 -> 750); a variable gets the text as written.
+                env[key] = value_node.value
             else:
                 text = self.string(value_node, f"{what}: env {key}")
                 if text is not None:

@@ -72,6 +72,7 @@ class Plan:
 
 
 PortChooser = Callable[[str, set[int]], int]
+PortCheck = Callable[[str, int], "str | None"]
 
 
 class _Pool:
@@ -80,6 +81,8 @@ class _Pool:
     def __init__(self, kind: str, host: str, items: tuple | None):
         self.kind, self.host, self.items = kind, host, items
         self.owner: dict = {}
+        self.index = {item: slot for slot, item in enumerate(items or ())}
+        self.cursor = 0  # counts take the lowest free slots: none below it is free
 
     def take_explicit(self, proc: Process, wanted: tuple, at: Pos, errors: list) -> tuple:
         label = "GPU" if self.kind == "gpus" else "CPU"
@@ -106,22 +109,29 @@ class _Pool:
                 f"process '{proc.name}': cannot assign {count} {label} on host '{self.host}'"
                 f" without knowing how many it has; state 'cpus: N' under the host"))
             return ()
-        free = [i for i in range(len(self.items)) if i not in self.owner]
+        free = []
+        slot = self.cursor
+        while len(free) < count and slot < len(self.items):
+            if slot not in self.owner:
+                free.append(slot)
+            slot += 1
         if len(free) < count:
+            left = len(free) + sum(1 for s in range(slot, len(self.items)) if s not in self.owner)
             errors.append(at.diagnostic(
                 f"process '{proc.name}': asks for {count} {label} but host '{self.host}' has"
-                f" {len(free)} free (of {len(self.items)})"))
+                f" {left} free (of {len(self.items)})"))
             return ()
-        for index in free[:count]:
+        for index in free:
             self.owner[index] = proc.name
-        return tuple(self.items[i] for i in free[:count])
+        self.cursor = slot
+        return tuple(self.items[i] for i in free)
 
     def _slot(self, index: int):
         """Position of a requested GPU index or CPU number in the host's list, if any."""
         if self.items is None:  # a host of unknown size: trust the number as given
             return ("unchecked", index)
         if self.kind == "cpus":
-            return self.items.index(index) if index in self.items else None
+            return self.index.get(index)
         return index if index < len(self.items) else None
 
     def _describe(self) -> str:
@@ -146,29 +156,36 @@ def _ranges(numbers) -> str:
 format_cpus = _ranges
 
 
-def _store_host(topology: Topology, inventory: dict[str, HostInventory]) -> str | None:
-    """The supervisor hosts every store: on the first host that is this machine itself,
-    else (planning elsewhere: validate, --dry-run) the first one mwrun reaches without
-    an agent, where ``mwrun launch`` must then run."""
+def _store_host(topology: Topology, inventory: dict[str, HostInventory],
+                here: bool) -> str | None:
+    """The supervisor hosts every store: on the first host that is this machine itself.
+
+    A plan that starts nothing (validate, --dry-run) may be made elsewhere: with no host
+    of this machine, it is planned as if launched on the first host mwrun reaches
+    without an agent (else the first host).
+    """
     for name, host in topology.hosts.items():
         if inventory[name].local and host.netns is None:
             return name
-    for name, host in topology.hosts.items():
-        if not host.remote and host.netns is None:
-            return name
-    return None
+    if here:
+        return None
+    return next((n for n, h in topology.hosts.items() if not h.remote and h.netns is None),
+                next(iter(topology.hosts), None))
 
 
 def place(topology: Topology, inventory: dict[str, HostInventory],
-          choose_port: PortChooser, python: str | None = None) -> Plan:
+          choose_port: PortChooser, python: str | None = None, *, here: bool = True,
+          port_in_use: PortCheck | None = None) -> Plan:
     """Plan every process and world; ``python`` replaces a bare ``python``/``python3``.
 
     A bare ``python`` in a cmd means the interpreter mwrun itself runs on (as torchrun
     does), so a job launched from a virtualenv without activating it still finds its
-    packages.
+    packages. ``here``: the plan is for a launch on this machine, so the stores must be
+    on one of its hosts. ``port_in_use(addr, port)`` says why a port written in the
+    topology cannot be had (None when it is free), checked only on this machine.
     """
     errors: list[Diagnostic] = []
-    store_host = _store_host(topology, inventory)
+    store_host = _store_host(topology, inventory, here)
     if store_host is None:
         errors.append(topology.pos.get("hosts", Pos(topology.source, 0, 0)).diagnostic(
             "none of the hosts is this machine; mwrun runs the worlds' stores where it is"
@@ -188,10 +205,13 @@ def place(topology: Topology, inventory: dict[str, HostInventory],
                     got[kind] = pools[proc.host].take_explicit(proc, wanted, at, errors)
                 elif not explicit and isinstance(wanted, int) and wanted:
                     got[kind] = pools[proc.host].take_count(proc, wanted, at, errors)
-    worlds = _place_worlds(topology, store_host, choose_port, errors)
+    check = port_in_use if inventory[store_host].local else None
+    worlds = _place_worlds(topology, store_host, choose_port, check, errors)
     if errors:
         raise TopologyError(errors)
-    processes = {name: _process_plan(topology, proc, resources[name], worlds, python)
+    memberships, local = _memberships(topology)
+    processes = {name: _process_plan(topology, proc, resources[name], memberships[name],
+                                     local[name], python)
                  for name, proc in topology.processes.items()}
     return Plan(topology.name, topology.source, store_host, processes, worlds)
 
@@ -210,7 +230,8 @@ def store_addr(topology: Topology, world, store_host: str) -> str:
         return "127.0.0.1"
 
 
-def _place_worlds(topology, store_host, choose_port, errors) -> dict[str, WorldPlan]:
+def _place_worlds(topology, store_host, choose_port, port_in_use,
+                  errors) -> dict[str, WorldPlan]:
     explicit: dict[int, str] = {}
     for world in topology.worlds.values():
         if world.port is None:
@@ -219,25 +240,57 @@ def _place_worlds(topology, store_host, choose_port, errors) -> dict[str, WorldP
             errors.append(world.pos["port"].diagnostic(
                 f"world '{world.name}': port {world.port} is already the port of world"
                 f" '{explicit[world.port]}'"))
-        else:
-            explicit[world.port] = world.name
+            continue
+        explicit[world.port] = world.name
+        addr = store_addr(topology, world, store_host)
+        why = port_in_use(addr, world.port) if port_in_use else None
+        if why:
+            errors.append(world.pos["port"].diagnostic(
+                f"world '{world.name}': port {world.port} on {addr} is not free ({why})"))
     taken = set(explicit)
     worlds = {}
+    failed = None
     for world in topology.worlds.values():
         port = world.port
         addr = store_addr(topology, world, store_host)
-        if port is None:
-            port = choose_port(addr, taken)
-            taken.add(port)
+        if port is None and failed is None:
+            try:
+                port = choose_port(addr, taken)
+            except OSError as exc:  # no free port left, or no file descriptor to look
+                failed = world
+                errors.append(world.pos["name"].diagnostic(
+                    f"world '{world.name}': cannot get a free port on {addr}:"
+                    f" {exc.strerror or exc}; give the worlds fewer or explicit ports"))
+            else:
+                taken.add(port)
         worlds[world.name] = WorldPlan(world.name, world.members, world.backend, world.timeout,
-                                       addr, port, world.port is None, world.on_failure)
+                                       addr, port or 0, world.port is None, world.on_failure)
     return worlds
 
 
-def _process_plan(topology, proc: Process, got, worlds, python) -> ProcessPlan:
-    memberships = dict(topology.memberships(proc.name))
-    primary = worlds[next(iter(memberships))]
-    same_host = [m for m in primary.members if topology.processes[m].host == proc.host]
+def _memberships(topology) -> tuple[dict[str, dict[str, int]], dict[str, tuple[int, int]]]:
+    """In one pass over the worlds: each process's worlds (world -> rank, primary
+    first), and its (local rank, local world size) among its primary world's members
+    on its host."""
+    memberships: dict[str, dict[str, int]] = {name: {} for name in topology.processes}
+    for world in topology.worlds.values():
+        for rank, member in enumerate(world.members):
+            memberships[member][world.name] = rank
+    local: dict[str, tuple[int, int]] = {}
+    for world in topology.worlds.values():
+        on_host: dict[str, int] = {}  # host -> members of this world seen there so far
+        position = {}
+        for member in world.members:
+            host = topology.processes[member].host
+            position[member] = on_host.get(host, 0)
+            on_host[host] = position[member] + 1
+        for member in world.members:
+            if next(iter(memberships[member])) == world.name:
+                local[member] = (position[member], on_host[topology.processes[member].host])
+    return memberships, local
+
+
+def _process_plan(topology, proc: Process, got, memberships, local, python) -> ProcessPlan:
     host = topology.hosts[proc.host]
     cmd = proc.cmd
     if (python or host.python) and cmd[0] in ("python", "python3"):
@@ -248,8 +301,8 @@ def _process_plan(topology, proc: Process, got, worlds, python) -> ProcessPlan:
     return ProcessPlan(
         name=proc.name, host=proc.host, addr=host.addr, netns=host.netns, cmd=cmd,
         cwd=proc.cwd, env=dict(proc.env), gpus=tuple(str(g) for g in got["gpus"]),
-        cpus=got["cpus"], worlds=memberships, local_rank=same_host.index(proc.name),
-        local_world_size=len(same_host), restart=proc.restart, max_restarts=proc.max_restarts,
+        cpus=got["cpus"], worlds=memberships, local_rank=local[0], local_world_size=local[1],
+        restart=proc.restart, max_restarts=proc.max_restarts,
         restart_backoff=proc.restart_backoff, replica_of=proc.replica_of,
         hang_timeout=topology.hang_deadline(proc.name),
         preload=() if why_cold else proc.preload,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 
 
@@ -15,7 +16,11 @@ def bind_free(addr: str, taken: set[int]) -> socket.socket:
     for _ in range(100):
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((addr, 0))
+        try:
+            sock.bind((addr, 0))
+        except OSError:
+            sock.close()
+            raise
         if sock.getsockname()[1] not in taken:
             sock.listen(512)
             return sock
@@ -24,6 +29,29 @@ def bind_free(addr: str, taken: set[int]) -> socket.socket:
 
 
 def probe_free(addr: str, taken: set[int]) -> int:
-    """A port that is free now (for plans that start nothing, like --dry-run)."""
-    with bind_free(addr, taken) as sock:
+    """A port that is free now (for plans that start nothing, like --dry-run).
+
+    For an address of another machine (a plan made away from its head) a port free
+    here stands in: the launch there chooses its own.
+    """
+    try:
+        sock = bind_free(addr, taken)
+    except OSError as exc:
+        if exc.errno != errno.EADDRNOTAVAIL:
+            raise
+        sock = bind_free("::" if ":" in addr else "0.0.0.0", taken)
+    with sock:
         return sock.getsockname()[1]
+
+
+def in_use(addr: str, port: int) -> str | None:
+    """Why ``port`` on ``addr`` cannot be listened on now, or None if it can."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # As the launch binds it: a port left in TIME_WAIT by an earlier run is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((addr, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None

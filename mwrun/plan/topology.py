@@ -27,6 +27,10 @@ DEFAULT_TIMEOUT = 30.0
 # The default hang deadline: this many call timeouts, and never under a minute.
 HANG_FACTOR = 3.0
 MIN_HANG_TIMEOUT = 60.0
+# Far beyond any job one supervisor can watch on one machine's file descriptors, and
+# small enough that a typo (replicas: 100000) is an error, not a long wait.
+MAX_PROCESSES = 4096
+MAX_WORLDS = 4096
 
 _TOP_KEYS = ("version", "name", "backend", "timeout", "hang_timeout", "preload", "launcher",
              "hosts", "processes", "worlds")
@@ -103,10 +107,12 @@ class Topology:
 
 
 class _Parser:
-    def __init__(self, source: str, folder: str):
+    def __init__(self, source: str, folder: str, isdir=None):
         self.r = FieldReader(source)
         self.source = source
         self.folder = folder
+        self.isdir = isdir
+        self.replicas: dict[str, list[str]] = {}  # replicated name -> its processes
 
     # -- top level ---------------------------------------------------------------------
 
@@ -173,7 +179,12 @@ class _Parser:
             r.error(top["processes"][1], "processes is empty: name at least one process")
         expanded: dict[str, Process] = {}
         for name, (key_node, node) in items.items():
-            for proc in self.process(name, key_node, node, hosts):
+            found = self.process(name, key_node, node, hosts)
+            if len(expanded) + len(found) > MAX_PROCESSES:
+                r.error(key_node, f"process '{name}': more than {MAX_PROCESSES} processes"
+                                  f" in all; at most {MAX_PROCESSES} per topology")
+                break
+            for proc in found:
                 clash = expanded.get(proc.name)
                 if clash is not None:
                     r.error(key_node, f"process '{proc.name}' is defined twice"
@@ -204,13 +215,18 @@ class _Parser:
                                  minimum=0)
         backoff = self._get(spec, "restart_backoff", r.number, f"{what}: restart_backoff",
                             minimum=0)
-        replicas = self._get(spec, "replicas", r.integer, f"{what}: replicas", minimum=1)
+        replicas = self._get(spec, "replicas", r.integer, f"{what}: replicas", minimum=1,
+                             maximum=MAX_PROCESSES)
+        cwd = os.path.normpath(os.path.join(self.folder, cwd or "."))
+        if self.isdir is not None and not self.isdir(cwd):
+            r.error(spec["cwd"][1] if "cwd" in spec else key_node,
+                    f"{what}: cwd {cwd} is not a folder")
         hang_timeout = self._get(spec, "hang_timeout", r.number, f"{what}: hang_timeout",
                                  positive=True)
         preload = self._get(spec, "preload", r.preload, f"{what}: preload")
         base = Process(
             name=name, cmd=tuple(cmd or ()), host=host or "", gpus=gpus if gpus is not None else (),
-            cpus=cpus, env=env, cwd=os.path.normpath(os.path.join(self.folder, cwd or ".")),
+            cpus=cpus, env=env, cwd=cwd,
             restart=restart or "never", max_restarts=3 if max_restarts is None else max_restarts,
             restart_backoff=1.0 if backoff is None else backoff, pos=pos,
             hang_timeout=hang_timeout,
@@ -222,8 +238,10 @@ class _Parser:
         for field_name in explicit:
             r.error(spec[field_name][1], f"{what}: explicit {field_name} cannot be shared by"
                                          f" {replicas} replicas; give a count instead")
-        return [Process(**{**base.__dict__, "name": f"{name}-{i}", "replica_of": name})
-                for i in range(replicas)]
+        expanded = [Process(**{**base.__dict__, "name": f"{name}-{i}", "replica_of": name})
+                    for i in range(replicas)]
+        self.replicas[name] = [p.name for p in expanded]
+        return expanded
 
     def host_of(self, spec, hosts, what, key_node) -> str | None:
         r = self.r
@@ -252,6 +270,10 @@ class _Parser:
             return None
         if not items:
             r.error(top["worlds"][1], "worlds is empty: name at least one world")
+        if len(items) > MAX_WORLDS:
+            r.error(top["worlds"][1], f"worlds: {len(items)} worlds; at most {MAX_WORLDS}"
+                                      " per topology")
+            return None
         worlds = {}
         for name, (key_node, node) in items.items():
             world = self.world(name, key_node, node, processes, backend, timeout)
@@ -296,11 +318,9 @@ class _Parser:
             return None
         if not items:
             r.error(node, f"{what}: members is empty")
-        replicas: dict[str, list[str]] = {}
-        for proc in (processes or {}).values():
-            if proc.replica_of:
-                replicas.setdefault(proc.replica_of, []).append(proc.name)
+        replicas = self.replicas
         members: list[str] = []
+        seen: set[str] = set()
         for item in items:
             name = r.string(item, f"{what}: member")
             if name is None:
@@ -309,11 +329,12 @@ class _Parser:
                 r.error(item, f"{what}: unknown process '{name}'")
                 continue
             for member in replicas.get(name, [name]):
-                if member in members:
+                if member in seen:
                     r.error(item, f"{what}: '{member}' is a member twice")
                     continue
                 pos[f"member:{len(members)}"] = r.pos(item)
                 members.append(member)
+                seen.add(member)
         return members
 
     def check_membership(self, processes, worlds) -> None:
@@ -325,12 +346,15 @@ class _Parser:
                     f"process '{proc.name}' is in no world; add '{what}' to a world's members"))
 
 
-def parse(text: str, source: str, folder: str = ".") -> Topology:
-    """Parse topology text; raise TopologyError with every mistake found."""
+def parse(text: str, source: str, folder: str = ".", isdir=None) -> Topology:
+    """Parse topology text; raise TopologyError with every mistake found.
+
+    ``isdir(path)``, when given, checks each process's cwd along with everything else.
+    """
     root, diagnostics = compose(text, source)
     if diagnostics:
         raise TopologyError(diagnostics)
-    parser = _Parser(source, os.path.abspath(folder))
+    parser = _Parser(source, os.path.abspath(folder), isdir)
     topology = parser.topology(root)
     if parser.r.diagnostics or topology is None:
         raise TopologyError(parser.r.diagnostics)
@@ -346,15 +370,4 @@ def load(path: str | os.PathLike) -> Topology:
         raise UsageError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read: {exc}") from None
-    topology = parse(text, str(path), str(path.parent))
-    missing = []
-    reported: set[str] = set()
-    for proc in topology.processes.values():
-        if not os.path.isdir(proc.cwd) and (proc.replica_of or proc.name) not in reported:
-            reported.add(proc.replica_of or proc.name)
-            at = proc.pos.get("cwd", proc.pos["name"])
-            missing.append(at.diagnostic(f"process '{proc.replica_of or proc.name}':"
-                                         f" cwd {proc.cwd} is not a folder"))
-    if missing:
-        raise TopologyError(missing)
-    return topology
+    return parse(text, str(path), str(path.parent), os.path.isdir)

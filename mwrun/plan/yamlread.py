@@ -151,9 +151,32 @@ class Reader:
         return list(node.value)
 
 
+MAX_DEPTH = 32  # a topology nests 5 deep; pyyaml's composer recurses once per level
+
+
+def _too_deep(text: str, source: str) -> Diagnostic | None:
+    """The first node nested deeper than MAX_DEPTH. The event parsers (libyaml's, or
+    pyyaml's) keep their own stack, so this walk cannot overflow where composing the
+    nodes would."""
+    depth = 0
+    for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                return Diagnostic(source, mark.line, mark.column,
+                                  f"nested more than {MAX_DEPTH} levels deep")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+    return None
+
+
 def compose(text: str, source: str) -> tuple[yaml.Node | None, list[Diagnostic]]:
     """Parse YAML text into a node tree; a syntax error becomes one diagnostic."""
     try:
+        deep = _too_deep(text, source)
+        if deep is not None:
+            return None, [deep]
         return yaml.compose(text, Loader=yaml.SafeLoader), []
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
-
-from mwrun.errors import BrokenWorldError
 
 
 class Work:
@@ -58,7 +57,9 @@ class Work:
                     done.set_exception(exc)
 
         def report(exc: BaseException | None = None) -> None:
-            loop.call_soon_threadsafe(settle, exc)
+            # The loop may be closed (Ctrl-C ended asyncio.run): no one waits any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, exc)
 
         if self._p2p:  # gloo gives no future for send/recv: a pooled thread waits for us
             _pool.submit(self.wait, report)
@@ -104,7 +105,7 @@ class _WaiterPool:
                 continue
             try:
                 fn()
-            except (BrokenWorldError, TimeoutError, RuntimeError) as exc:
+            except Exception as exc:  # the awaiting task gets it; this thread goes on
                 report(exc)
             else:
                 report(None)

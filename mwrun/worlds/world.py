@@ -5,24 +5,42 @@ calls.py). How breaks and generations travel between members is described in
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import re
 import threading
 import time
+import weakref
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from mwrun import protocol
-from mwrun.errors import BrokenWorldError, MwrunError
+from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
 from mwrun.worlds import backends, failures
 from mwrun.worlds.calls import Calls
+from mwrun.worlds.interruptible import RELEASING, finish, interruptible, release
 from mwrun.worlds.worldspec import WorldSpec
 
 log = logging.getLogger("mwrun")
 _FOREVER = timedelta(hours=1)  # a watcher's wait, renewed for as long as the world lives
+_HOSTS: weakref.WeakSet = weakref.WeakSet()  # worlds whose store this process hosts (by hand)
+
+
+@atexit.register
+def _drop_stores() -> None:
+    """At exit, while Python still runs: end the stores this process hosts and let the
+    threads waiting on them finish. Dropped later, in the interpreter's teardown, they
+    would wake those threads where they can no longer run, and the C++ runtime aborts."""
+    for world in list(_HOSTS):
+        world._server = None
+        finish(world._waits)
+        watcher = world._watcher
+        if watcher is not None:
+            watcher.join(timeout=2)
+    finish(RELEASING)  # groups being dropped: their threads end in C++ too
 
 
 class WorldClosed(BrokenWorldError):
@@ -59,6 +77,7 @@ class World(Calls):
         self._group: backends.Backend | None = None
         self._error: BrokenWorldError | None = None
         self._watcher: threading.Thread | None = None
+        self._waits: set[threading.Thread] = set()  # store waits in flight (interruptible)
         self._closed = False
         self._broke_at = -1  # the last generation this member saw break
         self._calls = self._bytes = self._failures = 0  # traffic, see calls.py
@@ -114,13 +133,15 @@ class World(Calls):
             raise MwrunError(f"world {self.name!r}: cannot host its store on"
                              f" {spec.addr}:{spec.port}: {summarize(exc)}") from None
         protocol.start(self._server)
+        _HOSTS.add(self)
 
     def _form(self, deadline: float | None) -> None:
         """Join the generation the store names (or the one after a break) and build it."""
         if self._spec.hosts_store and self._server is None:
             self._host()
         if self._store is None:
-            self._store = self._client(_left(deadline, 300.0))
+            self._store = interruptible(self._exiting, self._waits, self._client,
+                                        _left(deadline, 300.0))
         store = self._store
         generation = int(self._store_wait(protocol.GEN, deadline, 0))
         # Never join a generation again once it broke, even if the store does not say
@@ -158,30 +179,41 @@ class World(Calls):
             self._link.world_event(self.name, generation, "ready")
 
     def _store_wait(self, key: str, deadline: float | None, generation: int) -> str:
-        while True:
-            step = min(_left(deadline, 3600.0), 3600.0)
-            try:
-                return protocol.wait_value(self._store, key, step)
-            except (RuntimeError, TimeoutError) as exc:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise BrokenWorldError(self.name, generation,
-                                           f"timed out waiting for the world's store ({key})"
-                                           ) from None
-                if not _is_timeout(exc):
-                    raise BrokenWorldError(self.name, generation,
-                                           f"lost the world's store: {summarize(exc)}") from None
+        if not self._wait_keys([key], deadline, generation):
+            raise BrokenWorldError(self.name, generation,
+                                   f"timed out waiting for the world's store ({key})")
+        return protocol.text(self._store.get(key))
 
-    def _wait_arrivals(self, store, arrivals, deadline, generation) -> None:
+    def _wait_keys(self, keys, deadline, generation) -> bool:
+        """Wait until every key exists; False once ``deadline`` has passed. The wait
+        has a connection of its own, so that it can be left behind (see interruptible)."""
+        def wait() -> None:
+            client = self._client(self.timeout)
+            while True:
+                try:
+                    client.wait(keys, timedelta(seconds=min(_left(deadline, 3600.0), 3600.0)))
+                    return
+                except (RuntimeError, TimeoutError) as exc:
+                    if not _is_timeout(exc) or time.monotonic() >= (deadline or float("inf")):
+                        raise
         try:
-            store.wait(arrivals, timedelta(seconds=max(_left(deadline, 1e6), 0.001)))
+            interruptible(self._exiting, self._waits, wait)
+            return True
         except (RuntimeError, TimeoutError) as exc:
             if not _is_timeout(exc):
                 raise BrokenWorldError(self.name, generation,
                                        f"lost the world's store: {summarize(exc)}") from None
+            return False
+
+    def _exiting(self) -> BrokenWorldError:
+        return BrokenWorldError(self.name, max(self._generation, 0), "the process is exiting")
+
+    def _wait_arrivals(self, store, arrivals, deadline, generation) -> None:
+        if not self._wait_keys(arrivals, deadline, generation):
             missing = [r for r, k in enumerate(arrivals) if not store.check([k])]
             ranks = ", ".join(map(str, missing))
             raise BrokenWorldError(self.name, generation,
-                                   f"rank(s) {ranks} did not join in time") from None
+                                   f"rank(s) {ranks} did not join in time")
 
     def _give_up(self, error: BrokenWorldError) -> None:
         """Forming failed for good: the world stays broken until a rejoin() succeeds."""
@@ -213,11 +245,14 @@ class World(Calls):
             self._store = None  # reconnect on rejoin
         self._break(generation, reason, publish=False)
 
-    def _break(self, generation: int, reason: str, publish: bool) -> BrokenWorldError:
+    def _break(self, generation: int, reason: str, publish: bool,
+               left: tuple[int, ...] = ()) -> BrokenWorldError:
+        """``left``: the peers that closed the world (a normal end, not a failure)."""
+        kind = WorldEnded if left else BrokenWorldError
         with self._lock:
             if self._generation != generation or self._error is not None:
-                return self._error or BrokenWorldError(self.name, generation, reason)
-            error = self._error = BrokenWorldError(self.name, generation, reason)
+                return self._error or kind(self.name, generation, reason)
+            error = self._error = kind(self.name, generation, reason)
             self._broke_at = generation
             group = self._group
         if group is not None:
@@ -228,9 +263,14 @@ class World(Calls):
             # If the store is gone too, peers learn from their own sockets.
             with contextlib.suppress(RuntimeError, TimeoutError):
                 protocol.mark_broken(store, generation, self.size, reason)
-        if self._server is not None:  # by hand, the host lets the next generation form
+        if self._server is not None:  # by hand, the host decides what comes next:
             with contextlib.suppress(RuntimeError, TimeoutError):
-                protocol.open_next(self._server, generation)
+                if set(left) >= set(range(self.size)) - {self.rank}:
+                    # every peer finished: no one will come back, the world is over
+                    protocol.close(self._server, generation, self.size,
+                                   "every peer left the world (they closed it)")
+                else:  # a peer died or may come back: let the next generation form
+                    protocol.open_next(self._server, generation)
         if self._link is not None:
             self._link.world_event(self.name, generation, "broken", reason)
         return error
@@ -243,36 +283,37 @@ class World(Calls):
             return error
         if generation != self._generation:  # a call from before a rejoin
             return BrokenWorldError(self.name, generation, "an earlier generation's call")
-        reason = self._agreed_reason(generation, f"rank {self.rank}: {summarize(exc)}")
-        return self._break(generation, reason, publish=False)
+        reason, left = self._agreed_reason(generation, f"rank {self.rank}: {summarize(exc)}")
+        return self._break(generation, reason, publish=False, left=left)
 
-    def _agreed_reason(self, generation: int, mine: str) -> str:
+    def _agreed_reason(self, generation: int, mine: str) -> tuple[str, tuple[int, ...]]:
         """The reason the world's store records, which ours becomes if it is the first.
 
         A socket error is only the symptom; the cause (a member killed, a drill) is
         what the store's host or the first member to notice wrote. Under the launcher
         the supervisor writes it within milliseconds of a member's exit, so a failed
         call gives it a moment (error path only, bounded) before writing its own.
+        Also returns the ranks that left the world (closed it) rather than failed.
         """
         store = self._store
         if store is None:
-            return mine
+            return mine, ()
         try:
             left = protocol.who_left(store, generation, self.size)
             if left:
                 # Not published: another member may still be reading the last words of
                 # the one that left, and a published break would abort that read.
-                return f"rank {left[0]} left the world (it closed it)"
+                return f"rank {left[0]} left the world (it closed it)", tuple(left)
             if self._link is not None:
                 give_up = time.monotonic() + 0.1
                 while time.monotonic() < give_up:
                     found = protocol.broken_reason(store, generation)
                     if found is not None:
-                        return found
+                        return found, ()
                     time.sleep(0.002)
-            return protocol.mark_broken(store, generation, self.size, mine)
+            return protocol.mark_broken(store, generation, self.size, mine), ()
         except (RuntimeError, TimeoutError):
-            return mine
+            return mine, ()
 
     def _live(self) -> backends.Backend:
         error = self._error
@@ -319,7 +360,7 @@ class World(Calls):
             group, self._group = self._group, None
         if group is not None:
             group.abort()
-            _release(group)
+            release(group)
 
     def close(self) -> None:
         """Leave the world. Other members see it break if they still call on it."""
@@ -339,20 +380,9 @@ class World(Calls):
                 protocol.leave(store, generation, self.rank)
         self._stop_watcher(generation)
         if group is not None:
-            _release(group)
+            release(group)
         self._store = self._server = self._watcher = None
-
-
-def _release(group: backends.Backend) -> None:
-    """Drop a generation's group without waiting for it.
-
-    Destroying a gloo group joins its worker threads, and a worker can be stuck for up
-    to the world's timeout in an operation gloo failed to abort; a short-lived thread
-    takes that wait so that rejoin() and close() never do.
-    """
-    reaper = threading.Thread(target=group.release, name="mwrun-release", daemon=True)
-    reaper.start()
-    reaper.join(timeout=0.5)
+        finish(self._waits)  # a wait on the store this member hosted ends now
 
 
 def _left(deadline: float | None, default: float) -> float:

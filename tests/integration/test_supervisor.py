@@ -97,6 +97,9 @@ def test_a_stopped_process_is_declared_hung_killed_and_restarted(procs, home, tm
     assert "hung" in broken["reason"] or "timed out" in broken["reason"]
     expect(job, "leader", "rejoined", world="world1", timeout=20)
     assert "worker-0 hung: stopped, no heartbeat for 2s; killing it" in job.output()
+    out = job.output()  # shown unresponsive first, as soon as its heartbeats were late
+    assert out.index("worker-0 is unresponsive (its heartbeats are late)") < \
+        out.index("worker-0 hung: ")
     doc = status(home)
     assert proc_state(doc, "worker-0")["restarts"] == 1
     job.signal(signal.SIGINT)
@@ -203,7 +206,7 @@ def test_status_kill_world_stop_and_logs_through_the_cli(procs, home, tmp_path):
     assert proc_state(doc, "worker-0")["pid"] != pid0
     assert proc_state(doc, "leader")["restarts"] == 0
     log = cli(home, "logs", "leader", check=True).stdout
-    assert '"event": "rejoined", "world": "world1", "generation": 1' in log
+    assert '"event": "rejoined", "world": "world1", "generation": 1' in log, log
     follower = procs.start([sys.executable, "-m", "mwrun", "logs", "leader", "drill", "-f"],
                            env={"MWRUN_HOME": str(home)})
     count = len(follower.lines)
@@ -219,7 +222,7 @@ def test_status_kill_world_stop_and_logs_through_the_cli(procs, home, tmp_path):
 
 def test_run_time_mistakes_get_clear_errors(procs, home, tmp_path):
     assert cli(home, "status").stderr == \
-        f"Error: no live run; none at all under {home / 'runs'}\n"
+        f"Error: no run; none at all under {home / 'runs'}\n"
     topology = write_star(tmp_path)
     job = launch(procs, home, topology, "--run-id", "twice")
     expect(job, "leader", "recv", world="world1")

@@ -150,7 +150,7 @@ def test_planning_elsewhere_puts_the_stores_on_the_first_host_without_an_agent()
     text = ("hosts:\n  far: {addr: 10.9.0.2}\nprocesses:\n  a: {cmd: x}\n"
             "worlds:\n  w: {members: [a]}\n")
     inv = {"far": HostInventory(local=False, cpus=None, gpus=())}
-    plan = place(parse(text, "t.yaml"), inv, lambda a, t: 40000)
+    plan = place(parse(text, "t.yaml"), inv, lambda a, t: 40000, here=False)
     assert plan.store_host == "far"  # its only world stays on its loopback
 
 

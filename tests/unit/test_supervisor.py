@@ -197,7 +197,7 @@ def test_stopped_process_is_declared_hung_after_its_hang_timeout_and_killed():
     join_all(sup)
     host.status["worker-0"] = "stopped"
     run_for(sup, host, 9.5, beating=("leader", "worker-1"))  # a stopped one cannot beat
-    assert sup.procs["worker-0"].state is P.RUNNING
+    assert sup.procs["worker-0"].state is P.UNRESPONSIVE
     run_for(sup, host, 0.5, beating=("leader", "worker-1"))
     assert sup.procs["worker-0"].state is P.HUNG
     assert ("worker-0", signal.SIGKILL) in host.of("signal")
@@ -221,9 +221,10 @@ def test_a_silent_process_is_hung_only_once_a_fresh_grace_confirms_it():
     sup, host = make(HANGS)
     join_all(sup)
     run_for(sup, host, 10.0, beating=("leader", "worker-1"))
-    assert sup.procs["worker-0"].state is P.RUNNING  # suspect: not stopped, grace begins
+    # suspect (unresponsive already: its beats are late), not stopped: the grace begins
+    assert sup.procs["worker-0"].state is P.UNRESPONSIVE
     run_for(sup, host, 2.5, beating=("leader", "worker-1"))
-    assert sup.procs["worker-0"].state is P.RUNNING  # the grace is 3 of its 1 s beats
+    assert sup.procs["worker-0"].state is P.UNRESPONSIVE  # the grace is 3 of its 1 s beats
     run_for(sup, host, 0.5, beating=("leader", "worker-1"))
     assert sup.procs["worker-0"].state is P.HUNG
     assert sup.procs["worker-0"].hung == "no heartbeat for 13s"
@@ -236,7 +237,7 @@ def test_a_beat_during_the_grace_clears_the_suspicion():
     run_for(sup, host, 10.0, beating=("leader", "worker-1"))
     run_for(sup, host, 2.0, beating=("leader", "worker-0", "worker-1"))
     run_for(sup, host, 9.5, beating=("leader", "worker-1"))
-    assert sup.procs["worker-0"].state is P.RUNNING
+    assert sup.procs["worker-0"].state is P.UNRESPONSIVE  # late again, not hung
     assert ("worker-0", signal.SIGKILL) not in host.of("signal")
 
 
@@ -273,7 +274,9 @@ def test_an_infinite_hang_timeout_turns_hang_detection_off():
     join_all(sup)
     host.status["worker-0"] = "stopped"
     run_for(sup, host, 300.0)
-    assert all(r.state is P.RUNNING for r in sup.procs.values())
+    assert sup.procs["worker-0"].state is P.UNRESPONSIVE  # stopped, and never hung
+    assert all(r.state in (P.RUNNING, P.UNRESPONSIVE) for r in sup.procs.values())
+    assert not host.of("signal")
 
 
 def test_the_default_hang_timeout_is_well_above_the_call_timeout():

@@ -1,0 +1,69 @@
+"""Blocking store calls that Ctrl-C and the process's exit can still end.
+
+A thread blocked in a torch store call hears neither Ctrl-C (Python runs signal
+handlers between its own steps, in the main thread) nor its process exiting (the
+interpreter waits for such threads when the call runs in one). Waits that may last
+(forming a world, rejoin) run here instead, and so does dropping a group, which can
+block as long.
+"""
+
+from __future__ import annotations
+
+import threading
+
+STEP = 0.5  # how often a waiting thread looks whether its process exits
+RELEASING: set[threading.Thread] = set()  # threads dropping an old generation's group
+
+
+def interruptible(exiting, running: set, fn, *args):
+    """``fn(*args)`` (a blocking store call) in a daemon thread, waited for here.
+
+    A wait on an Event hears Ctrl-C and the process exiting (then it raises
+    ``exiting()``); either way the store call is left behind in its daemon thread,
+    which dies with the process. ``running`` holds the thread while it runs: whoever
+    ends the store must let it finish (``finish``) before Python shuts down, as a
+    thread that wakes in torch's C++ after that aborts the process.
+    """
+    outcome: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["value"] = fn(*args)
+        except BaseException as exc:  # handed to the waiting thread
+            outcome["error"] = exc
+        running.discard(thread)
+        done.set()
+
+    thread = threading.Thread(target=run, name="mwrun-wait", daemon=True)
+    running.add(thread)
+    thread.start()
+    while not done.wait(STEP):
+        if not threading.main_thread().is_alive():  # the interpreter is exiting
+            raise exiting()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def finish(running: set, timeout: float = 2.0) -> None:
+    """Wait a moment for the threads of ``running``, whose store has just gone."""
+    for thread in list(running):
+        thread.join(timeout)
+
+
+def release(group) -> None:
+    """Drop a generation's group without waiting for it.
+
+    Destroying a gloo group joins its worker threads, and a worker can be stuck for up
+    to the world's timeout in an operation gloo failed to abort; a short-lived thread
+    takes that wait so that rejoin() and close() never do.
+    """
+    def release() -> None:
+        group.release()
+        RELEASING.discard(reaper)
+
+    reaper = threading.Thread(target=release, name="mwrun-release", daemon=True)
+    RELEASING.add(reaper)
+    reaper.start()
+    reaper.join(timeout=0.5)

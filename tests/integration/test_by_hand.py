@@ -1,0 +1,56 @@
+"""Worlds run by hand (no launcher), as examples/send_recv's README shows: a world whose
+peers all left is over, and Ctrl-C ends a process whatever it waits for."""
+
+import signal
+import sys
+
+import pytest
+
+from tests.helpers import ROOT
+from tests.integration.test_examples import free_base
+
+pytestmark = pytest.mark.timeout(120)
+SCRIPT = ROOT / "examples" / "send_recv"
+
+
+def starter(procs):
+    base = free_base()
+
+    def start(name, *args):
+        return procs.start([sys.executable, str(SCRIPT / name), "--base-port", str(base),
+                            *args])
+    return start
+
+
+def no_traceback(proc) -> None:
+    out = proc.output()
+    assert "Traceback" not in out and "Exception in thread" not in out, out
+
+
+def test_the_leader_ends_once_its_workers_have_finished(procs):
+    start = starter(procs)
+    leader = start("leader.py", "--worldinfo", "1,0", "--worldinfo", "2,0")
+    workers = [start("worker.py", "--worldinfo", f"{w},1", "--steps", "3", "--interval", "0.05")
+               for w in (1, 2)]
+    for worker in workers:
+        assert worker.wait() == 0, worker.output()
+    assert leader.wait(timeout=60) == 0, leader.output()
+    lines = leader.lines
+    for world in ("world1", "world2"):
+        assert f"{world} ended: rank 1 left the world (it closed it)" in lines
+        assert f"{world} is over: every peer left the world (they closed it)" in lines
+        assert f"{world}: received 3 tensors" in lines
+    assert not any(" broke" in line for line in lines), lines
+    no_traceback(leader)
+
+
+def test_ctrl_c_ends_a_leader_that_waits_for_a_peer(procs):
+    start = starter(procs)
+    leader = start("leader.py", "--worldinfo", "1,0")
+    worker = start("worker.py", "--worldinfo", "1,1", "--steps", "100000", "--interval", "0.05")
+    leader.expect(lambda line: "from rank 1 in world1" in str(line))
+    worker.signal(signal.SIGKILL)  # it will not come back: the leader waits in rejoin()
+    leader.expect(lambda line: str(line).startswith("world1 broke: "))
+    leader.signal(signal.SIGINT)
+    assert leader.wait(timeout=20) == 130, leader.output()
+    no_traceback(leader)
