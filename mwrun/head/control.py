@@ -17,7 +17,6 @@ The handlers only translate requests into calls on the supervisor.
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
 import signal
@@ -25,7 +24,8 @@ import socket
 import struct
 
 from mwrun.errors import RunError
-from mwrun.head import requests, rundir
+from mwrun.head import requests
+from mwrun.host import sockets
 
 MAX_LINE = 1 << 20
 MAX_PENDING = 1000  # requests read but not yet served, per client
@@ -181,19 +181,7 @@ def dispatch(loop, request: dict) -> dict | None:
                                       f" {type(exc).__name__}: {exc}"}
 
 
-def listen(path: str) -> socket.socket:
-    rundir.private_folder(os.path.dirname(path))  # RunError if someone else can write there
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)  # the socket file is born owner-only: no window of 0755
-    try:
-        sock.bind(path)
-    finally:
-        os.umask(old)
-    sock.listen(64)
-    sock.setblocking(False)
-    return sock
+listen = sockets.listen  # in the run folder, or a private folder under /tmp
 
 
 def peer_uid(sock: socket.socket) -> int:

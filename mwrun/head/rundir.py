@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import re
-import stat
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import psutil
 
 from mwrun.errors import RunError, UsageError
 from mwrun.head import statecheck
+from mwrun.host.sockets import private_folder  # noqa: F401 - the run folder's too
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 FINAL = ("finished", "failed")
@@ -50,29 +50,6 @@ def control_path(run_id: str) -> Path:
         return path
     digest = hashlib.sha1(os.fsencode(path)).hexdigest()[:20]
     return Path(f"/tmp/mwrun-{os.getuid()}") / f"{digest}.sock"
-
-
-def private_folder(path: str | os.PathLike) -> Path:
-    """Make ``path`` (mode 0700), or check that it is ours alone; RunError if not.
-
-    The control socket's folder decides who can move the socket aside and answer in
-    the supervisor's place: one another user made (or can write to, or that is a
-    link) is refused rather than used.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700)
-        os.chmod(path, 0o700)  # whatever the umask left
-    info = os.lstat(path)
-    mode = stat.S_IMODE(info.st_mode)
-    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and mode == 0o700:
-        return path
-    what = "a link" if stat.S_ISLNK(info.st_mode) else \
-        f"owned by uid {info.st_uid} with mode {mode:04o}"
-    raise RunError(f"{path} is {what}; mwrun keeps control sockets only in a folder that is"
-                   f" yours alone (uid {os.getuid()}, mode 0700): remove it, or set"
-                   " MWRUN_HOME to a shorter path")
 
 
 def create(run_id: str | None, name: str = "run") -> Path:

@@ -26,7 +26,7 @@ import time
 
 from mwrun import __version__, machine
 from mwrun.errors import StartError
-from mwrun.host import frames
+from mwrun.host import frames, sockets
 from mwrun.host.lines import LineBuffer
 from mwrun.host.process import ProcessHandle
 
@@ -217,7 +217,7 @@ class Agent:
         os.set_blocking(self.link_in, False)
         os.set_blocking(self.link_out, False)
         self.selector.register(self.link_in, selectors.EVENT_READ, (self._from_head, None))
-        listener = _listen(self.control_path)
+        listener = sockets.listen(self.control_path)
         self.selector.register(listener, selectors.EVENT_READ, (self._accept, listener))
         paused = False
         try:
@@ -285,21 +285,6 @@ class Agent:
         with contextlib.suppress(OSError, ValueError):
             self.watchdog.stdin.write(line + "\n")
             self.watchdog.stdin.flush()
-
-
-def _listen(path: str) -> socket.socket:
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        sock.bind(path)
-    finally:
-        os.umask(old)
-    sock.listen(64)
-    sock.setblocking(False)
-    return sock
 
 
 def main(host: str | None, control_path: str, connect: str | None = None) -> int:

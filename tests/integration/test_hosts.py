@@ -2,15 +2,14 @@
 a veth pair, as a second machine would be over its network."""
 
 import os
-import random
 import shutil
 import signal
-import subprocess
 import sys
 
 import pytest
 
 from tests.helpers import BIN
+from tests.integration import testbed
 from tests.integration.jobs import cli, expect, launch, proc_state, status
 
 pytestmark = [pytest.mark.timeout(120),
@@ -18,29 +17,11 @@ pytestmark = [pytest.mark.timeout(120),
                                  reason="network namespaces need root and iproute2")]
 
 
-def ip(*args):
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-
 @pytest.fixture
-def node():
-    """A namespace 'node' with address .2, linked to this one at .1 (a /24 of 10.231)."""
-    tag = f"{os.getpid() % 1000}{random.randrange(100)}"
-    ns, outside, inside = f"mwt{tag}", f"mwv{tag}a", f"mwv{tag}b"
-    subnet = f"10.231.{random.randrange(1, 250)}"
-    ip("netns", "add", ns)
-    try:
-        ip("link", "add", outside, "type", "veth", "peer", "name", inside)
-        ip("link", "set", inside, "netns", ns)
-        ip("addr", "add", f"{subnet}.1/24", "dev", outside)
-        ip("link", "set", outside, "up")
-        ip("-n", ns, "addr", "add", f"{subnet}.2/24", "dev", inside)
-        ip("-n", ns, "link", "set", inside, "up")
-        ip("-n", ns, "link", "set", "lo", "up")
-        yield ns, f"{subnet}.1", f"{subnet}.2"
-    finally:
-        subprocess.run(["ip", "link", "del", outside], capture_output=True, timeout=30)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+def node(tmp_path):
+    """A namespace 'node' linked to this one: (namespace, our address, its address)."""
+    with testbed.node(tmp_path, with_sshd=False) as made:
+        yield made.ns, made.head_addr, made.addr
 
 
 def test_a_world_across_a_network_namespace(procs, home, tmp_path, node):
