@@ -187,6 +187,7 @@ class Loop:
             self.supervisor.start()
             self._started()
             self.stores.serve()
+            self.supervisor.ready()
             self._save()
             while not self.supervisor.finished:
                 self._step()
