@@ -77,6 +77,11 @@ def main() -> None:
     if area is not None:
         area.set_title(f"mwrun zygote (preload {','.join(modules) or 'nothing'})")
     sock = socket.socket(fileno=fd)
+    # numpy's OpenBLAS (imported by torch when numpy is installed) starts a worker
+    # thread per core at import, and a process with threads cannot be forked safely:
+    # keep its pool to the calling thread here. Children get their own environment, so
+    # this setting is the zygote's alone; their numpy BLAS stays single-threaded.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         for name in modules:
             importlib.import_module(name)

@@ -10,6 +10,7 @@ block as long.
 from __future__ import annotations
 
 import threading
+import time
 
 STEP = 0.5  # how often a waiting thread looks whether its process exits
 RELEASING: set[threading.Thread] = set()  # threads dropping an old generation's group
@@ -47,9 +48,15 @@ def interruptible(exiting, running: set, fn, *args):
 
 
 def finish(running: set, timeout: float = 2.0) -> None:
-    """Wait a moment for the threads of ``running``, whose store has just gone."""
+    """Wait a moment for the threads of ``running``, whose store has just gone. A
+    thread is added just before it starts, from any thread: one not started yet is
+    given the same moment to start (joining it before then is an error)."""
+    deadline = time.monotonic() + timeout
     for thread in list(running):
-        thread.join(timeout)
+        while thread.ident is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # being started by another thread right now
+        if thread.ident is not None:
+            thread.join(max(deadline - time.monotonic(), 0.0))
 
 
 def release(group) -> None:

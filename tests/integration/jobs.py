@@ -39,12 +39,14 @@ def wait_for(condition, timeout=30.0, what="condition"):
 
 
 def wait_status(home, predicate, what, run=None, timeout=30.0):
-    """Poll the run's status document until predicate(doc) holds; return it."""
+    """Poll the run's status document until predicate(doc) holds; return it. The
+    document a run folder holds before its supervisor wrote one (no processes yet)
+    never counts: ``all(...)`` over its empty lists would hold at once."""
     found = {}
 
     def check():
         found["doc"] = status(home, run)
-        return predicate(found["doc"])
+        return bool(found["doc"]["processes"]) and predicate(found["doc"])
 
     wait_for(check, timeout, what)
     return found["doc"]

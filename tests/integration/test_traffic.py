@@ -43,7 +43,8 @@ def write_star(tmp_path, workers=2, spoke="", restart="on-failure"):
 
 
 def started(home):
-    wait_for(lambda: cli(home, "status").returncode == 0, what="the run to answer")
+    wait_for(lambda: cli(home, "status").returncode == 0 and status(home)["processes"],
+             what="the run to answer")
 
 
 def first_times(job, event):

@@ -225,3 +225,19 @@ def test_gloo_prefers_torchs_own_abort_where_it_works(monkeypatch):
     assert not backends.native_gloo_abort_works("2.13.0+cpu")
     assert backends.native_gloo_abort_works("2.14.0")
 
+
+
+def test_finish_waits_for_a_thread_another_thread_is_starting():
+    # Seen at exit: a group's release thread registered but not started yet, and
+    # joining it raised "cannot join thread before it is started".
+    import threading
+
+    from mwrun.worlds.interruptible import finish
+
+    done = threading.Event()
+    worker = threading.Thread(target=done.set)
+    starter = threading.Timer(0.05, worker.start)
+    starter.start()
+    finish({worker}, timeout=5.0)
+    assert done.is_set()
+    starter.join()
