@@ -69,13 +69,13 @@ class Proc:
 
     def wait(self, timeout: float = 60.0) -> int:
         rc = self.popen.wait(timeout=timeout)
-        self._reader.join(timeout=5)
+        self._reader.join(timeout=30)  # its last lines, even on a loaded machine
         return rc
 
     def close(self) -> None:
         """Reap the process and release its pipe (after it has exited)."""
         self.popen.wait(timeout=10)
-        self._reader.join(timeout=5)
+        self._reader.join(timeout=30)  # its last lines, even on a loaded machine
         self.popen.stdout.close()
 
     def records(self) -> list[dict]:
