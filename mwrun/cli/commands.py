@@ -369,9 +369,13 @@ if __name__ == "__main__":  # pragma: no cover
 @click.option("--host", "host_name", help="The topology's name of this host.")
 @click.option("--control", required=True, help="Where this host's processes reach us.")
 @click.option("--connect", help="ADDR:PORT of the head (Slurm); else stdin/stdout (ssh).")
-def agent(host_name, control, connect):
+@click.option("--silence", type=click.FloatRange(min=0.1), default=None,
+              help="Seconds without a frame before the head counts as gone.")
+def agent(host_name, control, connect, silence):
     """Internal: the head's hands on a remote host, started by mwrun launch over ssh or
     srun; it speaks frames on stdin/stdout (see mwrun/host/frames.py)."""
     from mwrun.host import agent as host_agent
+    from mwrun.host import frames
 
-    sys.exit(host_agent.main(host_name, control, connect))
+    sys.exit(host_agent.main(host_name, control, connect,
+                             silence if silence is not None else frames.SILENCE))

@@ -287,7 +287,8 @@ class Agent:
             self.watchdog.stdin.flush()
 
 
-def main(host: str | None, control_path: str, connect: str | None = None) -> int:
+def main(host: str | None, control_path: str, connect: str | None = None,
+         silence: float = frames.SILENCE) -> int:
     """Serve the link: stdin/stdout (ssh), or a TCP connection to the head (Slurm),
     proven with the run's secret. Our own stray output must never reach the link, so
     stdout becomes stderr for everything but the frames."""
@@ -299,7 +300,7 @@ def main(host: str | None, control_path: str, connect: str | None = None) -> int
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     control_path = control_path.replace("{node}", node)
     if connect is None:
-        agent = Agent(0, link_out, control_path)
+        agent = Agent(0, link_out, control_path, silence=silence)
         agent.hello(host or node)
         return agent.run()
     secret = os.environ.pop("MWRUN_AGENT_SECRET", "")  # never handed to a child
@@ -308,7 +309,7 @@ def main(host: str | None, control_path: str, connect: str | None = None) -> int
     challenge = _first_frame(sock)
     sock.setblocking(True)
     fd = sock.detach()
-    agent = Agent(fd, fd, control_path)
+    agent = Agent(fd, fd, control_path, silence=silence)
     agent.send("hello", protocol=frames.PROTOCOL, version=__version__, host=host or node,
                node=node, pid=os.getpid(), control=control_path, inventory=machine.facts(),
                proof=frames.proof(secret, challenge.get("nonce", "")))

@@ -25,8 +25,9 @@ import struct
 PROTOCOL = 1
 BEAT = 0.5  # seconds between beats on an idle link
 # No frame for this long: the other side is gone. A closed link is seen at once; this
-# is for a head or host that is stopped or cut off, and must outlast a busy moment.
-SILENCE = 5.0
+# is for a head or host that is stopped or cut off, and must outlast a busy moment (a
+# head importing torch on a loaded machine sends nothing for seconds).
+SILENCE = 15.0
 MAX_FRAME = 16 * 2**20
 _HEADER = struct.Struct(">I")
 

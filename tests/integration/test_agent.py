@@ -17,6 +17,8 @@ import pytest
 
 from mwrun.host import frames
 
+SILENCE = 3.0  # the agent's deadline in these tests (the default outlasts a busy head)
+
 
 def wait_until(condition, timeout: float) -> None:
     deadline = time.monotonic() + timeout
@@ -40,8 +42,8 @@ class Link:
         self.control = str(tmp_path / "agent.sock")
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "mwrun", "agent", "--host", "h1", "--control",
-             self.control], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-            start_new_session=True)
+             self.control, "--silence", str(SILENCE)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, env=env, start_new_session=True)
         self.decoder = frames.Decoder()
         self.pending: list[dict] = []
 
@@ -141,7 +143,7 @@ def test_head_or_agent_gone_leaves_no_process(link, how):
     wait_until(lambda: gone(pid), timeout=10)
     took = time.monotonic() - start
     # The bound is 2 s (silence: SILENCE + a turn); generous on a busy machine.
-    assert took < (frames.SILENCE if how == "link silent" else 0) + 4, took
+    assert took < (SILENCE if how == "link silent" else 0) + 4, took
     wait_until(lambda: link.popen.poll() is not None, timeout=10)
 
 
