@@ -28,12 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench.supervisor import Launched  # noqa: E402
+from bench.supervisor import Launched, cpu_percent, healthy  # noqa: E402
 from tests.integration import testbed  # noqa: E402
 
 PY = sys.executable
@@ -120,27 +118,12 @@ def idle(work: Path, head: str, nodes, per_host: int, on_head: bool) -> Launched
                         + "\n".join(procs) + "\nworlds:\n" + "\n".join(worlds) + "\n")
     home = work / f"home-idle-{on_head}"
     job = Launched(topology, home)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:  # until every world is healthy
-        docs = list((home / "runs").glob("*/state.json"))
-        if docs:
-            doc = json.loads(docs[0].read_text())
-            if doc["worlds"] and all(w["state"] == "healthy" for w in doc["worlds"]):
-                job.doc = doc
-                return job
-        time.sleep(0.5)
-    job.stop()
-    raise SystemExit("the idle job never became healthy")
-
-
-def cpu_percent(pid: int, seconds: float) -> float:
-    proc = psutil.Process(pid)
-    before = proc.cpu_times()
-    start = time.monotonic()
-    time.sleep(seconds)
-    after = proc.cpu_times()
-    used = (after.user + after.system) - (before.user + before.system)
-    return 100.0 * used / (time.monotonic() - start)
+    try:
+        job.doc = healthy(home, 180)
+    except SystemExit:
+        job.stop()
+        raise
+    return job
 
 
 def main() -> None:

@@ -130,25 +130,36 @@ def watching(work: Path, processes: int, seconds: float) -> float:
     topology.write_text("\n".join(lines) + "\n")
     job = Launched(topology, work / "home")
     try:
-        supervisor = psutil.Process(job.popen.pid)
-        deadline = time.monotonic() + 120
-        state = work / "home" / "runs"
-        while time.monotonic() < deadline:  # until every world is healthy
-            docs = list(state.glob("idle-*/state.json"))
-            if docs:
-                doc = json.loads(docs[0].read_text())
-                if all(w["state"] == "healthy" for w in doc["worlds"]):
-                    break
-            time.sleep(0.5)
+        healthy(work / "home", 120, "idle-*")
         time.sleep(2.0)
-        before = supervisor.cpu_times()
-        start = time.monotonic()
-        time.sleep(seconds)
-        after = supervisor.cpu_times()
-        used = (after.user + after.system) - (before.user + before.system)
-        return 100.0 * used / (time.monotonic() - start)
+        return cpu_percent(job.popen.pid, seconds)
     finally:
         job.stop()
+
+
+def healthy(home: Path, timeout: float, runs: str = "*") -> dict:
+    """The run's state.json once it has worlds and every one is healthy (a run folder's
+    first document has none, and all() over nothing would hold at once)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        docs = list((home / "runs").glob(f"{runs}/state.json"))
+        if docs:
+            doc = json.loads(docs[0].read_text())
+            if doc["worlds"] and all(w["state"] == "healthy" for w in doc["worlds"]):
+                return doc
+        time.sleep(0.5)  # another process's file: nothing to block on
+    raise SystemExit(f"the job in {home} never became healthy")
+
+
+def cpu_percent(pid: int, seconds: float) -> float:
+    """Percent of one core process ``pid`` uses over the next ``seconds``."""
+    proc = psutil.Process(pid)
+    before = proc.cpu_times()
+    start = time.monotonic()
+    time.sleep(seconds)
+    after = proc.cpu_times()
+    used = (after.user + after.system) - (before.user + before.system)
+    return 100.0 * used / (time.monotonic() - start)
 
 
 def main() -> None:
