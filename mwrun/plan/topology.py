@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from mwrun.errors import TopologyError, UsageError
-from mwrun.plan.fields import NAME, NAME_RULE, FieldReader, parse_cpus  # noqa: F401
+from mwrun.plan.fields import NAME, NAME_RULE, FieldReader, parse_cpus  # noqa: F401 - parse_cpus is public here
 from mwrun.plan.hosts import LAUNCHERS, Host, read_hosts
 from mwrun.plan.preload import OFF
 from mwrun.plan.yamlread import Pos, compose
@@ -37,7 +37,6 @@ _TOP_KEYS = ("version", "name", "backend", "timeout", "hang_timeout", "preload",
 _PROCESS_KEYS = ("cmd", "replicas", "host", "gpus", "cpus", "env", "cwd", "restart",
                  "max_restarts", "restart_backoff", "hang_timeout", "preload")
 _WORLD_KEYS = ("members", "backend", "timeout", "port", "on_failure")
-_NAME, _NAME_RULE = NAME, NAME_RULE
 
 
 @dataclass(frozen=True)
@@ -133,8 +132,8 @@ class _Parser:
         name = Path(self.source).stem
         if "name" in top:
             name = r.string(top["name"][1], "name") or name
-            if not _NAME.match(name):
-                r.error(top["name"][1], f"name '{name}': {_NAME_RULE}")
+            if not NAME.match(name):
+                r.error(top["name"][1], f"name '{name}': {NAME_RULE}")
         backend = self._get(top, "backend", r.choice, "backend", BACKENDS) or "gloo"
         timeout = self._get(top, "timeout", r.number, "timeout", positive=True) or DEFAULT_TIMEOUT
         hang_timeout = self._get(top, "hang_timeout", r.number, "hang_timeout", positive=True)
@@ -195,8 +194,8 @@ class _Parser:
     def process(self, name, key_node, node, hosts) -> list[Process]:
         r = self.r
         what = f"process '{name}'"
-        if not _NAME.match(name):
-            r.error(key_node, f"{what}: {_NAME_RULE}")
+        if not NAME.match(name):
+            r.error(key_node, f"{what}: {NAME_RULE}")
         spec = r.mapping(node, what)
         if spec is None:
             return []
@@ -284,8 +283,8 @@ class _Parser:
     def world(self, name, key_node, node, processes, backend, timeout) -> World | None:
         r = self.r
         what = f"world '{name}'"
-        if not _NAME.match(name):
-            r.error(key_node, f"{what}: {_NAME_RULE}")
+        if not NAME.match(name):
+            r.error(key_node, f"{what}: {NAME_RULE}")
         spec = r.mapping(node, what)
         if spec is None:
             return None
