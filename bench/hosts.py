@@ -131,6 +131,8 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=15)
     parser.add_argument("--rounds", type=int, default=3, help="launches of each kind")
     parser.add_argument("--watch", type=float, default=20.0)
+    parser.add_argument("--only", choices=("launch", "kills", "watch"),
+                        help="run one part alone")
     args = parser.parse_args()
     if testbed.missing():
         raise SystemExit(f"cannot make hosts here: {testbed.missing()}")
@@ -138,30 +140,53 @@ def main() -> None:
         work = Path(tmp)
         with testbed.nodes(work, [True, True]) as nodes:
             head = nodes[0].head_addr
-            one, three = [], []
-            for _ in range(args.rounds):  # interleaved, so load drifts hit both alike
-                one.append(launch_seconds(work, head, nodes, spread=False))
-                three.append(launch_seconds(work, head, nodes, spread=True))
-            worker_kills, agent_kills = drill(work, head, nodes, args.kills)
-            job = idle(work, head, nodes[:1], 64, on_head=False)
-            time.sleep(2.0)
-            agent = next(h["agent_pid"] for h in job.doc["hosts"] if h["name"] == "node1")
-            agent_cpu = cpu_percent(agent, args.watch)
-            job.stop()
-            job = idle(work, head, nodes, 32, on_head=True)
-            time.sleep(2.0)
-            head_cpu = cpu_percent(job.popen.pid, args.watch)
-            job.stop()
-    ms = [k * 1000 for k in worker_kills]
-    print(f"launch to every rank's first all_reduce, N=8 (median of {args.rounds}):")
+            if args.only in (None, "launch"):
+                one, three = [], []
+                for _ in range(args.rounds):  # interleaved, so load drifts hit both alike
+                    one.append(launch_seconds(work, head, nodes, spread=False))
+                    three.append(launch_seconds(work, head, nodes, spread=True))
+                report_launch(one, three)
+            if args.only in (None, "kills"):
+                report_kills(*drill(work, head, nodes, args.kills))
+            if args.only in (None, "watch"):
+                report_watch(*watch(work, head, nodes, args.watch))
+
+
+def watch(work: Path, head: str, nodes, seconds: float) -> tuple[float, float]:
+    """CPU of one agent with 64 idle processes, then of the head with 3 hosts x 32."""
+    job = idle(work, head, nodes[:1], 64, on_head=False)
+    try:
+        time.sleep(2.0)
+        agent = next(h["agent_pid"] for h in job.doc["hosts"] if h["name"] == "node1")
+        agent_cpu = cpu_percent(agent, seconds)
+    finally:
+        job.stop()
+    job = idle(work, head, nodes, 32, on_head=True)
+    try:
+        time.sleep(2.0)
+        head_cpu = cpu_percent(job.popen.pid, seconds)
+    finally:
+        job.stop()
+    return agent_cpu, head_cpu
+
+
+def report_launch(one: list[float], three: list[float]) -> None:
+    print(f"launch to every rank's first all_reduce, N=8 (median of {len(one)}):")
     print(f"  head alone {statistics.median(one):5.2f} s   head + 2 ssh hosts"
           f" {statistics.median(three):5.2f} s   ratio"
           f" {statistics.median(three) / statistics.median(one):.2f} (goal <= 1.2)")
-    print(f"{args.kills} SIGKILLs of a worker on an ssh host, BrokenWorldError at its peer:"
+
+
+def report_kills(worker_kills: list[float], agent_kills: list[float]) -> None:
+    ms = [k * 1000 for k in worker_kills]
+    print(f"{len(ms)} SIGKILLs of a worker on an ssh host, BrokenWorldError at its peer:"
           f" median {statistics.median(ms):.1f} ms, max {max(ms):.1f} ms"
           " (goal: median <= 50, max <= 250)")
     print(f"{len(agent_kills)} SIGKILLs of that host's agent, world broken at the peer:"
           f" {', '.join(f'{k * 1000:.0f} ms' for k in agent_kills)} (goal: <= 1 s)")
+
+
+def report_watch(agent_cpu: float, head_cpu: float) -> None:
     print(f"agent watching 64 idle processes: {agent_cpu:.2f} % of a core (goal <= 1 %)")
     print(f"head with 3 hosts x 32 idle processes: {head_cpu:.2f} % of a core (goal <= 1 %)")
 

@@ -175,8 +175,11 @@ class Agents:
             handle.code = msg["code"]
             del self.handles[name]
             self.loop.remote_exited(name, handle.code)
-        elif kind == "control" and isinstance(msg.get("request"), dict):
-            control.dispatch(self.loop, msg["request"])
+        elif kind == "control":  # the library's messages, one or held together
+            requests = [msg.get("request")] if "request" in msg else msg.get("requests")
+            for request in requests if isinstance(requests, list) else ():
+                if isinstance(request, dict):
+                    control.dispatch(self.loop, request)
         elif kind == "probed" and handle is not None:
             handle.cpu, handle.rss = msg.get("cpu"), msg.get("rss")
 
@@ -194,7 +197,8 @@ class Agents:
         """Beat on every link; take a silent one for lost; retry lost hosts when due."""
         for link in self.links.values():
             if link.state == "up":
-                link.send("beat")
+                if now - link.sent_at >= frames.BEAT:  # any frame is a beat
+                    link.send("beat")
                 if time.monotonic() - link.heard > frames.SILENCE:
                     self._lost(link, f"silent for {frames.SILENCE:g}s")
             elif link.state == "lost" and self.retry_at.get(link.name, 0) <= now:

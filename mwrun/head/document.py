@@ -80,12 +80,14 @@ def _pids(loop, world) -> dict:
 
 
 def save(loop) -> None:
-    """Write state.json if something in it changed, or the usage readings are due."""
-    loop.history.observe(loop.supervisor)
+    """Write state.json (and the history) if something in it changed, or the usage
+    readings are due. Called after every event, so the common case (a heartbeat that
+    changed nothing) must cost next to nothing."""
     hosts = tuple(sorted(loop.agents.states().items())) if loop.agents else ()
     key = (loop.supervisor.signature(), loop.usage_at, hosts)
     if key == loop.saved and time.monotonic() - loop.usage_at < USAGE_EVERY:
         return
+    loop.history.observe(loop.supervisor)
     doc = build(loop)
     rundir.write_json(loop.run_dir / "state.json", doc)
-    loop.saved = (key[0], loop.usage_at, hosts)
+    loop.saved = (key[0], loop.usage_at, hosts)  # build() may have read usage afresh

@@ -53,6 +53,7 @@ class AgentLink:
         self.decoder = frames.Decoder()
         self.outbox = frames.Outbox()
         self.stderr = b""
+        self.sent_at = 0.0  # monotonic, the last frame sent
         self.heard = time.monotonic()
         self.popen: subprocess.Popen | None = None
         self.out_fd = self.err_fd = -1  # once started
@@ -91,6 +92,7 @@ class AgentLink:
 
     def send(self, kind: str, **fields) -> None:
         self.outbox.put({"kind": kind, **fields})
+        self.sent_at = time.monotonic()
         self.flush()
 
     def flush(self) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 
 from mwrun.errors import StartError
-from mwrun.head import drills, hangs, policy
+from mwrun.head import drills, hangs, policy, records
 from mwrun.head.records import ProcessRecord, WorldRecord
 from mwrun.head.states import ProcessState as P
 from mwrun.head.states import RunState as R
@@ -384,10 +384,9 @@ class Supervisor:
         return hit
 
     def signature(self) -> tuple:
-        """Everything the status document shows that events change (cheap to compare)."""
-        return (self.state, tuple((r.state, r.pid, r.restarts, r.exit_code, r.why)
-                                  for r in self.procs.values()),
-                tuple((w.state, w.generation, w.breaks, w.reason) for w in self.worlds.values()))
+        """Changes when anything the status document shows of the run, a process or a
+        world changes (cheap: see records.changes)."""
+        return self.state, records.changes()
 
     def deadline(self) -> float | None:
         """The next moment something is due (a restart, a kill), besides the regular

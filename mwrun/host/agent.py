@@ -33,6 +33,10 @@ from mwrun.host.process import ProcessHandle
 READ_SLICE = 65536  # bytes read from one child per turn: fair to the others
 OUTBOX_CAP = 4 * 2**20  # queued for the head past this: stop reading children's output
 RELAYED = ("hello", "heartbeat", "world", "bye")  # the library's no-reply verbs
+# Heartbeats are held up to a quarter of their process's interval (at most a link beat)
+# and go to the head together: one frame a second rather than one per process beat,
+# while a quarter interval late is far inside the head's lateness bound (two intervals).
+HOLD_SHARE = 0.25
 
 
 class Child:
@@ -57,6 +61,9 @@ class Agent:
         self.selector = selectors.DefaultSelector()
         self.heard: float | None = None  # silence counts from the head's first frame
         self.beat_due = 0.0
+        self.intervals: dict[str, float] = {}  # process -> its heartbeat interval (hello)
+        self.held: list[dict] = []  # heartbeats not yet sent
+        self.held_until: float | None = None
         self.done = False
         self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.host.watchdog"],
                                          stdin=subprocess.PIPE, text=True,
@@ -66,6 +73,25 @@ class Agent:
 
     def send(self, kind: str, **fields) -> None:
         self.outbox.put({"kind": kind, **fields})
+        self.beat_due = self.clock() + frames.BEAT  # any frame tells the head we live
+
+    def _relay_one(self, request: dict) -> None:
+        if request.get("verb") == "hello":
+            with contextlib.suppress(TypeError, ValueError):
+                self.intervals[str(request.get("process"))] = float(request["interval"])
+        if request.get("verb") != "heartbeat":
+            self._send_held()  # in the order the library said them
+            self.send("control", request=request)
+            return
+        self.held.append(request)
+        hold = min(frames.BEAT, HOLD_SHARE * self.intervals.get(str(request.get("process")), 0.0))
+        until = self.clock() + hold
+        self.held_until = until if self.held_until is None else min(self.held_until, until)
+
+    def _send_held(self) -> None:
+        if self.held:
+            self.send("control", requests=self.held)
+        self.held, self.held_until = [], None
 
     def hello(self, host: str) -> None:
         self.send("hello", protocol=frames.PROTOCOL, version=__version__, host=host,
@@ -209,7 +235,7 @@ class Agent:
             with contextlib.suppress(ValueError):
                 request = json.loads(line)
                 if isinstance(request, dict) and request.get("verb") in RELAYED:
-                    self.send("control", request=request)
+                    self._relay_one(request)
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -225,9 +251,10 @@ class Agent:
                 now = self.clock()
                 if self.heard is not None and now - self.heard > self.silence:
                     break  # the head went silent: take it for gone
+                if self.held_until is not None and now >= self.held_until:
+                    self._send_held()
                 if now >= self.beat_due:
                     self.send("beat")
-                    self.beat_due = now + frames.BEAT
                 if self.outbox.size and self.outbox.flush(self._write):
                     pass
                 if (self.outbox.size > OUTBOX_CAP) != paused:
@@ -249,6 +276,8 @@ class Agent:
             self.selector.register(self.link_out, events, (lambda _: None, None))
         due = self.beat_due if self.heard is None else min(self.beat_due,
                                                            self.heard + self.silence)
+        if self.held_until is not None:
+            due = min(due, self.held_until)
         for key, _ in self.selector.select(max(0.0, min(due - now, frames.BEAT))):
             callback, arg = key.data
             callback(arg)

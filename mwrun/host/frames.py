@@ -8,9 +8,13 @@ before it sends anything.
 
 Agent -> head: ``hello {protocol, version, host, inventory}``, ``spawned {name, pid}``,
 ``failed {name, error}`` (could not start), ``lines {name, lines}``, ``exited {name,
-code}``, ``probed {name, status, cpu, rss}``, ``beat`` (every ``BEAT`` seconds).
+code}``, ``probed {name, status, cpu, rss}``, ``control {request}`` (one message of the
+library's, relayed) or ``control {requests}`` (heartbeats held a moment and sent
+together), ``beat``.
 Head -> agent: ``spawn {name, argv, env, cwd, cpus}``, ``signal {name, signal}``,
 ``probe {name}``, ``beat``, ``stop`` (kill everything, then exit).
+Any frame shows that its sender lives; a side that sent nothing for ``BEAT`` seconds
+sends a ``beat``.
 Either side that hears nothing for ``SILENCE`` seconds takes the other for gone (the
 agent counts from the head's first frame: the head starts talking once its loop runs).
 """
@@ -22,8 +26,8 @@ import hmac
 import json
 import struct
 
-PROTOCOL = 1
-BEAT = 0.5  # seconds between beats on an idle link
+PROTOCOL = 2  # 2: heartbeats held and relayed together
+BEAT = 1.0  # seconds without a frame before a side sends a beat
 # No frame for this long: the other side is gone. A closed link is seen at once; this
 # is for a head or host that is stopped or cut off, and must outlast a busy moment (a
 # head importing torch on a loaded machine sends nothing for seconds).

@@ -11,8 +11,10 @@ process leaves its worlds (``job.close()``).
 Each heartbeat carries this process's traffic per world, counted by the calls
 themselves (see calls.py): ``"t"`` (its monotonic clock) and ``"traffic": {world:
 [calls, bytes, failures, seconds since the last completed call or null]}``, counts
-since the process joined. The supervisor turns them into rates, so beats come at least
-once a second whatever the hang timeout allows.
+since the process joined. The supervisor turns them into rates, so while the counts
+move (and for the supervisor's rate window after), beats come once a second whatever
+the hang timeout allows; an idle process beats only at its interval, which keeps a
+supervisor watching hundreds of idle processes idle itself.
 """
 
 from __future__ import annotations
@@ -23,7 +25,18 @@ import socket
 import threading
 import time
 
-TRAFFIC_EVERY = 1.0  # seconds: the longest gap between beats, for traffic rates
+TRAFFIC_EVERY = 1.0  # seconds between beats while traffic moves, for its rates
+# Seconds of fast beats after the counts last moved: the supervisor's rate window
+# (head/traffic.py WINDOW), so a rate falls to 0 in steps, as the traffic did.
+TRAFFIC_TAIL = 5.0
+
+
+def beat_due(now: float, sent_at: float, moved_at: float, interval: float,
+             step: float) -> bool:
+    """Whether to beat at this check (one every ``step`` seconds): while the traffic
+    counts moved within TRAFFIC_TAIL, always; when idle, once per ``interval`` (the
+    half step allows for a check that wakes a little early)."""
+    return now - moved_at <= TRAFFIC_TAIL or now - sent_at >= interval - step / 2
 
 
 class SupervisorLink:
@@ -67,10 +80,20 @@ class SupervisorLink:
                    "reason": reason})
 
     def _beat(self) -> None:
-        while not self._stop.wait(min(self._interval, TRAFFIC_EVERY)):
+        step = min(self._interval, TRAFFIC_EVERY)
+        sent_at = moved_at = time.monotonic()
+        counts = None
+        while not self._stop.wait(step):
+            now = time.monotonic()
+            traffic = {name: w._traffic() for name, w in list(self.worlds.items())}
+            seen = {name: t[:3] for name, t in traffic.items()}
+            if seen != counts:
+                counts, moved_at = seen, now
+            if not beat_due(now, sent_at, moved_at, self._interval, step):
+                continue
+            sent_at = now
             self.send({"verb": "heartbeat", "process": self._process, "pid": os.getpid(),
-                       "t": time.monotonic(),
-                       "traffic": {name: w._traffic() for name, w in list(self.worlds.items())}})
+                       "t": now, "traffic": traffic})
             if self._sock is None:
                 return
 

@@ -155,9 +155,40 @@ def test_library_messages_are_relayed(link):
         sock.sendall(json.dumps({"verb": "heartbeat", "process": "w0", "pid": 1}).encode()
                      + b"\n" + json.dumps({"verb": "stop"}).encode() + b"\n")
         relayed = link.expect("control")
-    assert relayed["request"] == {"verb": "heartbeat", "process": "w0", "pid": 1}
+    assert relayed["requests"] == [{"verb": "heartbeat", "process": "w0", "pid": 1}]
     with pytest.raises(AssertionError):
         link.expect("control", timeout=1)  # "stop" is not the library's to send
+
+
+def test_heartbeats_go_to_the_head_together_and_in_order(link):
+    link.expect("hello")
+    wait_until(lambda: os.path.exists(link.control), timeout=10)
+    said = [{"verb": "hello", "process": p, "pid": i, "interval": 4.0}
+            for i, p in enumerate(("w0", "w1"))]
+    beats = [{"verb": "heartbeat", "process": p, "pid": i} for i, p in enumerate(("w0", "w1"))]
+    world = {"verb": "world", "process": "w0", "pid": 0, "world": "a", "generation": 0,
+             "event": "ready", "reason": ""}
+    socks = [socket.socket(socket.AF_UNIX) for _ in said]
+    try:
+        for sock, hello in zip(socks, said, strict=True):
+            sock.connect(link.control)
+            sock.sendall(json.dumps(hello).encode() + b"\n")
+        assert sorted((link.expect("control")["request"] for _ in said),
+                      key=lambda r: r["pid"]) == said  # a hello goes at once
+        for sock, beat in zip(socks, beats, strict=True):
+            sock.sendall(json.dumps(beat).encode() + b"\n")
+        # held (a quarter of 4 s, at most a link beat), then sent as one frame (in the
+        # order the agent read its sockets: each process's own messages stay in order)
+        held = link.expect("control")["requests"]
+        assert sorted(held, key=lambda r: r["pid"]) == beats
+        socks[0].sendall(json.dumps(beats[0]).encode() + b"\n" + json.dumps(world).encode()
+                         + b"\n")
+        # a message that is not a heartbeat takes the held ones with it, first
+        assert link.expect("control")["requests"] == [beats[0]]
+        assert link.expect("control")["request"] == world
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def test_nothing_lost_from_a_chatty_child(link):

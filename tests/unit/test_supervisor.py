@@ -520,3 +520,20 @@ def test_a_lost_host_fails_its_process_breaks_its_world_and_restarts_once_back()
     sup.on_tick()
     assert sup.procs["worker-0"].state is P.STARTING
     assert [c for c in host.of("spawn") if c[0] == "worker-0"][-1][2] == 1
+
+
+def test_the_signature_moves_with_what_status_shows_and_not_with_heartbeats():
+    sup, host = make()
+    join_all(sup)
+    before = sup.signature()
+    for _ in range(3):
+        host.t += 0.5
+        for name, rec in sup.procs.items():
+            sup.on_heartbeat(name, rec.pid)
+        sup.on_tick()
+    assert sup.signature() == before  # nothing shown changed: state.json is not rewritten
+    sup.on_exit("worker-0", -9)
+    assert sup.signature() != before
+    after = sup.signature()
+    sup.worlds["world2"].reason = "shown in status"
+    assert sup.signature() != after

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from mwrun.head.stores import plain_ranks
-from mwrun.head.traffic import Traffic
+from mwrun.head.traffic import WINDOW, Traffic
 from mwrun.worlds import backends
+from mwrun.worlds.supervisor_link import TRAFFIC_TAIL, beat_due
 from mwrun.worlds.world import World
 from mwrun.worlds.worldspec import WorldSpec
 
@@ -99,3 +100,16 @@ def test_plain_gloo_rendezvous_keys_name_their_ranks():
     assert plain_ranks(keys) == {0, 2}
     assert plain_ranks([*keys, "default_pg/0//cpu//0/1", "default_pg/1//cpu//0/0"]) == {0, 1, 2}
     assert plain_ranks(["default_pg/0//cuda//0/ncclUniqueId"]) is None  # cannot tell
+
+
+def test_beats_come_once_a_second_while_traffic_moves_and_at_the_interval_when_idle():
+    # step 1 s (TRAFFIC_EVERY), interval 5 s: the last move was at t=10
+    def due(now, sent_at):
+        return beat_due(now, sent_at, moved_at=10.0, interval=5.0, step=1.0)
+
+    assert due(11.0, 10.0) and due(15.0, 14.0)  # moving, and for TRAFFIC_TAIL after
+    assert TRAFFIC_TAIL == WINDOW  # so the supervisor's rates fall to 0 in steps
+    assert not due(16.0, 15.0) and not due(19.0, 15.0)  # idle, liveness not yet due
+    assert due(19.6, 15.0) and due(20.0, 15.0)  # a check that woke a little early counts
+    # an interval shorter than the traffic pace beats at every check
+    assert beat_due(100.0, 99.95, moved_at=0.0, interval=0.05, step=0.05)
