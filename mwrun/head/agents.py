@@ -11,10 +11,7 @@ which breaks their worlds at once, and the head keeps trying to reach the host a
 from __future__ import annotations
 
 import contextlib
-import os
 import selectors
-import signal
-import subprocess
 import time
 
 from mwrun.errors import StartError
@@ -59,7 +56,8 @@ class Agents:
         self.handles: dict[str, RemoteHandle] = {}
         self.retry_at: dict[str, float] = {}
         self.retries: dict[str, int] = {}
-        self.srun = None  # under Slurm: the one srun that started every agent
+        self.steps = None  # under Slurm: head.slurm.Steps, the sruns that start agents
+        self.rejoins: dict = {}  # host -> head.slurm.Rejoin under way
 
     def hosts(self) -> set[str]:
         return set(self.links)
@@ -195,6 +193,10 @@ class Agents:
 
     def tick(self, now: float) -> None:
         """Beat on every link; take a silent one for lost; retry lost hosts when due."""
+        for name, attempt in list(self.rejoins.items()):
+            if attempt.done():
+                del self.rejoins[name]
+                self._rejoined(self.links[name], attempt)
         for link in self.links.values():
             if link.state == "up":
                 if now - link.sent_at >= frames.BEAT:  # any frame is a beat
@@ -227,8 +229,10 @@ class Agents:
                                                           RECONNECT_CAP)
 
     def _reconnect(self, link: AgentLink) -> None:
-        if not link.argv:  # an agent srun started: it does not come back by itself
-            self.retry_at[link.name] = float("inf")
+        if not link.argv:  # an agent srun started: a new srun step starts it again
+            self.retry_at[link.name] = float("inf")  # until that attempt ends
+            if self.steps is not None:
+                self.rejoins[link.name] = self.steps.rejoin(link.name)
             return
         fresh = AgentLink(link.name, link.argv, link.python)
         try:
@@ -240,6 +244,17 @@ class Agents:
         fresh.heard = time.monotonic()
         self.links[link.name] = fresh
         self._watch(fresh)
+
+    def _rejoined(self, old: AgentLink, attempt) -> None:
+        if attempt.link is None:
+            self.loop.say(f"host {old.name}: not reached again: {attempt.error}")
+            self._drop(old)  # the next try, after the backoff
+            return
+        attempt.link.heard = time.monotonic()
+        self.links[old.name] = attempt.link
+        self._watch(attempt.link)
+        self.retries.pop(old.name, None)
+        self.loop.say(f"host {old.name} is reachable again")
 
     def refresh_usage(self) -> None:
         for handle in self.handles.values():
@@ -258,11 +273,5 @@ class Agents:
                 with contextlib.suppress(KeyError, ValueError):
                     self.selector.unregister(fd)
             link.close()
-        if self.srun is not None:
-            try:
-                self.srun.wait(timeout=5)  # its agents have been told to stop
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.srun.pid, signal.SIGKILL)
-                self.srun.wait()
-            self.srun.stderr.close()
+        if self.steps is not None:
+            self.steps.close()  # its agents have been told to stop

@@ -31,7 +31,8 @@ DETACH_WAIT = 120.0  # seconds --detach waits for its supervisor to run
 
 def plan_for_launch(path: str, run_id: str | None = None, connect: bool = True,
                     progress=None):
-    """(topology, plan, listening socket per world, (agent links, srun), run id or None)
+    """(topology, plan, listening socket per world, (agent links, slurm.Steps or None),
+    run id or None)
     ready to start, or TopologyError / RunError. With ``connect``, remote hosts' agents are
     started first (in parallel), and placement uses what each host reports."""
     topo, mapping = _hosts_of(topology.load(path))
@@ -44,14 +45,14 @@ def plan_for_launch(path: str, run_id: str | None = None, connect: bool = True,
             " worlds' stores (the first host without ssh:)")])
     # The agents' sockets are named before the run folder (and its id) exists.
     key = run_id or f"{topo.name}-{secrets.token_hex(6)}"
-    links, srun = _reach(topo, mapping, key, progress) if connect else ({}, None)
+    links, steps = _reach(topo, mapping, key, progress) if connect else ({}, None)
     try:
         inv.update(remote.reported_inventory(topo, links, inv))
         topo, plan, listeners = _place_and_bind(topo, inv)
     except BaseException:
-        _let_go((links, srun))
+        _let_go((links, steps))
         raise
-    return topo, plan, listeners, (links, srun), run_id
+    return topo, plan, listeners, (links, steps), run_id
 
 
 def _hosts_of(topo):
@@ -63,9 +64,10 @@ def _hosts_of(topo):
 
 
 def _reach(topo, mapping, run_id: str, progress) -> tuple[dict, object]:
-    """Every remote host's agent, up and checked: (links, the srun under Slurm)."""
+    """Every remote host's agent, up and checked: (links, the srun steps under Slurm)."""
     if mapping is not None:
-        return slurm.connect(topo, mapping, run_id, progress)
+        links, srun = slurm.connect(topo, mapping, run_id, progress)
+        return links, slurm.Steps(srun, topo, mapping, run_id)
     links = remote.links_for(topo, run_id)
     if links:
         remote.connect_all(list(links.values()), progress=progress)
@@ -73,11 +75,11 @@ def _reach(topo, mapping, run_id: str, progress) -> tuple[dict, object]:
 
 
 def _let_go(agents) -> None:
-    links, srun = agents
+    links, steps = agents
     for link in links.values():
         link.close()
-    if srun is not None:
-        slurm.end(srun)
+    if steps is not None:
+        steps.close(wait=0)
 
 
 def _place_and_bind(topo, inv):
@@ -173,7 +175,7 @@ def _progress(stream):
 
 def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grace: float,
                stream, existing_dir: bool) -> int:
-    links, srun = agents
+    links, steps = agents
     try:
         run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id, plan.name)
         run_id = run_dir.name
@@ -201,7 +203,7 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
                 str(rundir.control_path(run_id)), Agents(links, None) if links else None,
                 topo_hosts)
     if loop.agents is not None:
-        loop.agents.loop, loop.agents.srun = loop, srun
+        loop.agents.loop, loop.agents.steps = loop, steps
     try:
         code = loop.run()
         _summary(printer, loop)

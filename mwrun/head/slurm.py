@@ -19,6 +19,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from mwrun.errors import RunError, TopologyError, UsageError
@@ -110,8 +111,10 @@ class SocketLink(AgentLink):
 
 
 def connect(topo, mapping: dict[str, str], run_id: str, progress=None,
-            timeout: float = CONNECT_TIMEOUT) -> tuple[dict[str, SocketLink], subprocess.Popen]:
-    """One srun for every node; each agent connects back and proves the secret."""
+            timeout: float = CONNECT_TIMEOUT, started=None,
+            ) -> tuple[dict[str, SocketLink], subprocess.Popen]:
+    """One srun for every node; each agent connects back and proves the secret.
+    ``started(srun)`` is told of the srun as soon as it runs (so it can be cut short)."""
     hosts = list(mapping)
     first = topo.hosts[hosts[0]]
     listener = socket.create_server((head_addr(first.addr), 0))
@@ -126,6 +129,8 @@ def connect(topo, mapping: dict[str, str], run_id: str, progress=None,
     srun = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, start_new_session=True,
                             env={**os.environ, "MWRUN_AGENT_SECRET": secret})
+    if started is not None:
+        started(srun)
     by_node = {mapping[h]: h for h in hosts}
     try:
         links = _accept(listener, secret, by_node, python, srun, progress, timeout)
@@ -204,8 +209,66 @@ def _accept(listener, secret, by_node, python, srun, progress, timeout):
     return links
 
 
-def end(srun: subprocess.Popen) -> None:
+def end(srun: subprocess.Popen, wait: float = 0.0) -> None:
+    """Let srun end (its agents were told to stop) for ``wait`` seconds, then kill it."""
+    if wait:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            srun.wait(timeout=wait)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(srun.pid, 9)
     srun.wait()
     srun.stderr.close()
+
+
+class Steps:
+    """The job's srun steps: the one that started every agent, and one more for each
+    agent started again after its host was lost (Slurm does not restart an agent; the
+    head asks for it, as ssh hosts are reached again)."""
+
+    def __init__(self, srun: subprocess.Popen, topo, mapping: dict[str, str], run_id: str):
+        self.sruns = [srun]
+        self.topo, self.mapping, self.run_id = topo, mapping, run_id
+        self.lock = threading.Lock()  # sruns grows in a rejoin's thread
+        self.closed = False
+
+    def rejoin(self, host: str) -> Rejoin:
+        return Rejoin(self, host)
+
+    def close(self, wait: float = 5.0) -> None:
+        with self.lock:
+            sruns, self.sruns, self.closed = self.sruns, [], True
+        deadline = time.monotonic() + wait
+        for srun in sruns:
+            end(srun, max(deadline - time.monotonic(), 0.01) if wait else 0.0)
+
+
+class Rejoin:
+    """One host's agent started again by an srun of its own, connected in a thread:
+    the head's loop must not wait for Slurm (it asks ``done()`` on every tick)."""
+
+    def __init__(self, steps: Steps, host: str):
+        self.host, self.link, self.error = host, None, None
+        self._steps = steps
+        self._thread = threading.Thread(target=self._run, name=f"mwrun-rejoin-{host}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        steps = self._steps
+        try:
+            links, _ = connect(steps.topo, {self.host: steps.mapping[self.host]},
+                               steps.run_id, started=self._started)
+            self.link = links[self.host]
+        except (RunError, OSError) as exc:
+            self.error = str(exc)
+
+    def _started(self, srun: subprocess.Popen) -> None:
+        with self._steps.lock:
+            if self._steps.closed:  # the run ended meanwhile: this srun ends at once
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(srun.pid, 9)
+            else:
+                self._steps.sruns.append(srun)  # ended with the others, whatever happens
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()

@@ -4,6 +4,8 @@ Slurm cluster (slurmctld, two slurmds, munge), node two in a network namespace."
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
 import sys
 
@@ -12,6 +14,7 @@ import pytest
 
 from tests.helpers import BIN
 from tests.integration import slurmbed
+from tests.integration.jobs import cli, expect, proc_state, status, wait_for, wait_status
 
 pytestmark = [pytest.mark.timeout(180),
               pytest.mark.skipif(slurmbed.missing() is not None,
@@ -69,3 +72,35 @@ def test_a_job_across_the_allocations_nodes(tmp_path):
                                   timeout=60)
         assert too_many.returncode == 2, too_many.stderr
         assert "2 hosts, but the allocation has 1 node" in too_many.stderr
+
+
+def test_a_lost_agent_is_started_again_by_a_new_srun_and_its_process_restarts(
+        procs, tmp_path):
+    topology = tmp_path / "slurm.yaml"
+    topology.write_text(TOPOLOGY.replace("--count, '20'", "--count, '0'")
+                        .replace("host: second}", "host: second, restart: on-failure,"
+                                                  " restart_backoff: 0.2}"))
+    home = tmp_path / "home"
+    with slurmbed.cluster(tmp_path) as (env, n2, _nodes):
+        job = procs.start(["salloc", "-N2", sys.executable, "-m", "mwrun", "launch",
+                           str(topology)], env={**env, "MWRUN_HOME": str(home),
+                                                "NO_COLOR": "1"})
+        expect(job, "leader", "recv", world="world1", timeout=90)
+        doc = status(home)
+        agent = next(h for h in doc["hosts"] if h["name"] == "second")["agent_pid"]
+        worker = proc_state(doc, "worker")["pid"]
+        os.kill(agent, signal.SIGKILL)
+        broken = expect(job, "leader", "broken", world="world1")
+        assert broken["reason"] in ("worker failed: host second lost",
+                                    "worker was killed by SIGKILL")
+        wait_for(lambda: not psutil.pid_exists(worker), timeout=10, what="the worker gone")
+        expect(job, "leader", "rejoined", world="world1", timeout=90)
+        doc = wait_status(home, lambda d: proc_state(d, "worker")["state"] == "running",
+                          "the worker to run again")
+        assert proc_state(doc, "worker")["restarts"] == 1
+        host = next(h for h in doc["hosts"] if h["name"] == "second")
+        assert host["state"] == "up" and host["agent_pid"] not in (None, agent)
+        assert "host second is reachable again" in job.output()
+        cli(home, "stop", check=True)
+        assert job.wait(timeout=60) == 0, job.output()
+        wait_for(lambda: not job_processes(n2), timeout=10, what="a clean node two")

@@ -129,7 +129,8 @@ def test_a_star_across_two_ssh_hosts_survives_a_remote_kill(procs, home, tmp_pat
 @pytest.mark.parametrize("victim", ["head", "agent"])
 def test_sigkill_of_head_or_agent_leaves_no_remote_process(procs, home, tmp_path, victim):
     with testbed.node(tmp_path) as n1:
-        topology = star_topology(tmp_path, n1.head_addr, [n1])
+        topology = star_topology(tmp_path, n1.head_addr, [n1], restart="on-failure",
+                                 restart_backoff=0.2)
         job = launch(procs, home, topology)
         expect(job, "leader", "recv", world="world1", timeout=60)
         doc = status(home)
@@ -147,9 +148,14 @@ def test_sigkill_of_head_or_agent_leaves_no_remote_process(procs, home, tmp_path
                  what="the remote worker to be gone")
         if victim == "head":  # the agent and its ssh session follow the head
             wait_for(lambda: not n1.leftovers(), timeout=10, what="a clean node")
-        if victim == "agent":
-            doc = wait_status(home, lambda d: proc_state(d, "worker-1")["state"] in
-                              ("failed", "restarting", "exited"), "worker-1 to fail")
+        if victim == "agent":  # the head reaches the host again: the worker restarts
+            expect(job, "leader", "rejoined", world="world1", timeout=60)
+            doc = wait_status(home, lambda d: proc_state(d, "worker-1")["state"] == "running",
+                              "worker-1 to run again")
+            assert proc_state(doc, "worker-1")["restarts"] == 1
+            host = next(h for h in doc["hosts"] if h["name"] == "node1")
+            assert host["state"] == "up" and host["agent_pid"] != agent
+            assert "host node1 is reachable again" in job.output()
             cli(home, "stop", check=True)
         job.wait(timeout=60)
 
