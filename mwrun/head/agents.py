@@ -17,7 +17,8 @@ import time
 from mwrun.errors import StartError
 from mwrun.head import control
 from mwrun.head.remote import AgentLink, check_hello
-from mwrun.host import frames
+from mwrun.host import frames, warm
+from mwrun.plan import environment, preload
 
 ANSWER_WAIT = 10.0  # seconds an agent has to answer a spawn or a probe
 RECONNECT_FIRST, RECONNECT_CAP = 1.0, 30.0
@@ -30,6 +31,7 @@ class RemoteHandle:
 
     def __init__(self, agents: Agents, host: str, name: str, pid: int):
         self.agents, self.host, self.name, self.pid = agents, host, name, pid
+        self.warm = False  # forked from its host's zygote
         self.code: int | None = None
         self.cpu: float | None = None
         self.rss: int | None = None
@@ -83,20 +85,48 @@ class Agents:
         if link.state == "up":
             link.send(kind, **fields)
 
-    def spawn(self, host: str, name: str, argv, env: dict, cwd: str, cpus, unset,
-              unset_prefixes) -> RemoteHandle:
-        link = self.links[host]
+    def _env(self, name: str, generations: dict, restarts: int) -> dict:
+        """What mwrun sets for the process, for its agent to lay over its host's own
+        environment (its PATH, HOME), not the head's."""
+        link = self.links[self.loop.plan.processes[name].host]
+        return environment.process_env(self.loop.plan, name, {}, run_id=self.loop.run_id,
+                                       control=link.hello["control"] if link.hello else "",
+                                       generations=generations, restart_count=restarts)
+
+    def _spec(self, name: str, generations: dict, restarts: int) -> dict:
+        """How the agent starts the process: its environment (and what of the host's own
+        mwrun's names replace) and, if it may, warm from the host's zygote."""
+        proc = self.loop.plan.processes[name]
+        link = self.links[proc.host]
+        return {"env": self._env(name, generations, restarts),
+                "unset": list(environment.OWNED + environment.OWNED_MWRUN),
+                "unset_prefixes": list(environment.OWNED_PREFIXES),
+                "preload": list(proc.preload),
+                "warm": preload.target(proc.cmd, link.python) if proc.preload else None}
+
+    def prepare(self, name: str, generations: dict) -> None:
+        """Have the process's host start the zygote it will be forked from, now."""
+        proc = self.loop.plan.processes[name]
+        if proc.preload and self.up(proc.host):
+            self.send(proc.host, "prepare", **self._spec(name, generations, 0))
+
+    def start(self, name: str, generations: dict, restarts: int) -> RemoteHandle:
+        proc = self.loop.plan.processes[name]
+        link = self.links[proc.host]
         if link.state != "up":
-            raise StartError(f"host {host} is not reachable")
-        link.send("spawn", name=name, argv=list(argv), env=env, cwd=cwd,
-                  cpus=sorted(cpus) if cpus is not None else None, unset=list(unset),
-                  unset_prefixes=list(unset_prefixes))
-        answer = self._await(link, ("spawned", "failed"), name)
+            raise StartError(f"host {proc.host} is not reachable")
+        link.send("spawn", name=name, argv=list(proc.cmd), cwd=proc.cwd,
+                  cpus=sorted(proc.cpus) if proc.cpus is not None else None,
+                  **self._spec(name, generations, restarts))
+        # A warm start may wait for its zygote's imports on that host.
+        wait = ANSWER_WAIT + (warm.READY_TIMEOUT if proc.preload else 0.0)
+        answer = self._await(link, ("spawned", "failed"), name, wait)
         if answer is None:
-            raise StartError(f"host {host}: its agent did not answer")
+            raise StartError(f"host {proc.host}: its agent did not answer")
         if answer["kind"] == "failed":
             raise StartError(answer["error"])
-        handle = RemoteHandle(self, host, name, answer["pid"])
+        handle = RemoteHandle(self, proc.host, name, answer["pid"])
+        handle.warm = bool(answer.get("warm"))
         self.handles[name] = handle
         return handle
 
@@ -111,10 +141,11 @@ class Agents:
         handle.cpu, handle.rss = answer.get("cpu"), answer.get("rss")
         return answer.get("status")
 
-    def _await(self, link: AgentLink, kinds: tuple, name: str) -> dict | None:
+    def _await(self, link: AgentLink, kinds: tuple, name: str,
+               wait: float = ANSWER_WAIT) -> dict | None:
         """The agent's answer about ``name``; other frames wait in ``pending`` for the
         loop (handling them here would re-enter the supervisor mid-decision)."""
-        deadline = time.monotonic() + ANSWER_WAIT
+        deadline = time.monotonic() + wait
         waiter = selectors.DefaultSelector()
         waiter.register(link.out_fd, selectors.EVENT_READ)
         try:
@@ -166,7 +197,9 @@ class Agents:
     def _dispatch(self, link: AgentLink, msg: dict) -> None:
         kind, name = msg["kind"], msg.get("name")
         handle = self.handles.get(name) if name else None
-        if kind == "lines" and handle is not None:
+        if kind == "say":  # what the agent tells the user (its zygotes)
+            self.loop.say(f"host {link.name}: {msg.get('text')}")
+        elif kind == "lines" and handle is not None:
             for line in msg["lines"]:
                 self.loop.printer.line(name, line)
         elif kind == "exited" and handle is not None:

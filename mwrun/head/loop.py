@@ -24,11 +24,11 @@ from mwrun.head.history import SAMPLE_EVERY, History
 from mwrun.head.states import WorldState
 from mwrun.head.supervisor import TICK, Supervisor
 from mwrun.head.traffic import Traffic
-from mwrun.head.warmstarts import WarmStarts
 from mwrun.host.lines import LineBuffer
 from mwrun.host.process import ProcessHandle
 from mwrun.host.warm import reap_orphans
-from mwrun.plan import environment
+from mwrun.host.warmstarts import WarmStarts
+from mwrun.plan import environment, preload
 
 OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
 OUTPUT_SLICE_MIN = 4096
@@ -85,7 +85,8 @@ class Loop:
         if self.agents is not None and proc.host in self.agents.hosts():
             return self._spawn_remote(name, generations, restarts)
         env = self._env(name, generations, restarts)
-        handle = self.warm.spawn(proc, env)
+        handle = self.warm.spawn(proc.cmd, proc.preload, preload.target(proc.cmd, proc.cmd[0]),
+                                 env, proc.cwd, proc.cpus)
         self.starts[name] = "cold" if handle is None else "warm"
         if handle is None:
             handle = ProcessHandle.spawn(proc.cmd, env, proc.cwd, proc.cpus, proc.netns)
@@ -118,20 +119,20 @@ class Loop:
             self.say(f"every world formed, {time.time() - self.started_at:.1f}s after launch")
 
     def _spawn_remote(self, name: str, generations: dict, restarts: int) -> int:
-        """The same process, started by its host's agent: the environment is ours
-        over the remote host's own (its PATH, HOME), not the head's."""
-        proc = self.plan.processes[name]
-        link = self.agents.links[proc.host]
-        control_path = link.hello["control"] if link.hello else ""
-        env = environment.process_env(self.plan, name, {}, run_id=self.run_id,
-                                      control=control_path, generations=generations,
-                                      restart_count=restarts)
-        handle = self.agents.spawn(proc.host, name, proc.cmd, env, proc.cwd, proc.cpus,
-                                   environment.OWNED + environment.OWNED_MWRUN,
-                                   environment.OWNED_PREFIXES)
+        handle = self.agents.start(name, generations, restarts)
         self.handles[name] = handle
-        self.starts[name] = "cold"  # warm starts on agents' hosts: not yet
+        self.starts[name] = "warm" if handle.warm else "cold"
         return handle.pid
+
+    def _prepare_warm(self) -> None:
+        """Every zygote the job needs, started at once (here, or by its host's agent), so
+        their imports run side by side."""
+        for name, proc in self.plan.processes.items():
+            generations = dict.fromkeys(proc.worlds, 0)
+            if self.agents is not None and proc.host in self.agents.hosts():
+                self.agents.prepare(name, generations)
+            elif proc.preload:
+                self.warm.prepare(proc.preload, self._env(name, generations, 0))
 
     def reachable(self, name: str) -> bool:
         """Whether the process's host can start it now (a lost host cannot)."""
@@ -183,7 +184,7 @@ class Loop:
         old_wakeup = signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
         old_handlers = {s: signal.signal(s, self._record_signal) for s in STOP_SIGNALS}
         try:
-            self.warm.prepare_all(self.plan, self._env)
+            self._prepare_warm()
             self.supervisor.start()
             self._started()
             self.stores.serve()

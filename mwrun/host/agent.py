@@ -4,7 +4,9 @@ Started by the head (over ssh, or by one ``srun`` under Slurm), never by users. 
 decides nothing: it spawns, pins, watches and signals this host's processes exactly as
 the head does locally (``host.process``), streams their output lines and exits back
 over the link (``host.frames``), and relays what the library inside each process tells
-the supervisor (heartbeats, world events) from a Unix socket on this host.
+the supervisor (heartbeats, world events) from a Unix socket on this host. Processes
+with a preload are forked from this host's own zygotes (``host.warmstarts``), as the
+head forks its own.
 
 When the head goes away (the link closes, or is silent for ``frames.SILENCE``) the
 agent SIGKILLs every process group it started and exits; a watchdog does the same if
@@ -29,6 +31,8 @@ from mwrun.errors import StartError
 from mwrun.host import frames, sockets
 from mwrun.host.lines import LineBuffer
 from mwrun.host.process import ProcessHandle
+from mwrun.host.warm import reap_orphans
+from mwrun.host.warmstarts import WarmStarts
 
 READ_SLICE = 65536  # bytes read from one child per turn: fair to the others
 OUTBOX_CAP = 4 * 2**20  # queued for the head past this: stop reading children's output
@@ -60,7 +64,7 @@ class Agent:
         self.children: dict[str, Child] = {}
         self.selector = selectors.DefaultSelector()
         self.heard: float | None = None  # silence counts from the head's first frame
-        self.beat_due = 0.0
+        self.beat_due = self.reap_due = 0.0
         self.intervals: dict[str, float] = {}  # process -> its heartbeat interval (hello)
         self.held: list[dict] = []  # heartbeats not yet sent
         self.held_until: float | None = None
@@ -68,6 +72,10 @@ class Agent:
         self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.host.watchdog"],
                                          stdin=subprocess.PIPE, text=True,
                                          start_new_session=True)
+        self.zygote_log = os.path.join(os.path.dirname(control_path) or ".", "zygote.log")
+        self.warm = WarmStarts(self.zygote_log, self.selector,
+                               lambda text: self.send("say", text=text), self._tell_watchdog,
+                               lambda: self.done)
 
     # -- the link ---------------------------------------------------------------------
 
@@ -120,18 +128,28 @@ class Agent:
 
     # -- what the head asks -------------------------------------------------------------
 
-    def on_spawn(self, msg: dict) -> None:
-        name = msg["name"]
-        env = dict(os.environ)
+    def _env(self, msg: dict) -> dict:
         # The head's names for this process replace whatever this host's environment
         # says under them (an outer job's RANK, TORCHELASTIC_*...).
         prefixes = tuple(msg.get("unset_prefixes", ()))
-        env = {k: v for k, v in env.items()
+        env = {k: v for k, v in os.environ.items()
                if k not in msg.get("unset", ()) and not (prefixes and k.startswith(prefixes))}
         env.update(msg["env"])
+        return env
+
+    def on_prepare(self, msg: dict) -> None:
+        self.warm.prepare(msg.get("preload"), self._env(msg))
+
+    def on_spawn(self, msg: dict) -> None:
+        name = msg["name"]
+        env = self._env(msg)
         cpus = set(msg["cpus"]) if msg.get("cpus") is not None else None
         try:
-            handle = ProcessHandle.spawn(msg["argv"], env, msg["cwd"], cpus)
+            handle = self.warm.spawn(msg["argv"], msg.get("preload"), msg.get("warm"), env,
+                                     msg["cwd"], cpus)
+            warm = handle is not None
+            if handle is None:
+                handle = ProcessHandle.spawn(msg["argv"], env, msg["cwd"], cpus)
         except StartError as exc:
             self.send("failed", name=name, error=str(exc))
             return
@@ -140,7 +158,7 @@ class Agent:
         self.children[name] = child
         self.selector.register(handle.exit_fd, selectors.EVENT_READ, (self._exited, child))
         self.selector.register(handle.output_fd, selectors.EVENT_READ, (self._output, child))
-        self.send("spawned", name=name, pid=handle.pid)
+        self.send("spawned", name=name, pid=handle.pid, warm=warm)
 
     def on_signal(self, msg: dict) -> None:
         child = self.children.get(msg["name"])
@@ -255,6 +273,10 @@ class Agent:
                     self._send_held()
                 if now >= self.beat_due:
                     self.send("beat")
+                if now >= self.reap_due:  # forked children are ours, so are their orphans
+                    self.reap_due = now + frames.BEAT
+                    reap_orphans({c.handle.pid for c in self.children.values()}
+                                 | self.warm.pids() | {self.watchdog.pid})
                 if self.outbox.size and self.outbox.flush(self._write):
                     pass
                 if (self.outbox.size > OUTBOX_CAP) != paused:
@@ -292,6 +314,7 @@ class Agent:
             return len(data)
 
     def _shutdown(self, listener: socket.socket) -> None:
+        self.warm.close()
         for child in self.children.values():
             child.handle.signal(signal.SIGKILL)
         for child in self.children.values():
@@ -303,8 +326,9 @@ class Agent:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.watchdog.wait(timeout=1.0)
         listener.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.control_path)
+        for path in (self.control_path, self.zygote_log):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         # Whatever the head may still read (final lines, exits) goes out if it can.
         os.set_blocking(self.link_out, True)
         with contextlib.suppress(OSError):

@@ -295,9 +295,10 @@ def _process_plan(topology, proc: Process, got, memberships, local, python) -> P
     cmd = proc.cmd
     if (python or host.python) and cmd[0] in ("python", "python3"):
         cmd = (host.python or python, *cmd[1:])  # a remote host's own interpreter
-    why_cold = preload.why_cold(cmd, python, proc.preload, host.netns) if python else "no python"
-    if host.remote and proc.preload and not why_cold:
-        why_cold = "its host is reached through an agent"  # no zygote there yet
+    # A remote host's agent forks from its own zygote, on that host's interpreter.
+    runs_on = (host.python or python) if host.remote else python
+    why_cold = preload.why_cold(cmd, runs_on, proc.preload, host.netns) if python \
+        else "no python"
     return ProcessPlan(
         name=proc.name, host=proc.host, addr=host.addr, netns=host.netns, cmd=cmd,
         cwd=proc.cwd, env=dict(proc.env), gpus=tuple(str(g) for g in got["gpus"]),

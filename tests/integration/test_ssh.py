@@ -214,3 +214,33 @@ def test_launch_fails_cleanly_when_a_host_lacks_mwrun(procs, home, tmp_path):
         assert "Traceback" not in result.stderr
         assert not (home / "runs").exists() or not any((home / "runs").iterdir())
         wait_for(lambda: not n1.leftovers(), timeout=10, what="a clean node")
+
+
+def test_processes_on_an_ssh_host_fork_warm_from_that_hosts_zygote(procs, home, tmp_path):
+    with testbed.node(tmp_path) as n1:
+        path = Path(star_topology(tmp_path, n1.head_addr, [n1], restart="on-failure",
+                                  restart_backoff=0.2))
+        path.write_text(path.read_text().replace("timeout: 10\n",
+                                                 "timeout: 10\npreload: [torch]\n"))
+        dry = cli(home, "launch", str(path), "--dry-run", check=True).stdout
+        assert "cold (its host" not in dry, dry
+        job = launch(procs, home, path)
+        expect(job, "leader", "recv", world="world1", timeout=90)
+        doc = status(home)
+        agent = next(h for h in doc["hosts"] if h["name"] == "node1")["agent_pid"]
+        worker = proc_state(doc, "worker-1")
+        assert worker["start"] == "warm" and on_node(worker["pid"], n1)
+        # forked by that host's zygote, and the agent's own child (it is a subreaper)
+        assert psutil.Process(worker["pid"]).ppid() == agent
+        zygotes = [c for c in psutil.Process(agent).children()
+                   if " ".join(c.cmdline()) == "mwrun zygote (preload torch)"]
+        assert len(zygotes) == 1 and on_node(zygotes[0].pid, n1)
+        assert "host node1: zygote (pid" in job.output()
+        cli(home, "kill-world", "world1", "--rank", "1", check=True)
+        expect(job, "leader", "rejoined", world="world1", timeout=60)
+        doc = wait_status(home, lambda d: proc_state(d, "worker-1")["restarts"] == 1
+                          and proc_state(d, "worker-1")["state"] == "running", "a restart")
+        assert proc_state(doc, "worker-1")["start"] == "warm"
+        cli(home, "stop", check=True)
+        assert job.wait(timeout=60) == 0, job.output()
+        wait_for(lambda: not n1.leftovers(), timeout=10, what="a clean node")

@@ -1,5 +1,7 @@
-"""The loop's warm-start hands: its zygotes, watched in its selector, known to its
-watchdog, and what it tells the user while they come up (host/warm.py does the rest).
+"""Warm-start hands for a loop (the head's, or an agent's on its host): its zygotes,
+watched in its selector, known to its watchdog, and what it tells the user while they
+come up (warm.py does the rest). Which command can start warm is the plan's to say
+(``plan.preload.target``); this only forks.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import sys
 
 from mwrun.host import warm
 from mwrun.host.process import ProcessHandle
-from mwrun.plan import preload
 
 
 class WarmStarts:
@@ -22,25 +23,25 @@ class WarmStarts:
         self.can_fork = warm.become_subreaper()
         self.zygotes = warm.Zygotes(sys.executable, log_path, say, self._started, self._closed)
 
-    def prepare_all(self, plan, env_of) -> None:
-        """Start every zygote the job needs at once, so their imports run side by side."""
-        for name, proc in plan.processes.items():
-            if proc.preload and self.can_fork:
-                self.zygotes.prepare(proc.preload, env_of(name, dict.fromkeys(proc.worlds, 0), 0))
+    def prepare(self, modules, env: dict) -> None:
+        """Start the zygote a process will need now, so imports run side by side."""
+        if modules and self.can_fork:
+            self.zygotes.prepare(tuple(modules), env)
 
-    def spawn(self, proc, env: dict) -> ProcessHandle | None:
-        """A process forked warm, or None: start it the ordinary way."""
-        if not (proc.preload and self.can_fork):
+    def spawn(self, cmd, modules, how, env: dict, cwd: str, cpus) -> ProcessHandle | None:
+        """A process forked warm, or None: start it the ordinary way. ``how``: the
+        plan's ("script", path, args) or ("module", name, args) for ``cmd``, else None."""
+        if not (modules and how and self.can_fork):
             return None
-        kind, target, args = preload.target(proc.cmd, proc.cmd[0])
-        if not warm.eligible(kind, target, proc.cwd):
+        kind, target, args = how
+        if not warm.eligible(kind, target, cwd):
             return None
-        zygote = self.zygotes.prepare(proc.preload, env)
+        modules = tuple(modules)
+        zygote = self.zygotes.prepare(modules, env)
         if zygote.ready_after is None and zygote.wait_ready():
-            self.say(f"zygote ready: {', '.join(proc.preload)} imported in"
+            self.say(f"zygote ready: {', '.join(modules)} imported in"
                      f" {zygote.ready_after:.1f}s; forking warm processes from it")
-        return self.zygotes.spawn(proc.cmd, kind, target, args, env, proc.cwd, proc.cpus,
-                                  proc.preload)
+        return self.zygotes.spawn(cmd, kind, target, list(args), env, cwd, cpus, modules)
 
     def pids(self) -> set[int]:
         return self.zygotes.pids()
