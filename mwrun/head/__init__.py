@@ -3,8 +3,8 @@
 ``supervisor`` is the only place that decides (moves the ``states``, applies
 ``policy``, with ``hangs`` for hang detection); ``loop`` is its event loop and hands
 (spawns through ``host``, or through ``agents`` on remote hosts reached by ``remote``
-links over ssh or ``slurm``; warm starts through ``warmstarts``; writes ``stores``,
-served once ``pending`` has them; serves ``control`` with ``requests`` checked);
+links over ssh or ``slurm``; writes ``stores``, served once ``pending`` has them;
+serves ``control`` with ``requests`` checked);
 ``bringup`` takes a topology file to a running loop (or a detached one); ``document``
 is the status document, ``traffic`` the worlds' rates, ``history`` the run's timeline;
 ``rundir`` is the run folder; ``console`` shows and logs output.

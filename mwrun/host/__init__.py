@@ -3,9 +3,9 @@
 ``process`` is one live child (its own session, CPU affinity, a pidfd for its exit,
 signals to its process group); ``lines`` turns its output into lines; ``watchdog``
 kills every process group if the supervisor is SIGKILLed; ``zygote``, ``child``,
-``warm`` and ``title`` make warm starts. The head uses these for its own machine;
-``agent`` (``mwrun agent``) uses the same on a remote host, and speaks ``frames`` with
-the head.
+``warm``, ``warmstarts`` and ``title`` make warm starts. The head uses these for its
+own machine; ``agent`` (``mwrun agent``) uses the same on a remote host, and speaks
+``frames`` with the head.
 
 May import: ``mwrun.errors``, ``mwrun.machine``, psutil. Never ``worlds``, ``plan``,
 ``head``, ``cli``, or torch; nothing here decides anything.
