@@ -40,7 +40,8 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
     age = seconds(max(now - doc.get("started_at", now), 0))
     head = (f"run {doc['run_id']} ({doc['name']}): {state(doc['state'])}, started {age} ago,"
             f" supervisor pid {doc['supervisor_pid']}")
-    if not live and doc["state"] == "starting" and not doc["processes"]:
+    if not doc["processes"] and (doc["state"] == "failed" or
+                                 (not live and doc["state"] == "starting")):
         head += "\n  it ended before it started any process (interrupted, or it failed)"
     elif not live and doc["state"] not in ("finished", "failed"):
         head += "\n  the supervisor has gone without finishing; this is its last word"

@@ -176,6 +176,7 @@ def _progress(stream):
 def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grace: float,
                stream, existing_dir: bool) -> int:
     links, steps = agents
+    run_dir = None
     try:
         run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id, plan.name)
         run_id = run_dir.name
@@ -186,30 +187,43 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
                       f" worlds; logs in {run_dir}; Ctrl-C stops it")
         printer.event(f"watch it: mwrun status {run_id} --watch;"
                       f" drill it: mwrun kill-world {next(iter(plan.worlds))} {run_id}")
-        # torch (for the stores) loads in the background while the processes start.
+        # Everything this thread imports, it imports before torch starts loading in
+        # another: a Ctrl-C landing inside the import machinery while both import is
+        # swallowed there and leaves a module lock held, and the launch hangs.
+        from mwrun.head.agents import Agents
+        from mwrun.head.loop import Loop
         from mwrun.head.pending import PendingStores
 
+        # torch (for the stores) loads in the background while the processes start.
         stores = PendingStores(plan, listeners)
-    except BaseException:
+    except BaseException as exc:
         for sock in listeners.values():
             sock.close()
         _let_go(agents)
+        _never_started(run_dir, exc)
         raise
-    from mwrun.head.agents import Agents
-    from mwrun.head.loop import Loop
-
     topo_hosts = [(name, host.addr) for name, host in topo.hosts.items()]
-    loop = Loop(plan, run_id, run_dir, stores, printer, grace,
-                str(rundir.control_path(run_id)), Agents(links, None) if links else None,
-                topo_hosts)
-    if loop.agents is not None:
-        loop.agents.loop, loop.agents.steps = loop, steps
     try:
+        loop = Loop(plan, run_id, run_dir, stores, printer, grace,
+                    str(rundir.control_path(run_id)), Agents(links, None) if links else None,
+                    topo_hosts)
+        if loop.agents is not None:
+            loop.agents.loop, loop.agents.steps = loop, steps
         code = loop.run()
         _summary(printer, loop)
+    except BaseException as exc:
+        _never_started(run_dir, exc)
+        raise
     finally:
         printer.close()
     return code
+
+
+def _never_started(run_dir, exc: BaseException) -> None:
+    """A run that ended before its supervisor wrote a state of its own says so: failed
+    (130 for Ctrl-C), never "starting" for ever."""
+    if run_dir is not None:
+        rundir.end_unstarted(run_dir, 130 if isinstance(exc, KeyboardInterrupt) else 1)
 
 
 def _more_descriptors() -> None:

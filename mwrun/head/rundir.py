@@ -64,13 +64,19 @@ def create(run_id: str | None, name: str = "run") -> Path:
     try:
         runs_root().mkdir(parents=True, exist_ok=True, mode=0o700)
         path = _reserve(run_id, name)
-        (path / "logs").mkdir(mode=0o700)
     except PermissionError as exc:
         raise RunError(f"cannot make a run folder under {runs_root()}: {exc.strerror}"
                        " (set MWRUN_HOME to a folder of yours)") from None
     # Written before anything else can fail or be interrupted: a folder without a
     # state would look like a run that is still starting, for ever.
-    write_json(path / "state.json", initial_state(path.name, name))
+    try:
+        write_json(path / "state.json", initial_state(path.name, name))
+        (path / "logs").mkdir(mode=0o700)
+    except BaseException as exc:  # Ctrl-C right now included
+        write_json(path / "state.json", {**initial_state(path.name, name), "state": "failed",
+                                         "exit_code": 130 if isinstance(exc, KeyboardInterrupt)
+                                         else 1})
+        raise
     return path
 
 
@@ -99,6 +105,15 @@ def initial_state(run_id: str, name: str) -> dict:
     return {"run_id": run_id, "name": name, "state": "starting", "supervisor_pid": os.getpid(),
             "started_at": time.time(), "control": str(control_path(run_id)),
             "exit_code": None, "processes": [], "worlds": []}
+
+
+def end_unstarted(path: Path, exit_code: int) -> None:
+    """Mark a run that ended before it started any process as failed (if it is still
+    the initial state: a supervisor that ran has written its own last word)."""
+    with contextlib.suppress(OSError, ValueError):
+        doc = json.loads((path / "state.json").read_text())
+        if doc.get("state") == "starting" and not doc.get("processes"):
+            write_json(path / "state.json", {**doc, "state": "failed", "exit_code": exit_code})
 
 
 def write_json(path: Path, data) -> None:

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.helpers import wait_gone
-from tests.integration.jobs import cli, launch, wait_for
+from tests.integration.jobs import cli, launch, status, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -53,4 +53,8 @@ def test_ctrl_c_in_the_first_seconds_leaves_a_run_that_says_it_ended(procs, home
     assert "ended before it started" in shown.stdout or "finished" in shown.stdout, \
         shown.stdout
     assert time.monotonic() - started < 30
+    doc = status(home)  # the document says it too: never "starting" once it has ended
+    assert doc["state"] in ("failed", "finished"), (doc, job.output())
+    if not doc["processes"]:
+        assert (doc["state"], doc["exit_code"]) == ("failed", 130), doc
     wait_gone(home)

@@ -121,3 +121,16 @@ def test_runs_made_in_the_same_second_get_their_own_ids(runs, monkeypatch):
     assert rundir.load_state(third.name)["state"] == "starting"
     with pytest.raises(Exception, match="exists already"):
         rundir.create(first.name, "star")
+
+
+def test_a_run_that_ended_before_starting_anything_says_failed_not_starting(runs):
+    path = rundir.create(None, "star")
+    rundir.end_unstarted(path, 130)
+    doc = json.loads((path / "state.json").read_text())
+    assert (doc["state"], doc["exit_code"], doc["processes"]) == ("failed", 130, [])
+    shown = CliRunner().invoke(main, ["status", path.name])
+    assert "it ended before it started any process" in shown.output, shown.output
+    # a supervisor that ran has said its own last word: that stays
+    rundir.write_json(path / "state.json", finished(path.name, doc["started_at"]))
+    rundir.end_unstarted(path, 1)
+    assert json.loads((path / "state.json").read_text())["state"] == "finished"
