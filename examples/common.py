@@ -70,7 +70,13 @@ async def arecover(world, error: mwrun.BrokenWorldError, what: str = "") -> bool
             loop.call_soon_threadsafe(lambda: done.done() or done.set_result(result))
 
     threading.Thread(target=wait, name=f"recover-{world.name}", daemon=True).start()
-    return await done
+    # Not a bare ``await done``: the kernel may hand Ctrl-C to any thread (this wait's,
+    # torch's), and then Python only notes it; its handler runs when the main thread
+    # next runs Python, and an idle loop would sleep on in epoll, for good if the peer
+    # never comes back. Waking twice a second lets asyncio.run see it.
+    while not done.done():
+        await asyncio.wait({done}, timeout=0.5)
+    return done.result()
 
 
 def quiet_interrupt(main) -> None:

@@ -19,6 +19,8 @@ text, so "Cannot use ReduceOp.BAND with NCCL" stays an error of the arguments:
 
 from __future__ import annotations
 
+import re
+
 import torch
 import torch.distributed as dist
 
@@ -41,6 +43,16 @@ def is_worlds(exc: BaseException, backend: str, stage: str) -> bool:
 def store_timed_out(exc: BaseException) -> bool:
     """A store call that ran out of time (worth waiting again), not a lost store."""
     return isinstance(exc, TimeoutError | dist.DistStoreError)
+
+
+def summarize(exc: BaseException) -> str:
+    """gloo's '[/path/pair.cc:553] Connection closed by peer [addr]. This is ...' -> the gist."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    message = re.sub(r"^\[[^\]]*\]\s*", "", message)
+    message = message.split(". This is typically")[0]
+    if "Application timeout" in message or re.search(r"Timed out waiting \d+ms", message):
+        return "a call timed out waiting for a peer (the world's timeout)"
+    return message
 
 
 def check_reduce(op, tensor: torch.Tensor, backend: str, world: str) -> None:

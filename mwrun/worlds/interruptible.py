@@ -16,14 +16,50 @@ STEP = 0.5  # how often a waiting thread looks whether its process exits
 RELEASING: set[threading.Thread] = set()  # threads dropping an old generation's group
 
 
-def interruptible(exiting, running: set, fn, *args):
+class Waits:
+    """The store waits of one world in flight, each in its own thread.
+
+    Once ended (the world closed, or the process exits) none starts any more: a wait
+    started after the store it waits on has gone could sit in torch's C++ with the GIL
+    released until the interpreter is being torn down, and a daemon thread that takes
+    the GIL back then is ended by ``pthread_exit``, whose unwinding through torch's
+    noexcept frames calls ``std::terminate`` (the process dies by SIGABRT).
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._threads: set[threading.Thread] = set()
+        self.ended = False
+
+    def start(self, thread: threading.Thread) -> bool:
+        """Start ``thread`` as one of these waits; False (not started) once ended."""
+        with self._lock:
+            if self.ended:
+                return False
+            self._threads.add(thread)
+            thread.start()  # under the lock: end() never sees a thread not started yet
+        return True
+
+    def discard(self, thread: threading.Thread) -> None:
+        with self._lock:
+            self._threads.discard(thread)
+
+    def end(self) -> list[threading.Thread]:
+        """No wait starts from now on; returns those still running."""
+        with self._lock:
+            self.ended = True
+            return list(self._threads)
+
+
+def interruptible(exiting, running: Waits, fn, *args):
     """``fn(*args)`` (a blocking store call) in a daemon thread, waited for here.
 
     A wait on an Event hears Ctrl-C and the process exiting (then it raises
     ``exiting()``); either way the store call is left behind in its daemon thread,
     which dies with the process. ``running`` holds the thread while it runs: whoever
     ends the store must let it finish (``finish``) before Python shuts down, as a
-    thread that wakes in torch's C++ after that aborts the process.
+    thread that wakes in torch's C++ after that aborts the process. Once ``running``
+    has ended, nothing starts: this raises ``exiting()`` at once.
     """
     outcome: dict = {}
     done = threading.Event()
@@ -37,8 +73,8 @@ def interruptible(exiting, running: set, fn, *args):
         done.set()
 
     thread = threading.Thread(target=run, name="mwrun-wait", daemon=True)
-    running.add(thread)
-    thread.start()
+    if not running.start(thread):
+        raise exiting()
     while not done.wait(STEP):
         if not threading.main_thread().is_alive():  # the interpreter is exiting
             raise exiting()
@@ -47,12 +83,14 @@ def interruptible(exiting, running: set, fn, *args):
     return outcome.get("value")
 
 
-def finish(running: set, timeout: float = 2.0) -> None:
-    """Wait a moment for the threads of ``running``, whose store has just gone. A
-    thread is added just before it starts, from any thread: one not started yet is
-    given the same moment to start (joining it before then is an error)."""
+def finish(running: Waits | set, timeout: float = 2.0) -> None:
+    """Wait a moment for the threads of ``running``, whose store has just gone (and,
+    for ``Waits``, start no more). A thread of a plain set is added just before it
+    starts, from any thread: one not started yet is given the same moment to start
+    (joining it before then is an error)."""
     deadline = time.monotonic() + timeout
-    for thread in list(running):
+    threads = running.end() if isinstance(running, Waits) else list(running)
+    for thread in threads:
         while thread.ident is None and time.monotonic() < deadline:
             time.sleep(0.01)  # being started by another thread right now
         if thread.ident is not None:

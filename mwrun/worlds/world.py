@@ -5,13 +5,10 @@ calls.py). How breaks and generations travel between members is described in
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
-import re
 import threading
 import time
-import weakref
 from datetime import timedelta
 
 import torch
@@ -19,42 +16,18 @@ import torch.distributed as dist
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
-from mwrun.worlds import backends, failures
+from mwrun.worlds import backends, failures, storehost
 from mwrun.worlds.calls import Calls
-from mwrun.worlds.interruptible import RELEASING, finish, interruptible, release
+from mwrun.worlds.failures import summarize
+from mwrun.worlds.interruptible import Waits, finish, interruptible, release
 from mwrun.worlds.worldspec import WorldSpec
 
 log = logging.getLogger("mwrun")
 _FOREVER = timedelta(hours=1)  # a watcher's wait, renewed for as long as the world lives
-_HOSTS: weakref.WeakSet = weakref.WeakSet()  # worlds whose store this process hosts (by hand)
-
-
-@atexit.register
-def _drop_stores() -> None:
-    """At exit, while Python still runs: end the stores this process hosts and let the
-    threads waiting on them finish. Dropped later, in the interpreter's teardown, they
-    would wake those threads where they can no longer run, and the C++ runtime aborts."""
-    for world in list(_HOSTS):
-        world._server = None
-        finish(world._waits)
-        watcher = world._watcher
-        if watcher is not None:
-            watcher.join(timeout=2)
-    finish(RELEASING)  # groups being dropped: their threads end in C++ too
 
 
 class WorldClosed(BrokenWorldError):
     """The world's host decided it will not re-form (a BrokenWorldError all the same)."""
-
-
-def summarize(exc: BaseException) -> str:
-    """gloo's '[/path/pair.cc:553] Connection closed by peer [addr]. This is ...' -> the gist."""
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    message = re.sub(r"^\[[^\]]*\]\s*", "", message)
-    message = message.split(". This is typically")[0]
-    if "Application timeout" in message or re.search(r"Timed out waiting \d+ms", message):
-        return "a call timed out waiting for a peer (the world's timeout)"
-    return message
 
 
 class World(Calls):
@@ -71,13 +44,14 @@ class World(Calls):
         self._local_addr = local_addr or backends.local_address(spec.addr)
         self._lock = threading.Lock()  # state below changes under it; calls read it bare
         self._rejoin_lock = threading.Lock()
+        self._retiring = threading.Lock()  # held while a rejoin lets a group go: close() waits
         self._server = None  # the TCPStore server, when this member hosts the store
         self._store = None
         self._generation = -1
         self._group: backends.Backend | None = None
         self._error: BrokenWorldError | None = None
         self._watcher: threading.Thread | None = None
-        self._waits: set[threading.Thread] = set()  # store waits in flight (interruptible)
+        self._waits = Waits()  # store waits in flight (interruptible); ended by close()
         self._closed = False
         self._broke_at = -1  # the last generation this member saw break
         self._calls = self._bytes = self._failures = 0  # traffic, see calls.py
@@ -121,35 +95,31 @@ class World(Calls):
         store.set_timeout(timedelta(seconds=self.timeout))
         return store
 
-    def _host(self) -> None:
-        spec = self._spec
-        try:
-            fd = backends.store_listener(spec.addr, spec.port)  # not every interface
-            extra = {} if fd is None else {"master_listen_fd": fd}
-            self._server = dist.TCPStore(spec.addr, spec.port, None, True,
-                                         timeout=timedelta(seconds=self.timeout),
-                                         wait_for_workers=False, **extra)
-        except (RuntimeError, OSError) as exc:
-            raise MwrunError(f"world {self.name!r}: cannot host its store on"
-                             f" {spec.addr}:{spec.port}: {summarize(exc)}") from None
-        protocol.start(self._server)
-        _HOSTS.add(self)
-
     def _form(self, deadline: float | None) -> None:
         """Join the generation the store names (or the one after a break) and build it."""
+        try:
+            self._join(deadline)
+        except BrokenWorldError:
+            raise
+        except (RuntimeError, TimeoutError) as exc:  # a store call: close() dropped it,
+            raise BrokenWorldError(self.name, max(self._generation, 0),  # or its host died
+                                   f"lost the world's store: {summarize(exc)}") from None
+
+    def _join(self, deadline: float | None) -> None:
         if self._spec.hosts_store and self._server is None:
-            self._host()
+            storehost.host(self)  # not once closed: see storehost
         if self._store is None:
             self._store = interruptible(self._exiting, self._waits, self._client,
                                         _left(deadline, 300.0))
-        store = self._store
-        generation = int(self._store_wait(protocol.GEN, deadline, 0))
+        store = self._store  # close() may drop self._store meanwhile
+        generation = int(self._store_wait(store, protocol.GEN, deadline, 0))
         # Never join a generation again once it broke, even if the store does not say
         # so yet (a peer that left publishes nothing): its key space holds the old
         # group's addresses. Wait for the host's word on it instead.
         while generation <= self._broke_at or \
                 protocol.broken_reason(store, generation) is not None:
-            decision = self._store_wait(protocol.key(generation, "next"), deadline, generation)
+            decision = self._store_wait(store, protocol.key(generation, "next"), deadline,
+                                        generation)
             if decision.startswith(protocol.CLOSED):
                 raise WorldClosed(self.name, generation, decision[len(protocol.CLOSED):])
             generation += 1
@@ -168,8 +138,14 @@ class World(Calls):
             reason = f"rank {self.rank} could not connect to its peers: {summarize(exc)}"
             raise BrokenWorldError(self.name, generation, reason) from None
         with self._lock:
-            self._group, self._generation, self._error = group, generation, None
-            self._device = group.device
+            ended = self._waits.ended  # closed (or exiting) while the group formed
+            if not ended:
+                self._group, self._generation, self._error = group, generation, None
+                self._device = group.device
+        if ended:
+            with self._retiring:
+                release(group)
+            raise self._exiting()
         log.debug("%s: generation %d formed (rank %d of %d)", self.name, generation, self.rank,
                   self.size)
         self._watcher = threading.Thread(target=self._watch, args=(generation,),
@@ -178,11 +154,11 @@ class World(Calls):
         if self._link is not None:
             self._link.world_event(self.name, generation, "ready")
 
-    def _store_wait(self, key: str, deadline: float | None, generation: int) -> str:
+    def _store_wait(self, store, key: str, deadline: float | None, generation: int) -> str:
         if not self._wait_keys([key], deadline, generation):
             raise BrokenWorldError(self.name, generation,
                                    f"timed out waiting for the world's store ({key})")
-        return protocol.text(self._store.get(key))
+        return protocol.text(store.get(key))
 
     def _wait_keys(self, keys, deadline, generation) -> bool:
         """Wait until every key exists; False once ``deadline`` has passed. The wait
@@ -206,6 +182,8 @@ class World(Calls):
             return False
 
     def _exiting(self) -> BrokenWorldError:
+        if self._closed:
+            return WorldClosed(self.name, max(self._generation, 0), "this member closed it")
         return BrokenWorldError(self.name, max(self._generation, 0), "the process is exiting")
 
     def _wait_arrivals(self, store, arrivals, deadline, generation) -> None:
@@ -333,8 +311,8 @@ class World(Calls):
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._rejoin_lock:
-            if self._closed:
-                raise MwrunError(f"world {self.name!r} is closed")
+            if self._closed:  # by another thread, maybe (Ctrl-C): WorldClosed
+                raise self._exiting()
             if self._error is None and self._group is not None:
                 return self
             self._retire()
@@ -355,12 +333,13 @@ class World(Calls):
 
     def _retire(self) -> None:
         """Let go of a broken generation: its watcher, its group, its sockets."""
-        self._stop_watcher(self._generation)
-        with self._lock:
-            group, self._group = self._group, None
-        if group is not None:
-            group.abort()
-            release(group)
+        with self._retiring:
+            self._stop_watcher(self._generation)
+            with self._lock:
+                group, self._group = self._group, None
+            if group is not None:
+                group.abort()
+                release(group)
 
     def close(self) -> None:
         """Leave the world. Other members see it break if they still call on it."""
@@ -368,6 +347,7 @@ class World(Calls):
             if self._closed:
                 return
             self._closed = True
+            self._waits.end()  # a rejoin in another thread starts nothing from now on
             group, self._group = self._group, None
             generation = self._generation
         # Tell the supervisor and the store first: the moment the group's sockets close,
@@ -381,6 +361,14 @@ class World(Calls):
         self._stop_watcher(generation)
         if group is not None:
             release(group)
+        # A rejoin in another thread (Ctrl-C ends the main thread's wait for it) may hold
+        # the group already, or the watcher, which _stop_watcher() then left to it: wait
+        # until it has handed the group to its reaper (in RELEASING, which the exit hook
+        # waits for). Left to itself, it could drop the group during the interpreter's
+        # teardown, and ProcessGroupGloo's destructor, which releases the GIL, would
+        # abort the process on taking it back (see storehost).
+        with self._retiring:
+            pass
         self._store = self._server = self._watcher = None
         finish(self._waits)  # a wait on the store this member hosted ends now
 

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from mwrun.errors import MwrunError
-from mwrun.worlds import backends
+from mwrun.worlds import backends, storehost
 from mwrun.worlds.world import World
 from mwrun.worlds.worldspec import WorldSpec
 from tests.helpers import free_port
@@ -172,7 +172,7 @@ def test_a_store_hosted_by_hand_listens_on_its_address_only():
 
     port = free_port()
     world = World("w", WorldSpec(rank=0, size=1, addr="127.0.0.1", port=port))
-    world._host()
+    storehost.host(world)
     try:
         listening = [c.laddr.ip for c in psutil.Process().net_connections(kind="tcp")
                      if c.status == psutil.CONN_LISTEN and c.laddr.port == port]

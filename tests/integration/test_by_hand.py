@@ -44,11 +44,6 @@ def test_the_leader_ends_once_its_workers_have_finished(procs):
     no_traceback(leader)
 
 
-# Known defect, left open with issue 11: about one run in three, the process ends by
-# SIGABRT ("terminate called without an active exception": a gloo thread outlives the
-# interpreter's teardown) instead of 130. It still ends; the exit is not yet clean.
-@pytest.mark.xfail(reason="intermittent SIGABRT at exit after Ctrl-C (gloo thread at"
-                          " teardown); see issue 11", strict=False)
 def test_ctrl_c_ends_a_leader_that_waits_for_a_peer(procs):
     start = starter(procs)
     leader = start("leader.py", "--worldinfo", "1,0")

@@ -1,0 +1,73 @@
+"""The world's store where this member hosts it (rank 0, by hand): starting it, and
+ending it before the interpreter's teardown.
+
+Why the order matters: a thread that sits in torch's C++ with the GIL released (a
+TCPStore being built, a store wait) and takes the GIL back while the interpreter is
+being torn down is ended by ``pthread_exit``; its unwinding reaches torch's noexcept
+frames (pybind11's ``gil_scoped_release``), ``std::terminate`` runs and the process
+dies by SIGABRT ("terminate called without an active exception"). Ctrl-C while a
+rejoin() waits in another thread did both, about one exit in three: the rejoin, still
+letting go of the broken generation, hosted the store anew after close() had dropped
+it, or dropped the old group (whose destructor releases the GIL) as Python exited.
+
+So the store and the waits on it end while Python still runs (close(), or the exit
+hook below), and once they have, nothing builds them again; and close() waits for a
+rejoin that holds the old group until it has handed it to its reaper, which the exit
+hook waits for (``RELEASING``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import weakref
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from mwrun import protocol
+from mwrun.errors import MwrunError
+from mwrun.worlds import backends
+from mwrun.worlds.failures import summarize
+from mwrun.worlds.interruptible import RELEASING, finish
+
+_HOSTS: weakref.WeakSet = weakref.WeakSet()  # worlds whose store this process hosts
+
+
+def host(world) -> None:
+    """Host ``world``'s store, under the lock with which close() and the exit hook end
+    it, and never once they have (its waits ended): then this raises ``exiting()``."""
+    spec = world._spec
+    with world._lock:
+        if world._waits.ended:
+            raise world._exiting()
+        try:
+            fd = backends.store_listener(spec.addr, spec.port)  # not every interface
+            extra = {} if fd is None else {"master_listen_fd": fd}
+            server = dist.TCPStore(spec.addr, spec.port, None, True,
+                                   timeout=timedelta(seconds=world.timeout),
+                                   wait_for_workers=False, **extra)
+        except (RuntimeError, OSError) as exc:
+            raise MwrunError(f"world {world.name!r}: cannot host its store on"
+                             f" {spec.addr}:{spec.port}: {summarize(exc)}") from None
+        protocol.start(server)
+        world._server = server
+        _HOSTS.add(world)
+
+
+@atexit.register
+def _drop_stores() -> None:
+    """At exit, while Python still runs: end the stores this process hosts and let the
+    threads waiting on them finish. Dropped later, in the interpreter's teardown, they
+    would wake those threads where they can no longer run, and the C++ runtime aborts."""
+    for world in list(_HOSTS):
+        with world._lock:  # as close() does: no wait starts, no store is hosted again
+            world._waits.end()
+            server, world._server = world._server, None
+        del server  # its destructor ends its connections, outside the lock
+        with world._retiring:  # a rejoin letting a group go hands it to RELEASING first
+            pass
+        finish(world._waits)
+        watcher = world._watcher
+        if watcher is not None:
+            watcher.join(timeout=2)
+    finish(RELEASING)  # groups being dropped: their threads end in C++ too
