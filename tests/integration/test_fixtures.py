@@ -26,7 +26,10 @@ def test_a_job_process_outlives_the_test(home):
 
 
 def test_an_ended_process_leaves_its_child_running(procs):
-    spawn = "import subprocess, sys; print(subprocess.Popen(%r).pid, flush=True)" % SLEEPER
+    # (its child writes elsewhere: holding the parent's pipe, it would make the wait
+    # for the parent's last lines sit out its timeout)
+    spawn = ("import subprocess as s; print(s.Popen(%r, stdout=s.DEVNULL, stderr=s.DEVNULL)"
+             ".pid, flush=True)" % SLEEPER)
     parent = procs.start([sys.executable, "-c", spawn])
     assert parent.wait() == 0
     print(f"pid {parent.lines[0]}", flush=True)
