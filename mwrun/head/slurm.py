@@ -259,8 +259,8 @@ class Rejoin:
             links, _ = connect(steps.topo, {self.host: steps.mapping[self.host]},
                                steps.run_id, started=self._started)
             self.link = links[self.host]
-        except (RunError, OSError) as exc:
-            self.error = str(exc)
+        except Exception as exc:  # said to the user, never a traceback
+            self.error = str(exc) or type(exc).__name__
 
     def _started(self, srun: subprocess.Popen) -> None:
         with self._steps.lock:

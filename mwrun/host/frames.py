@@ -10,9 +10,10 @@ Agent -> head: ``hello {protocol, version, host, inventory}``, ``spawned {name, 
 ``failed {name, error}`` (could not start), ``lines {name, lines}``, ``exited {name,
 code}``, ``probed {name, status, cpu, rss}``, ``control {request}`` (one message of the
 library's, relayed) or ``control {requests}`` (heartbeats held a moment and sent
-together), ``beat``.
-Head -> agent: ``spawn {name, argv, env, cwd, cpus}``, ``signal {name, signal}``,
-``probe {name}``, ``beat``, ``stop`` (kill everything, then exit).
+together), ``say {text}`` (for the user: its zygotes), ``beat``.
+Head -> agent: ``prepare {env, preload}`` (start a zygote now), ``spawn {name, argv,
+env, cwd, cpus, preload, warm}``, ``signal {name, signal}``, ``probe {name}``,
+``beat``, ``stop`` (kill everything, then exit).
 Any frame shows that its sender lives; a side that sent nothing for ``BEAT`` seconds
 sends a ``beat``.
 Either side that hears nothing for ``SILENCE`` seconds takes the other for gone (the
@@ -26,7 +27,7 @@ import hmac
 import json
 import struct
 
-PROTOCOL = 2  # 2: heartbeats held and relayed together
+PROTOCOL = 2  # 2: heartbeats held and relayed together; warm starts on agents
 BEAT = 1.0  # seconds without a frame before a side sends a beat
 # No frame for this long: the other side is gone. A closed link is seen at once; this
 # is for a head or host that is stopped or cut off, and must outlast a busy moment (a
