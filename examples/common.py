@@ -80,8 +80,17 @@ async def arecover(world, error: mwrun.BrokenWorldError, what: str = "") -> bool
 
 
 def quiet_interrupt(main) -> None:
-    """Run main(); Ctrl-C ends the program with status 130 and no traceback."""
+    """Run main(); Ctrl-C ends the program with status 130 and no traceback.
+
+    By then main() has left ``with mwrun.init(...)``, so its worlds are closed (peers
+    see it leave). What is left is the interpreter's teardown, with torch's C++ threads
+    (a rejoin's store waits, a group being released) still about; a Ctrl-C should not
+    wait on them, so the process ends here, its output flushed.
+    """
     try:
         main()
     except KeyboardInterrupt:
-        sys.exit(130)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(130)

@@ -2,6 +2,7 @@
 peers all left is over, and Ctrl-C ends a process whatever it waits for."""
 
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -18,7 +19,7 @@ def starter(procs):
 
     def start(name, *args):
         return procs.start([sys.executable, str(SCRIPT / name), "--base-port", str(base),
-                            *args])
+                            *args], env={"PYTHONFAULTHANDLER": "1"})
     return start
 
 
@@ -52,5 +53,16 @@ def test_ctrl_c_ends_a_leader_that_waits_for_a_peer(procs):
     worker.signal(signal.SIGKILL)  # it will not come back: the leader waits in rejoin()
     leader.expect(lambda line: str(line).startswith("world1 broke: "))
     leader.signal(signal.SIGINT)
-    assert leader.wait(timeout=20) == 130, leader.output()
+    assert ended(leader) == 130, leader.output()
     no_traceback(leader)
+
+
+def ended(proc, timeout: float = 20.0) -> int | str:
+    """Its exit status; if it has not ended in time, what each of its threads was doing
+    (faulthandler prints them on SIGABRT), for the failure to show."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.signal(signal.SIGABRT)
+        proc.wait(timeout=30)
+        return "still running after Ctrl-C; its threads:"
