@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 import time
 
+from mwrun.worlds import signals
+
 STEP = 0.5  # how often a waiting thread looks whether its process exits
 RELEASING: set[threading.Thread] = set()  # threads dropping an old generation's group
 
@@ -37,7 +39,7 @@ class Waits:
             if self.ended:
                 return False
             self._threads.add(thread)
-            thread.start()  # under the lock: end() never sees a thread not started yet
+            signals.start(thread)  # under the lock: end() sees every thread started
         return True
 
     def discard(self, thread: threading.Thread) -> None:
@@ -110,5 +112,5 @@ def release(group) -> None:
 
     reaper = threading.Thread(target=release, name="mwrun-release", daemon=True)
     RELEASING.add(reaper)
-    reaper.start()
+    signals.start(reaper)
     reaper.join(timeout=0.5)

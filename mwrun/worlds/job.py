@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 
 from mwrun.errors import BrokenWorldError, MwrunError
+from mwrun.worlds import signals
 from mwrun.worlds.supervisor_link import SupervisorLink
 from mwrun.worlds.world import World, WorldClosed
 from mwrun.worlds.worldspec import WorldSpec, from_environment
@@ -141,7 +142,7 @@ def _form_all(worlds: dict[str, World], deadline: float) -> dict[str, BaseExcept
     threads = [threading.Thread(target=form, args=(w,), name=f"mwrun-form-{w.name}")
                for w in worlds.values()]
     for thread in threads:
-        thread.start()
+        signals.start(thread)
     for thread in threads:
         thread.join()
     return failures

@@ -25,6 +25,8 @@ import socket
 import threading
 import time
 
+from mwrun.worlds import signals
+
 TRAFFIC_EVERY = 1.0  # seconds between beats while traffic moves, for its rates
 # Seconds of fast beats after the counts last moved: the supervisor's rate window
 # (head/traffic.py WINDOW), so a rate falls to 0 in steps, as the traffic did.
@@ -61,7 +63,7 @@ class SupervisorLink:
         self.send({"verb": "hello", "process": self._process, "pid": os.getpid(),
                    "interval": self._interval})
         self._thread = threading.Thread(target=self._beat, name="mwrun-heartbeat", daemon=True)
-        self._thread.start()
+        signals.start(self._thread)
         return self
 
     def send(self, message: dict) -> None:

@@ -7,6 +7,8 @@ import contextlib
 import queue
 import threading
 
+from mwrun.worlds import signals
+
 
 class Work:
     """A call in flight on one generation of a world.
@@ -91,7 +93,8 @@ class _WaiterPool:
                 self._idle -= 1
         self._tasks.put((fn, report))
         if spawn:
-            threading.Thread(target=self._serve, name="mwrun-await", daemon=True).start()
+            signals.start(threading.Thread(target=self._serve, name="mwrun-await",
+                                           daemon=True))
 
     def _serve(self) -> None:
         while True:

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
-from mwrun.worlds import backends, failures, storehost
+from mwrun.worlds import backends, failures, signals, storehost
 from mwrun.worlds.calls import Calls
 from mwrun.worlds.failures import summarize
 from mwrun.worlds.interruptible import Waits, finish, interruptible, release
@@ -150,7 +150,7 @@ class World(Calls):
                   self.size)
         self._watcher = threading.Thread(target=self._watch, args=(generation,),
                                          name=f"mwrun-watch-{self.name}", daemon=True)
-        self._watcher.start()
+        signals.start(self._watcher)
         if self._link is not None:
             self._link.world_event(self.name, generation, "ready")
 
@@ -310,7 +310,7 @@ class World(Calls):
         world will not re-form (its host closed it) or ``timeout`` seconds pass.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._rejoin_lock:
+        with self._rejoin_lock, signals.blocked_off_main():
             if self._closed:  # by another thread, maybe (Ctrl-C): WorldClosed
                 raise self._exiting()
             if self._error is None and self._group is not None:

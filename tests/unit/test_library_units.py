@@ -241,3 +241,31 @@ def test_finish_waits_for_a_thread_another_thread_is_starting():
     finish({worker}, timeout=5.0)
     assert done.is_set()
     starter.join()
+
+
+def test_mwrun_threads_leave_ctrl_c_to_the_main_thread():
+    import signal
+    import threading
+
+    from mwrun.worlds import signals
+
+    def mask() -> set:
+        return set(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+    seen = {}
+
+    def run():
+        seen["own"] = mask()
+        inner = threading.Thread(target=lambda: seen.setdefault("child", mask()))
+        inner.start()  # a thread it starts (as torch's C++ ones) inherits its mask
+        inner.join()
+        with signals.blocked_off_main():
+            seen["off_main"] = mask()
+
+    before = mask()
+    signals.start(threading.Thread(target=run)).join()
+    assert signal.SIGINT not in before and mask() == before  # the main thread keeps them
+    assert {signal.SIGINT, signal.SIGTERM} <= seen["own"]
+    assert signal.SIGINT in seen["child"] and signal.SIGINT in seen["off_main"]
+    with signals.blocked_off_main():
+        assert signal.SIGINT not in mask()  # the main thread's waits must hear Ctrl-C
