@@ -1,4 +1,5 @@
 import contextlib
+import signal
 
 import psutil
 import pytest
@@ -12,6 +13,13 @@ from tests.helpers import (
     settle,
     wait_gone,
 )
+
+# A shell runs a command it puts in the background (``cmd &``, a CI script started so)
+# with SIGINT ignored, and an ignored signal stays ignored in every child, so the
+# processes the tests Ctrl-C would not hear it. A user's terminal gives them the
+# default: so do the tests (a handler of our own is not inherited; the default is).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

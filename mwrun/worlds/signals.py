@@ -2,11 +2,12 @@
 
 On Linux the kernel hands a signal sent to the process (Ctrl-C's SIGINT, a SIGTERM) to
 any thread that does not block it. Python runs its handlers in the main thread only,
-and when the C-level handler ran in another thread, CPython (3.11) does not flag the
-main thread: a main thread idle in a wait (an asyncio loop, a lock) never notices, and
-the Ctrl-C is lost. Every thread mwrun starts, and every thread torch starts for it (a
-store's server loop, gloo's workers: they copy the signal mask of the thread that
-creates them), therefore blocks these signals, so that they reach the main thread.
+and only once that thread runs again: caught by another thread, the signal does not
+interrupt the main thread's wait, so a main thread idle in a wait without a timeout (an
+asyncio loop with nothing scheduled, a join) sleeps on and the Ctrl-C seems lost. Every
+thread mwrun starts, and every thread torch starts for it (a store's server loop,
+gloo's workers: they copy the signal mask of the thread that creates them), therefore
+blocks these signals, so that they reach the main thread and wake it.
 """
 
 from __future__ import annotations
