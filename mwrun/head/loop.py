@@ -24,6 +24,7 @@ from mwrun.head.history import SAMPLE_EVERY, History
 from mwrun.head.states import WorldState
 from mwrun.head.supervisor import TICK, Supervisor
 from mwrun.head.traffic import Traffic
+from mwrun.host import sockets
 from mwrun.host.lines import LineBuffer
 from mwrun.host.process import ProcessHandle
 from mwrun.host.warm import reap_orphans
@@ -173,7 +174,12 @@ class Loop:
     # -- the loop --------------------------------------------------------------------------
 
     def run(self) -> int:
-        listener = control.listen(self.control_path)
+        wanted = len(self.plan.processes) + 64  # each connects once, all at about once
+        listener = control.listen(self.control_path, wanted)
+        if sockets.somaxconn() < wanted:
+            self.say(f"net.core.somaxconn is {sockets.somaxconn()}, below the {wanted}"
+                     " connections this job may make at once; processes that find the"
+                     " backlog full keep trying, so they are supervised a little later")
         self.selector.register(listener, selectors.EVENT_READ, (self._accept, listener))
         wake_read, wake_write = socket.socketpair()
         wake_read.setblocking(False)
@@ -187,8 +193,7 @@ class Loop:
             self._prepare_warm()
             self.supervisor.start()
             self._started()
-            self.stores.serve()
-            self.supervisor.ready()
+            self.stores.serve(lambda: self._wake(wake_write))
             self._save()
             while not self.supervisor.finished:
                 self._step()
@@ -222,6 +227,7 @@ class Loop:
                 self._serve(connection)
         if self.agents is not None:
             self.agents.handle_pending()  # frames read while awaiting an answer
+        self.stores.ready()  # what waited for the stores is written once they exist
         now = time.monotonic()
         if now >= due:
             if self.agents is not None:
@@ -241,6 +247,11 @@ class Loop:
     def _look_into_stores(self) -> None:
         for world in self.supervisor.plain_forming():
             self.supervisor.on_store_seen(world, self.stores.plain_ranks(world))
+
+    @staticmethod
+    def _wake(wake: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            wake.send(b"\0")  # from the stores' thread: they exist, write what waited
 
     def _record_signal(self, signum, frame) -> None:
         self.signals.append(signum)  # acted on by the loop, never in the handler

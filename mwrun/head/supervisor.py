@@ -47,11 +47,6 @@ class Supervisor:
             self.state = R.RUNNING
         self._settle()
 
-    def ready(self) -> None:
-        """The head's own bring-up is over (its stores built, which may wait for its
-        torch import): that wait was no stall either."""
-        self.clock = hangs.AwakeClock(self.host.now(), TICK)
-
     def _spawn(self, rec: ProcessRecord) -> None:
         name = rec.plan.name
         generations = {w: self.worlds[w].generation for w in rec.plan.worlds}

@@ -11,6 +11,10 @@ from pathlib import Path
 
 from mwrun.errors import RunError
 
+# Every process of a host connects once, all at about the same moment. A backlog of 64
+# left the 65th of 128 unsupervised while the head was busy forking the others.
+BACKLOG = 4096
+
 
 def private_folder(path: str | os.PathLike) -> Path:
     """Make ``path`` (mode 0700), or check that it is ours alone; RunError if not.
@@ -35,9 +39,19 @@ def private_folder(path: str | os.PathLike) -> Path:
                    " MWRUN_HOME to a shorter path")
 
 
-def listen(path: str) -> socket.socket:
+def somaxconn() -> int:
+    """The kernel's cap on any listen backlog (net.core.somaxconn)."""
+    try:
+        return int(Path("/proc/sys/net/core/somaxconn").read_text())
+    except (OSError, ValueError):
+        return socket.SOMAXCONN
+
+
+def listen(path: str, backlog: int = BACKLOG) -> socket.socket:
     """A listening Unix socket at ``path``, in a folder that is ours alone, born
-    owner-only (no window of 0755), non-blocking."""
+    owner-only (no window of 0755), non-blocking. ``backlog``: connections that may
+    wait while the loop is busy (every process of a big job connects at once while the
+    head forks the rest); the kernel caps it at ``somaxconn()``."""
     private_folder(os.path.dirname(path))  # RunError if someone else can write there
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
@@ -47,6 +61,6 @@ def listen(path: str) -> socket.socket:
         sock.bind(path)
     finally:
         os.umask(old)
-    sock.listen(64)
+    sock.listen(min(backlog, somaxconn()))
     sock.setblocking(False)
     return sock

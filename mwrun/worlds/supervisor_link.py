@@ -15,13 +15,20 @@ since the process joined. The supervisor turns them into rates, so while the cou
 move (and for the supervisor's rate window after), beats come once a second whatever
 the hang timeout allows; an idle process beats only at its interval, which keeps a
 supervisor watching hundreds of idle processes idle itself.
+The supervisor may be busy when a process starts (forking hundreds of others, its
+listen backlog full): the link then keeps trying from its thread, with backoff, says so
+once on stderr, and holds the world events it must not lose (in order, bounded) until
+the hello has gone out. A process is never silently left without its supervisor.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import os
 import socket
+import sys
 import threading
 import time
 
@@ -31,6 +38,10 @@ TRAFFIC_EVERY = 1.0  # seconds between beats while traffic moves, for its rates
 # Seconds of fast beats after the counts last moved: the supervisor's rate window
 # (head/traffic.py WINDOW), so a rate falls to 0 in steps, as the traffic did.
 TRAFFIC_TAIL = 5.0
+CONNECT_TIMEOUT = 1.0  # one attempt to reach the supervisor's socket
+RETRY_FIRST, RETRY_CAP = 0.05, 2.0  # backoff between attempts, seconds
+SAY_AFTER = 5.0  # seconds of failed attempts before the process says so, once
+HELD_EVENTS = 1000  # world events kept, in order, until the supervisor is reached
 
 
 def beat_due(now: float, sent_at: float, moved_at: float, interval: float,
@@ -42,44 +53,100 @@ def beat_due(now: float, sent_at: float, moved_at: float, interval: float,
 
 
 class SupervisorLink:
-    def __init__(self, path: str, process: str, interval: float):
+    def __init__(self, path: str, process: str, interval: float, *, stderr=None):
         self._path = path
         self._process = process
         self._interval = interval
+        self._stderr = stderr
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._sock: socket.socket | None = None
+        self._held: collections.deque[dict] = collections.deque(maxlen=HELD_EVENTS)
         self._thread: threading.Thread | None = None
         self.worlds: dict = {}  # name -> World, set by init once they exist
 
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
     def start(self) -> SupervisorLink:
-        try:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(2.0)
-            sock.connect(self._path)
-        except OSError:
-            return self  # no supervisor to talk to: run without heartbeats
-        self._sock = sock
-        self.send({"verb": "hello", "process": self._process, "pid": os.getpid(),
-                   "interval": self._interval})
-        self._thread = threading.Thread(target=self._beat, name="mwrun-heartbeat", daemon=True)
+        """One attempt now; if the supervisor cannot be reached yet, the beating
+        thread keeps trying (the process's worlds never wait for it)."""
+        self._connect()
+        self._thread = threading.Thread(target=self._run, name="mwrun-heartbeat", daemon=True)
         signals.start(self._thread)
         return self
+
+    def _connect(self) -> bool:
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError:
+            return False
+        try:
+            sock.settimeout(CONNECT_TIMEOUT)
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            return False
+        hello = {"verb": "hello", "process": self._process, "pid": os.getpid(),
+                 "interval": self._interval}
+        with self._lock:
+            self._sock = sock
+            held, self._held = list(self._held), collections.deque(maxlen=HELD_EVENTS)
+            for message in [hello, *held]:  # hello first: events of a stranger are ignored
+                self._send_locked(message)
+        return self._sock is not None
 
     def send(self, message: dict) -> None:
         with self._lock:
             if self._sock is None:
+                if message.get("verb") == "world":  # the supervisor must hear these
+                    self._held.append(message)
                 return
-            try:
-                self._sock.sendall(json.dumps(message).encode() + b"\n")
-            except OSError:
-                self._sock.close()
-                self._sock = None
+            self._send_locked(message)
+
+    def _send_locked(self, message: dict) -> None:
+        if self._sock is None:
+            return
+        try:
+            self._sock.sendall(json.dumps(message).encode() + b"\n")
+        except OSError:
+            self._sock.close()
+            self._sock = None
 
     def world_event(self, world: str, generation: int, event: str, reason: str = "") -> None:
         self.send({"verb": "world", "process": self._process, "pid": os.getpid(),
                    "world": world, "generation": generation, "event": event,
                    "reason": reason})
+
+    def _run(self) -> None:
+        if self._reach():
+            self._beat()
+
+    def _reach(self) -> bool:
+        """Until the supervisor answers (or the link is closed): try with backoff, and
+        say once that the process runs unsupervised meanwhile."""
+        began, wait, said = time.monotonic(), RETRY_FIRST, False
+        while self._sock is None:
+            if self._stop.wait(wait):
+                return False
+            if self._connect():
+                if said:
+                    self._say(f"mwrun: {self._process} reached its supervisor after"
+                              f" {time.monotonic() - began:.1f}s; it is supervised again")
+                return True
+            wait = min(wait * 2, RETRY_CAP)
+            if not said and time.monotonic() - began >= SAY_AFTER:
+                said = True
+                self._say(f"mwrun: {self._process} cannot reach its supervisor at"
+                          f" {self._path} yet; it keeps trying (until then nothing"
+                          " watches it for hangs or counts its traffic)")
+        return True
+
+    def _say(self, text: str) -> None:
+        stream = self._stderr or sys.stderr
+        with contextlib.suppress(OSError, ValueError):
+            print(text, file=stream, flush=True)
 
     def _beat(self) -> None:
         step = min(self._interval, TRAFFIC_EVERY)
@@ -97,7 +164,7 @@ class SupervisorLink:
             self.send({"verb": "heartbeat", "process": self._process, "pid": os.getpid(),
                        "t": now, "traffic": traffic})
             if self._sock is None:
-                return
+                return  # the supervisor went away: the job's worlds do not need it
 
     def close(self) -> None:
         """Stop beating, and say so: a process may go on working after leaving its
