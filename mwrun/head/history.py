@@ -27,6 +27,10 @@ import signal
 import time
 from pathlib import Path
 
+from mwrun.head.states import ProcessState as P
+from mwrun.head.states import RunState as R
+from mwrun.head.states import WorldState as W
+
 HISTORY = "history.jsonl"
 ROTATED = "history.1.jsonl"
 HISTORY_BYTES = 4 * 2**20
@@ -89,44 +93,44 @@ class History:
 
 
 def snapshot(sup) -> dict:
-    return {"run": sup.state.value,
-            "procs": {n: (r.state.value, r.pid, r.restarts) for n, r in sup.procs.items()},
-            "worlds": {n: (w.state.value, w.generation, w.breaks)
-                       for n, w in sup.worlds.items()}}
+    return {"run": sup.state,
+            "procs": {n: (r.state, r.pid, r.restarts) for n, r in sup.procs.items()},
+            "worlds": {n: (w.state, w.generation, w.breaks) for n, w in sup.worlds.items()}}
 
 
 def changes(before: dict | None, now: dict, sup) -> list[dict]:
     """The events between two snapshots, in the order they happen: hangs and exits,
     then breaks, then stops, spawns, forms and closes."""
     if before is None:
-        before = {"run": "starting", "procs": {n: ("new", None, 0) for n in now["procs"]},
-                  "worlds": {n: ("forming", 0, 0) for n in now["worlds"]}}
+        before = {"run": R.STARTING, "procs": {n: (None, None, 0) for n in now["procs"]},
+                  "worlds": {n: (W.FORMING, 0, 0) for n in now["worlds"]}}
     out = []
     for name, (state, pid, _) in now["procs"].items():
         old_state, old_pid, _ = before["procs"][name]
         rec = sup.procs[name]
-        if state == "hung" and old_state != "hung":
+        if state is P.HUNG and old_state is not P.HUNG:
             out.append({"event": "hang", "process": name, "why": rec.hung})
-        if old_pid is not None and (pid != old_pid or state not in ("starting", "running",
-                                                                      "hung")):
+        # An exit is a pid gone or replaced; a live state change (unresponsive, hung)
+        # is none.
+        if old_pid is not None and (pid != old_pid or not state.alive):
             out.append({"event": "exit", "process": name, "pid": old_pid,
-                        "code": rec.exit_code, "state": state, "why": rec.why})
+                        "code": rec.exit_code, "state": state.value, "why": rec.why})
     for name, (_, _, breaks) in now["worlds"].items():
         _, old_generation, old_breaks = before["worlds"][name]
         if breaks > old_breaks:
             out.append({"event": "break", "world": name, "generation": old_generation,
                         "reason": sup.worlds[name].reason})
-    if now["run"] == "stopping" and before["run"] != "stopping":
+    if now["run"] is R.STOPPING and before["run"] is not R.STOPPING:
         out.append({"event": "stop"})
     for name, (_, pid, restarts) in now["procs"].items():
         if pid is not None and pid != before["procs"][name][1]:
             out.append({"event": "spawn", "process": name, "pid": pid, "restarts": restarts})
     for name, (state, generation, _) in now["worlds"].items():
         old_state, old_generation, _ = before["worlds"][name]
-        if state == "healthy" and (old_state != "healthy" or generation != old_generation):
+        if state is W.HEALTHY and (old_state is not W.HEALTHY or generation != old_generation):
             out.append({"event": "form", "world": name, "generation": generation})
-        elif state == "closed" and old_state != "closed":
+        elif state is W.CLOSED and old_state is not W.CLOSED:
             out.append({"event": "close", "world": name, "reason": sup.worlds[name].reason})
-    if now["run"] in ("finished", "failed") and before["run"] != now["run"]:
-        out.append({"event": "end", "state": now["run"]})
+    if now["run"].final and before["run"] is not now["run"]:
+        out.append({"event": "end", "state": now["run"].value})
     return out

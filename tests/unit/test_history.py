@@ -117,3 +117,24 @@ def test_many_unbroken_worlds_share_one_summary_line():
                 for t in range(1, 6)]
     assert summary(build(records, [], "r"))[1:] == [
         "6 worlds: no breaks; 1.0 to 6.0 calls/s on average"]
+
+
+def test_an_unresponsive_process_is_no_exit_in_the_history(tmp_path):
+    """Unresponsive is a live state: its history says nothing ended (it once wrote a
+    fake exit for every late heartbeat)."""
+    sup, host = make()
+    history = History(tmp_path, {"run_id": "r", "name": "star", "worlds": {}}, Clock(host))
+    join_all(sup)
+    history.observe(sup)
+    for _ in range(8):  # 4 s in ticks, past two beat intervals: its beats are late
+        host.t += 0.5
+        sup.on_tick()
+        for name in ("leader", "worker-1"):
+            sup.on_heartbeat(name, sup.procs[name].pid)
+    assert sup.procs["worker-0"].state.value == "unresponsive"
+    history.observe(sup)
+    sup.on_heartbeat("worker-0", sup.procs["worker-0"].pid)
+    history.observe(sup)
+    history.close()
+    records = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert [r for r in records if r.get("event") == "exit"] == []
