@@ -17,8 +17,10 @@ The handlers only translate requests into calls on the supervisor.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
+import selectors
 import signal
 import socket
 import struct
@@ -30,6 +32,7 @@ from mwrun.host import sockets
 MAX_LINE = 1 << 20
 MAX_PENDING = 1000  # requests read but not yet served, per client
 MAX_UNSENT = 1 << 20  # bytes of replies a client may leave unread before it is dropped
+REQUESTS_PER_TURN = 16  # requests served per client in one turn of the loop
 
 
 def signal_number(value) -> int:
@@ -152,6 +155,57 @@ class Connection:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class Clients:
+    """The control socket's clients, served from the loop's selector without ever
+    waiting on one: a bounded number of requests per client per turn (one client
+    sending thousands cannot hold the loop; the rest wait in ``backlog``)."""
+
+    def __init__(self, selector, serve_line):
+        self.selector = selector
+        self.serve_line = serve_line  # one request line -> its reply, or None
+        self.backlog: set[Connection] = set()  # clients with requests left to serve
+
+    def accept(self, listener: socket.socket) -> None:
+        with contextlib.suppress(BlockingIOError):
+            sock, _ = listener.accept()
+            if not same_user(sock):
+                sock.close()
+                return
+            sock.setblocking(False)
+            self.selector.register(sock, selectors.EVENT_READ, (self._request, Connection(sock)))
+
+    def serve_backlog(self) -> None:
+        for connection in list(self.backlog):
+            if connection in self.backlog:
+                self._serve(connection)
+
+    def _request(self, connection: Connection) -> None:
+        if not connection.receive():
+            self._drop(connection)
+            return
+        self._serve(connection)
+
+    def _serve(self, connection: Connection) -> None:
+        for line in connection.take(REQUESTS_PER_TURN):
+            reply = self.serve_line(line)
+            if reply is not None:
+                connection.reply(reply)
+        if connection.pending:
+            self.backlog.add(connection)
+        else:
+            self.backlog.discard(connection)
+        if not connection.flush():
+            self._drop(connection)  # it does not read its replies
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.unsent else 0)
+        self.selector.modify(connection.sock, events, (self._request, connection))
+
+    def _drop(self, connection: Connection) -> None:
+        self.backlog.discard(connection)
+        self.selector.unregister(connection.sock)
+        connection.close()
 
 
 def serve(loop, line: bytes) -> dict | None:

@@ -1,8 +1,9 @@
 """The status document (``mwrun status --json`` and ``state.json``), built from the
 supervisor's records and the loop's readings: processes, worlds with their traffic,
 hosts. ``state.json`` is rewritten only when something in it changed (a heartbeat
-changes nothing) or the usage readings are due: building the document for every event
-would cost the supervisor more than everything else it does.
+changes nothing) or the usage readings are due, and then behind, at most once per
+SAVE_GAP: building the document for every event would cost the supervisor more than
+everything else it does.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from mwrun.head import rundir
 
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
 USAGE_FRESH = 1.0  # a status request reuses readings younger than this
+SAVE_GAP = 0.25  # seconds between two writes of state.json at least
 
 
 def build(loop, fresh_usage: bool = False) -> dict:
@@ -79,15 +81,25 @@ def _pids(loop, world) -> dict:
     return {m: procs[m].pid for m in world.plan.members if procs[m].state.alive}
 
 
-def save(loop) -> None:
+def save(loop, force: bool = False) -> None:
     """Write state.json (and the history) if something in it changed, or the usage
     readings are due. Called after every event, so the common case (a heartbeat that
-    changed nothing) must cost next to nothing."""
+    changed nothing) must cost next to nothing. The history is written at once (its
+    times are the events'); state.json is written behind, at most once per SAVE_GAP:
+    a burst of events (a launch, a host lost) costs one write, not one per event.
+    ``loop.save_due`` tells the loop when a deferred write is due."""
     hosts = tuple(sorted(loop.agents.states().items())) if loop.agents else ()
     key = (loop.supervisor.signature(), loop.usage_at, hosts)
-    if key == loop.saved and time.monotonic() - loop.usage_at < USAGE_EVERY:
+    now = time.monotonic()
+    if key == loop.saved and now - loop.usage_at < USAGE_EVERY:
         return
-    loop.history.observe(loop.supervisor)
+    if key[0] != loop.observed:
+        loop.history.observe(loop.supervisor)
+        loop.observed = key[0]
+    if not force and now - loop.saved_at < SAVE_GAP:
+        loop.save_due = loop.saved_at + SAVE_GAP
+        return
     doc = build(loop)
     rundir.write_json(loop.run_dir / "state.json", doc)
     loop.saved = (key[0], loop.usage_at, hosts)  # build() may have read usage afresh
+    loop.saved_at, loop.save_due = time.monotonic(), None

@@ -34,7 +34,6 @@ from mwrun.plan import environment, preload
 OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
 OUTPUT_SLICE_MIN = 4096
 EXIT_DRAIN = 256 * 1024  # what is read of a child's pipe before its exit is reported
-REQUESTS_PER_TURN = 16  # control requests served per client in one turn of the loop
 FINISH_WAIT = 2.0  # at the very end, for the last exits and output after SIGKILL
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -54,9 +53,12 @@ class Loop:
         self.usage: dict[str, tuple] = {}
         self.usage_at = 0.0
         self.selector = selectors.DefaultSelector()
+        self.clients = control.Clients(self.selector, lambda line: control.serve(self, line))
         self.signals: list[int] = []
-        self.backlog: set[control.Connection] = set()  # clients with requests left to serve
-        self.saved: tuple | None = None
+        self.saved: tuple | None = None  # what state.json last showed (document.save)
+        self.observed: tuple | None = None  # what the history last saw
+        self.saved_at = 0.0
+        self.save_due: float | None = None  # a write of state.json held back until then
         self.next_tick = 0.0
         self.next_sample = 0.0
         self.traffic = Traffic()
@@ -180,7 +182,7 @@ class Loop:
             self.say(f"net.core.somaxconn is {sockets.somaxconn()}, below the {wanted}"
                      " connections this job may make at once; processes that find the"
                      " backlog full keep trying, so they are supervised a little later")
-        self.selector.register(listener, selectors.EVENT_READ, (self._accept, listener))
+        self.selector.register(listener, selectors.EVENT_READ, (self.clients.accept, listener))
         wake_read, wake_write = socket.socketpair()
         wake_read.setblocking(False)
         wake_write.setblocking(False)
@@ -206,10 +208,10 @@ class Loop:
 
     def _step(self) -> None:
         due = self.next_tick
-        deadline = self.supervisor.deadline()
-        if deadline is not None:
-            due = min(due, deadline)
-        wait = 0.0 if self.backlog else max(due - time.monotonic(), 0.0)
+        for deadline in (self.supervisor.deadline(), self.save_due):
+            if deadline is not None:
+                due = min(due, deadline)
+        wait = 0.0 if self.clients.backlog else max(due - time.monotonic(), 0.0)
         output = []
         for key, _ in self.selector.select(wait):
             callback, arg = key.data
@@ -222,9 +224,7 @@ class Loop:
         share = max(OUTPUT_PER_TURN // max(len(output), 1), OUTPUT_SLICE_MIN)
         for fd in output:
             self._drain(fd, share)
-        for connection in list(self.backlog):
-            if connection in self.backlog:
-                self._serve(connection)
+        self.clients.serve_backlog()
         if self.agents is not None:
             self.agents.handle_pending()  # frames read while awaiting an answer
         self.stores.ready()  # what waited for the stores is written once they exist
@@ -300,44 +300,6 @@ class Loop:
             limit -= len(data)
             self.printer.lines(name, buffer.feed(data))
 
-    def _accept(self, listener: socket.socket) -> None:
-        with contextlib.suppress(BlockingIOError):
-            sock, _ = listener.accept()
-            if not control.same_user(sock):
-                sock.close()
-                return
-            sock.setblocking(False)
-            self.selector.register(sock, selectors.EVENT_READ,
-                                   (self._request, control.Connection(sock)))
-
-    def _request(self, connection: control.Connection) -> None:
-        if not connection.receive():
-            self._drop(connection)
-            return
-        self._serve(connection)
-
-    def _serve(self, connection: control.Connection) -> None:
-        """A bounded number of the client's requests per turn, so that one client
-        sending thousands cannot hold the loop; the rest wait for the next turns."""
-        for line in connection.take(REQUESTS_PER_TURN):
-            reply = control.serve(self, line)
-            if reply is not None:
-                connection.reply(reply)
-        if connection.pending:
-            self.backlog.add(connection)
-        else:
-            self.backlog.discard(connection)
-        if not connection.flush():
-            self._drop(connection)  # it does not read its replies
-            return
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.unsent else 0)
-        self.selector.modify(connection.sock, events, (self._request, connection))
-
-    def _drop(self, connection: control.Connection) -> None:
-        self.backlog.discard(connection)
-        self.selector.unregister(connection.sock)
-        connection.close()
-
     def _tell_watchdog(self, line: str) -> None:
         with contextlib.suppress(OSError, ValueError):
             self.watchdog.stdin.write(line + "\n")
@@ -365,7 +327,7 @@ class Loop:
             if code is not None:
                 self.supervisor.on_exit(name, code)  # only after an exception in the loop
         self._drain_to_end(deadline)
-        self._save()
+        self._save(force=True)  # the final state, never held back
         self.history.close()
         self.warm.close()
         self._tell_watchdog("exit")
@@ -404,5 +366,5 @@ class Loop:
     def document(self, fresh_usage: bool = False) -> dict:
         return document.build(self, fresh_usage)
 
-    def _save(self) -> None:
-        document.save(self)
+    def _save(self, force: bool = False) -> None:
+        document.save(self, force)

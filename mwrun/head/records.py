@@ -1,7 +1,8 @@
 """What the supervisor knows of each process and each world: records it alone changes
 (its state machines are in ``states``).
 
-Every change to a field the status document shows bumps one counter (``changes()``),
+Every change to a field the status document shows (a new value, not a mere
+assignment) bumps one counter (``changes()``),
 so the loop can tell in O(1) after each event whether the document must be rewritten:
 comparing every record after every heartbeat cost more than the heartbeats did.
 """
@@ -25,9 +26,14 @@ def changes() -> int:
     return _changes[0]
 
 
+_UNSET = object()
+
+
 class _Counted:
     def __setattr__(self, name, value):
-        if name in SHOWN:
+        # A change, not an assignment: a forming plain world sets the same reason on
+        # every tick, and must not have state.json rewritten for it.
+        if name in SHOWN and getattr(self, name, _UNSET) != value:
             _changes[0] += 1
         object.__setattr__(self, name, value)
 

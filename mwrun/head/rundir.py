@@ -118,7 +118,8 @@ def end_unstarted(path: Path, exit_code: int) -> None:
 
 def write_json(path: Path, data) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    # Compact: at 1,000 processes an indented state.json was 0.9 MB per write.
+    tmp.write_text(json.dumps(data, separators=(",", ":")) + "\n")
     os.replace(tmp, path)
 
 
