@@ -209,8 +209,7 @@ class Agents:
         elif kind == "control":  # the library's messages, one or held together
             requests = [msg.get("request")] if "request" in msg else msg.get("requests")
             for request in requests if isinstance(requests, list) else ():
-                if isinstance(request, dict):
-                    control.dispatch(self.loop, request)
+                control.relayed(self.loop, request)
         elif kind == "probed" and handle is not None:
             handle.cpu, handle.rss = msg.get("cpu"), msg.get("rss")
 

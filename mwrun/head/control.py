@@ -221,6 +221,15 @@ def serve(loop, line: bytes) -> dict | None:
     return dispatch(loop, request)
 
 
+def relayed(loop, request) -> None:
+    """A library message an agent relayed from its host: checked exactly as one on the
+    local socket, and only the library's own verbs (a process on a remote host cannot
+    stop the job, or drill it, through its agent)."""
+    if isinstance(request, dict) and request.get("verb") in requests.NO_REPLY \
+            and requests.problem(request) is None:
+        dispatch(loop, request)
+
+
 def dispatch(loop, request: dict) -> dict | None:
     verb = request.get("verb")
     handler = HANDLERS.get(verb) if isinstance(verb, str) else None

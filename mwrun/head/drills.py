@@ -1,6 +1,9 @@
-"""Who a fault drill hits (``mwrun kill-world``): a pure function of the records."""
+"""The fault drill (``mwrun kill-world``): who it hits (a pure function of the records)
+and hitting them through the supervisor's host."""
 
 from __future__ import annotations
+
+import signal
 
 
 def targets(worlds: dict, procs: dict, world_name: str, rank: int | None) -> list[str]:
@@ -19,3 +22,22 @@ def targets(worlds: dict, procs: dict, world_name: str, rank: int | None) -> lis
         raise ValueError(f"every member of {world_name} is also in another world;"
                          " name one with --rank")
     return own
+
+
+def kill_world(sup, world_name: str, rank: int | None, sig: int) -> list[dict]:
+    """The fault drill: signal WORLD's own members (or one rank) through the
+    supervisor's host; who was hit. Raises ValueError saying why no one was."""
+    procs = sup.procs
+    chosen = targets(sup.worlds, procs, world_name, rank)
+    members = sup.worlds[world_name].plan.members
+    hit = []
+    for name in chosen:
+        if procs[name].state.alive:
+            sup.host.signal(name, sig)
+            hit.append({"process": name, "pid": procs[name].pid, "rank": members.index(name)})
+    if not hit:
+        states = ", ".join(f"{t}: {procs[t].state.value}" for t in chosen)
+        raise ValueError(f"no live member of {world_name} to signal ({states})")
+    names = ", ".join(f"{h['process']} (pid {h['pid']})" for h in hit)
+    sup.host.say(f"kill-world {world_name}: {signal.Signals(sig).name} to {names}")
+    return hit

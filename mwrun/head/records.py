@@ -9,6 +9,7 @@ comparing every record after every heartbeat cost more than the heartbeats did.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from mwrun.head.states import ProcessState as P
@@ -33,14 +34,23 @@ class _Counted:
     def __setattr__(self, name, value):
         # A change, not an assignment: a forming plain world sets the same reason on
         # every tick, and must not have state.json rewritten for it.
-        if name in SHOWN and getattr(self, name, _UNSET) != value:
+        old = self.__dict__.get(name, _UNSET)  # not the class default: set yet?
+        if name in SHOWN and old != value:
             _changes[0] += 1
+            tally = self.__dict__.get("tally")
+            if name == "state" and tally is not None:
+                if old is not _UNSET:
+                    tally[old] -= 1
+                tally[value] += 1
         object.__setattr__(self, name, value)
 
 
 @dataclass
 class ProcessRecord(_Counted):
     plan: ProcessPlan
+    # How many processes are in each state, shared by every record of a run, kept as
+    # states change: "is anything left?" costs the same at 10 processes as at 1,000.
+    tally: Counter = field(default_factory=Counter, repr=False, compare=False)
     state: P = P.STARTING
     pid: int | None = None
     restarts: int = 0

@@ -9,9 +9,11 @@ world event from the library, a tick, a control request.
 from __future__ import annotations
 
 import signal
+from collections import Counter
 
 from mwrun.errors import StartError
 from mwrun.head import drills, hangs, policy, records
+from mwrun.head.deadlines import Deadlines
 from mwrun.head.records import ProcessRecord, WorldRecord
 from mwrun.head.states import ProcessState as P
 from mwrun.head.states import RunState as R
@@ -29,12 +31,14 @@ class Supervisor:
         self.host = host
         self.grace = grace
         self.state = R.STARTING
-        self.procs = {name: ProcessRecord(p) for name, p in plan.processes.items()}
+        self.tally: Counter = Counter()  # processes per state (records.ProcessRecord)
+        self.procs = {name: ProcessRecord(p, self.tally) for name, p in plan.processes.items()}
         self.worlds = {name: WorldRecord(w) for name, w in plan.worlds.items()}
         self.stopping = False
         self.failed_stop = False  # the job was stopped because a world said on_failure: stop
         self.kill_at: float | None = None
         self.give_up_at: float | None = None
+        self.restarts_due = Deadlines()  # process -> when its restart is due
         self.clock = hangs.AwakeClock(host.now(), TICK)  # what heartbeats are judged on
 
     # -- life cycle -----------------------------------------------------------------------
@@ -45,7 +49,7 @@ class Supervisor:
         self.clock = hangs.AwakeClock(self.host.now(), TICK)  # spawning many is no stall
         if self.state is R.STARTING:  # STARTING -> RUNNING
             self.state = R.RUNNING
-        self._settle()
+        self._settle(*self.procs.values())
 
     def _spawn(self, rec: ProcessRecord) -> None:
         name = rec.plan.name
@@ -63,6 +67,7 @@ class Supervisor:
         rec.generations, rec.ready, rec.left = generations, set(), set()
         rec.said_hello, rec.beat_every, rec.stopped_since, rec.hung = False, None, None, None
         rec.restart_at, rec.suspect_since, rec.joined_at = None, None, None
+        self.restarts_due.clear(name)
 
     @property
     def finished(self) -> bool:
@@ -72,17 +77,22 @@ class Supervisor:
     def exit_code(self) -> int:
         return 1 if self.state is R.FAILED else 0
 
-    def _settle(self) -> None:
-        """Derive world and process states after any event; end the run when nothing is left."""
+    def _settle(self, *touched: ProcessRecord) -> None:
+        """Derive the states an event may have moved: the worlds of the processes it
+        touched and their members (never every world: at 1,000 processes that made
+        bring-up quadratic); end the run when nothing is left."""
         now = self.host.now()
-        for world in self.worlds.values():
+        worlds = {w: self.worlds[w] for rec in touched for w in rec.plan.worlds}
+        for world in worlds.values():
             self._world_progress(world, now)
-        for rec in self.procs.values():
-            if rec.state is P.STARTING and all(self._joined(rec, w, now) for w in rec.plan.worlds):
-                rec.state, rec.joined_at = P.RUNNING, now  # STARTING -> RUNNING
-        if any(r.state.alive or r.state is P.RESTARTING for r in self.procs.values()):
+        for world in worlds.values():
+            for rec in (self.procs[m] for m in world.plan.members):
+                if rec.state is P.STARTING and all(self._joined(rec, w, now)
+                                                   for w in rec.plan.worlds):
+                    rec.state, rec.joined_at = P.RUNNING, now  # STARTING -> RUNNING
+        if any(self.tally[state] for state in P if state.alive or state is P.RESTARTING):
             return
-        failed = self.failed_stop or any(r.state is P.FAILED for r in self.procs.values())
+        failed = self.failed_stop or self.tally[P.FAILED] > 0
         for world in self.worlds.values():
             world.state = W.CLOSED  # any -> CLOSED: the job is over
         self.state = R.FAILED if failed else R.FINISHED  # RUNNING|STOPPING -> FINISHED|FAILED
@@ -111,7 +121,7 @@ class Supervisor:
         if not rec.state.alive:
             return
         self._ended(rec, policy.Exit(code, hung=rec.hung))
-        self._settle()
+        self._settle(rec)
 
     def on_lost(self, name: str, reason: str) -> None:
         """Its host's agent is gone (the agent kills what it ran): a failure like a crash."""
@@ -119,7 +129,7 @@ class Supervisor:
         if not rec.state.alive:
             return
         self._ended(rec, policy.Exit(None, hung=rec.hung, lost=reason))
-        self._settle()
+        self._settle(rec)
 
     def _ended(self, rec: ProcessRecord, exit: policy.Exit) -> None:
         name = rec.plan.name
@@ -135,6 +145,7 @@ class Supervisor:
         if decision.restart:
             rec.loop += 1
             rec.state, rec.restart_at = P.RESTARTING, self.host.now() + decision.delay
+            self.restarts_due.set(name, rec.restart_at)
             when = f"in {decision.delay:g}s" if decision.delay else "at once"
             rec.why = f"{what}; {decision.why} {when}"
         else:
@@ -184,7 +195,7 @@ class Supervisor:
         if rec is None or rec.pid != pid:
             return  # a message from an earlier incarnation
         rec.said_hello, rec.beat_every, rec.last_beat = True, interval, self._awake()
-        self._settle()
+        self._settle(rec)
 
     def on_heartbeat(self, name: str, pid: int) -> None:
         rec = self.procs.get(name)
@@ -217,7 +228,7 @@ class Supervisor:
             if self._can_reform(world):
                 world.generation += 1
                 self.host.open_next(world_name, generation)
-        self._settle()
+        self._settle(rec)
 
     def plain_forming(self) -> list[str]:
         """Worlds forming with a live member that has not spoken the mwrun protocol
@@ -243,16 +254,19 @@ class Supervisor:
                 if rec.state.alive and not rec.said_hello:
                     rec.ready.add(world_name)
                     rec.generations[world_name] = world.generation
-        self._settle()
+        self._settle(*(self.procs[m] for m in world.plan.members))
 
     def on_tick(self) -> None:
         now = self.host.now()
         awake = self._awake()
+        touched = []  # whose worlds may have moved
         for rec in self.procs.values():
             if rec.state is P.RESTARTING and self._nothing_to_join(rec):
+                touched.append(rec)
                 # RESTARTING -> FAILED|EXITED: every world it would join has closed for
                 # good; a failure that is never repaired fails the job.
                 rec.state = P.EXITED if rec.exit_code == 0 else P.FAILED
+                self.restarts_due.clear(rec.plan.name)
                 rec.why = f"{rec.why}; not restarted: its worlds closed"
                 self.host.say(rec.why)
             elif rec.state is P.RESTARTING and not self.stopping and rec.restart_at <= now \
@@ -261,11 +275,12 @@ class Supervisor:
                 self.host.say(f"restarting {rec.plan.name} (restart {rec.restarts}"
                               f" of {rec.plan.max_restarts})")
                 self._spawn(rec)
+                touched.append(rec)
             elif rec.state in (P.STARTING, P.RUNNING, P.UNRESPONSIVE) and not self.stopping:
                 self._check_hung(rec, awake)
         if self.stopping:
-            self._escalate(now)
-        self._settle()
+            touched += self._escalate(now)
+        self._settle(*touched)
 
     def _awake(self) -> float:
         """The awake clock (see hangs.py); says so when the supervisor finds it stalled."""
@@ -329,7 +344,7 @@ class Supervisor:
         if self.stopping:
             self.host.say("stopping now: SIGKILL to every process")
             self.kill_at = now
-            self._escalate(now)
+            self._settle(*self._escalate(now))
             return
         self.stopping = True
         self.state = R.STOPPING  # STARTING|RUNNING -> STOPPING
@@ -342,9 +357,13 @@ class Supervisor:
                 self.host.signal(rec.plan.name, signal.SIGCONT)  # a stopped one must wake to die
             elif rec.state is P.RESTARTING:
                 rec.state, rec.why = P.STOPPED, "its restart was cancelled by the stop"
-        self._settle()
+                self.restarts_due.clear(rec.plan.name)
+        self._settle(*self.procs.values())
 
-    def _escalate(self, now: float) -> None:
+    def _escalate(self, now: float) -> list[ProcessRecord]:
+        """SIGKILL once the grace is over, give up once KILL_WAIT is; the records
+        this moved."""
+        given_up = []
         if self.kill_at is not None and now >= self.kill_at:
             self.kill_at = None
             self.give_up_at = now + KILL_WAIT
@@ -359,24 +378,13 @@ class Supervisor:
                     self.host.say(f"{rec.plan.name} (pid {rec.pid}) did not die; giving up")
                     # live -> FAILED: a process left running is a failed job
                     rec.state, rec.why = P.FAILED, "did not die after SIGKILL"
+                    given_up.append(rec)
             self.give_up_at = None
+        return given_up
 
     def kill_world(self, world_name: str, rank: int | None, sig: int) -> list[dict]:
-        """The fault drill: signal WORLD's own members (or one rank). Raises ValueError."""
-        targets = drills.targets(self.worlds, self.procs, world_name, rank)
-        members = self.worlds[world_name].plan.members
-        hit = []
-        for name in targets:
-            rec = self.procs[name]
-            if rec.state.alive:
-                self.host.signal(name, sig)
-                hit.append({"process": name, "pid": rec.pid, "rank": members.index(name)})
-        if not hit:
-            states = ", ".join(f"{t}: {self.procs[t].state.value}" for t in targets)
-            raise ValueError(f"no live member of {world_name} to signal ({states})")
-        names = ", ".join(f"{h['process']} (pid {h['pid']})" for h in hit)
-        self.host.say(f"kill-world {world_name}: {signal.Signals(sig).name} to {names}")
-        return hit
+        """The fault drill (see drills.py); raises ValueError."""
+        return drills.kill_world(self, world_name, rank, sig)
 
     def signature(self) -> tuple:
         """Changes when anything the status document shows of the run, a process or a
@@ -386,7 +394,5 @@ class Supervisor:
     def deadline(self) -> float | None:
         """The next moment something is due (a restart, a kill), besides the regular
         TICK the loop keeps for hang checks; None if nothing is."""
-        times = [r.restart_at for r in self.procs.values()
-                 if r.state is P.RESTARTING and r.restart_at is not None]
-        times += [t for t in (self.kill_at, self.give_up_at) if t is not None]
-        return min(times, default=None)
+        times = (self.restarts_due.earliest(), self.kill_at, self.give_up_at)
+        return min((t for t in times if t is not None), default=None)

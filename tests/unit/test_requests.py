@@ -83,3 +83,23 @@ def test_malformed_lines_get_an_error_and_change_nothing(line):
 def test_a_required_field_missing_is_named():
     assert requests.problem({"verb": "kill_world"}) == "bad request: kill_world needs 'world'"
     assert requests.problem({"verb": ["status"]}).startswith('unknown verb ["status"]')
+
+
+@pytest.mark.parametrize("request_", [
+    {"verb": "hello", "process": ["leader"], "pid": 42, "interval": 1.0},
+    {"verb": "heartbeat", "process": "leader", "pid": "42"},
+    {"verb": "world", "process": "leader"},
+    {"verb": "stop"}, {"verb": "kill_world", "world": "world1"}, {"verb": "status"},
+    ["hello"], None])
+def test_a_relayed_request_is_checked_like_a_local_one_and_only_the_librarys(request_):
+    """What an agent relays from its host's processes: malformed, or a verb that is not
+    the library's, it changes nothing."""
+    loop = Recorder()
+    control.relayed(loop, request_)
+    assert loop.calls == []
+
+
+def test_a_well_formed_relayed_heartbeat_reaches_the_supervisor():
+    loop = Recorder()
+    control.relayed(loop, {"verb": "heartbeat", "process": "leader", "pid": 42})
+    assert loop.calls == [("on_heartbeat", ("leader", 42))]

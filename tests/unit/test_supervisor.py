@@ -537,3 +537,26 @@ def test_the_signature_moves_with_what_status_shows_and_not_with_heartbeats():
     after = sup.signature()
     sup.worlds["world2"].reason = "shown in status"
     assert sup.signature() != after
+
+
+def _pairs(n: int) -> str:
+    procs = "".join(f"  p{i}: {{cmd: x, restart: on-failure}}\n" for i in range(n))
+    worlds = "".join(f"  w{i}: {{members: [p{2 * i}, p{2 * i + 1}]}}\n" for i in range(n // 2))
+    return f"timeout: 10\nprocesses:\n{procs}worlds:\n{worlds}"
+
+
+@pytest.mark.parametrize("n", [10, 1000])
+def test_the_work_of_one_event_is_what_it_touches_not_the_whole_job(n, monkeypatch):
+    """One member's exit, hello or ready derives the states of its own worlds only: at
+    1,000 processes as at 10 (it once re-derived every world after every event)."""
+    sup, _ = make(_pairs(n))
+    join_all(sup)
+    assert all(w.state is W.HEALTHY for w in sup.worlds.values())
+    derived = []
+    real = Supervisor._world_progress
+    monkeypatch.setattr(Supervisor, "_world_progress",
+                        lambda self, world, now: derived.append(world) or real(self, world, now))
+    sup.on_exit("p0", -9)
+    sup.on_hello("p1", sup.procs["p1"].pid, 1.0)
+    assert [w.plan.name for w in derived] == ["w0", "w0"]
+    assert sup.worlds["w0"].state is W.BROKEN and sup.deadline() is not None

@@ -1,0 +1,214 @@
+"""The head at scale: what one job of many processes costs it, side by side with
+another checkout (today's main) where that can run.
+
+    python bench/scale.py                          # this checkout
+    python bench/scale.py --baseline /path/to/main # and the same against another one
+    python bench/scale.py --only local --pairs 64 --watch 20
+
+``local``: 2 x PAIRS warm processes (``preload: [torch]``) in PAIRS two-member worlds on
+this machine, rank 1 sending rank 0 one number every 2 s (so each beats once a second):
+launch to every world healthy (beside one ``import torch`` plus as many forks of a
+process that has it, timed in the same run), the supervisor's CPU, a status request
+(through the control socket, and the whole ``mwrun status --json`` command), and a
+member SIGKILLed to its world healthy again.
+
+``events``: the supervisor's own work for one exit, with no processes at all (a
+scripted host), at 10 and at 1,000 processes; their ratio is what "cost proportional
+to what an event touches" means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from supervisor import cpu_percent, import_torch_seconds  # noqa: E402 - bench's own helpers
+
+PY = sys.executable
+
+
+def _env(home: Path, checkout: Path | None) -> dict:
+    env = {**os.environ, "MWRUN_HOME": str(home), "NO_COLOR": "1"}
+    if checkout is not None:  # the head, and every process it starts, from there
+        env["PYTHONPATH"] = str(checkout)
+    return env
+
+
+def _request(path: str, message: dict, timeout: float = 30.0) -> dict:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall(json.dumps(message).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+    return json.loads(data)
+
+
+def _state(home: Path) -> dict | None:
+    for path in (home / "runs").glob("*/state.json"):
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            return None  # being replaced
+    return None
+
+
+def fork_seconds(count: int) -> float:
+    """``count`` forks (each child exits at once) of a process that imported torch."""
+    code = ("import os, time, torch\nstart = time.monotonic()\n"
+            f"pids = [os.fork() or os._exit(0) for _ in range({count})]\n"
+            "[os.waitpid(p, 0) for p in pids]\nprint(time.monotonic() - start)")
+    return float(subprocess.run([PY, "-c", code], capture_output=True, text=True,
+                                check=True).stdout)
+
+
+def local(work: Path, pairs: int, watch: float, kills: int, checkout: Path | None) -> dict:
+    members = "".join(f"  w{i}: {{members: [m-{2 * i}, m-{2 * i + 1}]}}\n" for i in range(pairs))
+    topology = work / "scale.yaml"
+    topology.write_text(f"""version: 1
+name: scale
+preload: [torch]
+hang_timeout: 300
+processes:
+  m:
+    replicas: {2 * pairs}
+    cmd: [{PY}, {HERE / 'bin' / 'pair_member.py'}, --interval, '2']
+    restart: on-failure
+    max_restarts: {kills + 5}
+    restart_backoff: 0
+worlds:
+{members}""")
+    home = work / f"home-{'base' if checkout else 'this'}"
+    started = time.monotonic()
+    job = subprocess.Popen([PY, "-m", "mwrun", "launch", str(topology)], env=_env(home, checkout),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=work)
+    out: dict = {}
+    try:
+        deadline = started + 300
+        doc = None
+        while time.monotonic() < deadline:
+            doc = _state(home)
+            if doc and doc["worlds"] and all(w["state"] == "healthy" for w in doc["worlds"]):
+                out["healthy_s"] = time.monotonic() - started
+                break
+            time.sleep(0.05)
+        else:
+            starting = sum(p["state"] == "starting" for p in (doc or {}).get("processes", []))
+            forming = sum(w["state"] != "healthy" for w in (doc or {}).get("worlds", []))
+            out["never"] = (f"after 300 s: {starting} processes starting,"
+                            f" {forming} worlds not healthy")
+            return out
+        control = doc["control"]
+        time.sleep(3.0)  # past the bring-up's last beats
+        out["cpu"] = cpu_percent(job.pid, watch)
+        times = []
+        for _ in range(10):
+            t0 = time.monotonic()
+            _request(control, {"verb": "status"})
+            times.append(time.monotonic() - t0)
+        out["status_request_s"] = statistics.median(times)
+        cli = []
+        for _ in range(3):
+            t0 = time.monotonic()
+            subprocess.run([PY, "-m", "mwrun", "status", "--json"], env=_env(home, checkout),
+                           capture_output=True, check=True, cwd=work)
+            cli.append(time.monotonic() - t0)
+        out["status_cli_s"] = statistics.median(cli)
+        out["recovered_s"] = _kills(control, kills)
+    finally:
+        job.send_signal(signal.SIGINT)
+        try:
+            job.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            job.kill()
+    return out
+
+
+def _kills(control: str, count: int) -> list[float]:
+    """Kill world i's rank 1 (a different world each time); seconds until that world
+    is healthy again at its next generation, polled through the control socket."""
+    times = []
+    for i in range(count):
+        doc = _request(control, {"verb": "status"})["status"]
+        world = next(w for w in doc["worlds"] if w["name"] == f"w{i}")
+        victim = next(p for p in doc["processes"] if p["name"] == world["members"][1])
+        killed = time.monotonic()
+        os.kill(victim["pid"], signal.SIGKILL)
+        while time.monotonic() - killed < 60:
+            doc = _request(control, {"verb": "status"})["status"]
+            now = next(w for w in doc["worlds"] if w["name"] == f"w{i}")
+            if now["state"] == "healthy" and now["generation"] > world["generation"]:
+                times.append(time.monotonic() - killed)
+                break
+            time.sleep(0.005)
+        time.sleep(1.0)
+    return times
+
+
+def events(checkout: Path | None) -> dict:
+    """The supervisor's work for one exit at 10 and 1,000 processes (a scripted host)."""
+    code = (HERE / "bin" / "one_exit.py").read_text()
+    env = {**os.environ, **({"PYTHONPATH": str(checkout)} if checkout else {})}
+    # Run from elsewhere: python -c puts its folder first on the path.
+    result = subprocess.run([PY, "-c", code], env=env, capture_output=True, text=True,
+                            cwd=tempfile.gettempdir())
+    if result.returncode != 0:
+        return {"never": result.stderr.strip().splitlines()[-1]}
+    return json.loads(result.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=64)
+    parser.add_argument("--watch", type=float, default=20.0)
+    parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--baseline", type=Path, help="another checkout to run side by side")
+    parser.add_argument("--only", choices=["local", "events"])
+    args = parser.parse_args()
+    runs = [("this", None)] + ([("baseline", args.baseline)] if args.baseline else [])
+    if args.only in (None, "events"):
+        for label, checkout in runs:
+            ev = events(checkout)
+            print(f"[{label}] one exit's supervisor work: " + (ev.get("never") or
+                  f"{ev['10'] * 1e6:.0f} us at 10 processes, {ev['1000'] * 1e6:.0f} us at"
+                  f" 1,000: ratio {ev['1000'] / ev['10']:.2f} (goal <= 2)"))
+    if args.only in (None, "local"):
+        n = 2 * args.pairs
+        torch_s = import_torch_seconds(3)
+        forks_s = fork_seconds(n)
+        print(f"import torch {torch_s:.2f} s, {n} forks {forks_s:.2f} s (same run)")
+        for label, checkout in runs:
+            with tempfile.TemporaryDirectory(prefix="mwrun-scale-") as tmp:
+                res = local(Path(tmp), args.pairs, args.watch, args.kills, checkout)
+            if "never" in res:
+                print(f"[{label}] {n} warm processes in {args.pairs} worlds: never healthy"
+                      f" ({res['never']})")
+                continue
+            rec = res["recovered_s"]
+            print(f"[{label}] {n} warm processes in {args.pairs} worlds:\n"
+                  f"  launch -> every world healthy {res['healthy_s']:.2f} s ="
+                  f" {res['healthy_s'] / (torch_s + forks_s):.2f} x (import + forks) (goal <= 2)\n"
+                  f"  supervisor CPU {res['cpu']:.2f} % of a core (goal <= 1 %)\n"
+                  f"  status request {res['status_request_s'] * 1000:.0f} ms, `mwrun status"
+                  f" --json` {res['status_cli_s']:.2f} s (goal <= 0.2 s)\n"
+                  f"  SIGKILL -> world healthy again median {statistics.median(rec):.2f} s,"
+                  f" max {max(rec):.2f} s over {len(rec)} (goal median <= 0.3 s)")
+
+
+if __name__ == "__main__":
+    main()

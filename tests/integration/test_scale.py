@@ -1,0 +1,33 @@
+"""A job larger than any fixed limit of the head (its listen backlog was 64): every
+process supervised, none left without heartbeats because the head was busy."""
+
+import pytest
+
+from tests.helpers import python
+from tests.integration.jobs import launch, wait_status
+
+PAIRS = 100  # 200 processes, warm from one zygote
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_two_hundred_warm_processes_are_each_supervised(procs, home, tmp_path):
+    cmd = " ".join(python("pair.py", "--interval", "2"))
+    procs_yaml = f"  member: {{replicas: {2 * PAIRS}, cmd: {cmd}}}\n"
+    worlds = "".join(f"  w{i}: {{members: [member-{2 * i}, member-{2 * i + 1}]}}\n"
+                     for i in range(PAIRS))
+    topology = tmp_path / "big.yaml"
+    topology.write_text(f"version: 1\npreload: [torch]\nhang_timeout: 300\n"
+                        f"processes:\n{procs_yaml}worlds:\n{worlds}")
+    job = launch(procs, home, topology)
+    # Running means it said hello and joined (its ready arrived); traffic in its
+    # entry comes only from its heartbeats: both are the supervisor hearing it.
+    doc = wait_status(home, lambda d: all(p["state"] == "running" for p in d["processes"])
+                      and all(w["state"] == "healthy" for w in d["worlds"]),
+                      "every process running and every world healthy", timeout=420)
+    assert len(doc["processes"]) == 2 * PAIRS
+    assert all(p["start"] == "warm" for p in doc["processes"])
+    wait_status(home, lambda d: all(p["traffic"] for p in d["processes"]),
+                "a heartbeat with traffic from every process", timeout=120)
+    job.signal(2)
+    assert job.wait(120) == 0
