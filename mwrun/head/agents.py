@@ -17,10 +17,10 @@ import time
 from mwrun.errors import StartError
 from mwrun.head import control
 from mwrun.head.remote import AgentLink, check_hello
-from mwrun.host import frames, warm
+from mwrun.host import frames
 from mwrun.plan import environment, preload
 
-ANSWER_WAIT = 10.0  # seconds an agent has to answer a spawn or a probe
+ANSWER_WAIT = 10.0  # seconds a connecting agent has to say hello
 RECONNECT_FIRST, RECONNECT_CAP = 1.0, 30.0
 
 
@@ -29,9 +29,11 @@ class RemoteHandle:
 
     remote = True
 
-    def __init__(self, agents: Agents, host: str, name: str, pid: int):
+    def __init__(self, agents: Agents, host: str, name: str, pid: int | None):
         self.agents, self.host, self.name, self.pid = agents, host, name, pid
         self.warm = False  # forked from its host's zygote
+        self.seen: str | None = None  # its /proc state, as its agent last answered
+        self.probing = False  # a probe is on its way
         self.code: int | None = None
         self.cpu: float | None = None
         self.rss: int | None = None
@@ -111,6 +113,10 @@ class Agents:
             self.send(proc.host, "prepare", **self._spec(name, generations, 0))
 
     def start(self, name: str, generations: dict, restarts: int) -> RemoteHandle:
+        """Ask the process's host to start it and return at once: its pid arrives with
+        the agent's ``spawned`` (or ``failed``), however long that takes (a zygote
+        still importing, an agent stalled for a while). While the link lives the start
+        stays pending; a lost host fails it like any of its processes."""
         proc = self.loop.plan.processes[name]
         link = self.links[proc.host]
         if link.state != "up":
@@ -118,53 +124,19 @@ class Agents:
         link.send("spawn", name=name, argv=list(proc.cmd), cwd=proc.cwd,
                   cpus=sorted(proc.cpus) if proc.cpus is not None else None,
                   **self._spec(name, generations, restarts))
-        # A warm start may wait for its zygote's imports on that host.
-        wait = ANSWER_WAIT + (warm.READY_TIMEOUT if proc.preload else 0.0)
-        answer = self._await(link, ("spawned", "failed"), name, wait)
-        if answer is None:
-            raise StartError(f"host {proc.host}: its agent did not answer")
-        if answer["kind"] == "failed":
-            raise StartError(answer["error"])
-        handle = RemoteHandle(self, proc.host, name, answer["pid"])
-        handle.warm = bool(answer.get("warm"))
+        handle = RemoteHandle(self, proc.host, name, None)
         self.handles[name] = handle
         return handle
 
     def probe(self, handle: RemoteHandle) -> str | None:
+        """What its agent last said of the process in /proc (never waits: the answer to
+        the probe asked now arrives for the next look)."""
         link = self.links[handle.host]
-        if link.state != "up" or handle.code is not None:
-            return None
-        link.send("probe", name=handle.name)
-        answer = self._await(link, ("probed",), handle.name)
-        if answer is None:
-            return None
-        handle.cpu, handle.rss = answer.get("cpu"), answer.get("rss")
-        return answer.get("status")
-
-    def _await(self, link: AgentLink, kinds: tuple, name: str,
-               wait: float = ANSWER_WAIT) -> dict | None:
-        """The agent's answer about ``name``; other frames wait in ``pending`` for the
-        loop (handling them here would re-enter the supervisor mid-decision)."""
-        deadline = time.monotonic() + wait
-        waiter = selectors.DefaultSelector()
-        waiter.register(link.out_fd, selectors.EVENT_READ)
-        try:
-            while time.monotonic() < deadline:
-                for i, (src, msg) in enumerate(self.pending):
-                    if src is link and msg["kind"] in kinds and msg.get("name") == name:
-                        return self.pending.pop(i)[1]
-                waiter.select(deadline - time.monotonic())
-                try:
-                    messages = link.read()
-                except frames.FrameError:
-                    messages = None
-                if messages is None:
-                    self.pending.append((link, {"kind": "closed"}))
-                    return None
-                self.pending.extend((link, m) for m in messages)
-        finally:
-            waiter.close()
-        return None
+        if link.state == "up" and handle.code is None and handle.pid is not None \
+                and not handle.probing:
+            handle.probing = True
+            link.send("probe", name=handle.name)
+        return handle.seen
 
     # -- events ----------------------------------------------------------------------------
 
@@ -202,6 +174,12 @@ class Agents:
         elif kind == "lines" and handle is not None:
             for line in msg["lines"]:
                 self.loop.printer.line(name, line)
+        elif kind == "spawned" and handle is not None and handle.pid is None:
+            handle.pid, handle.warm = msg.get("pid"), bool(msg.get("warm"))
+            self.loop.remote_spawned(name, handle.pid, handle.warm)
+        elif kind == "failed" and handle is not None and handle.pid is None:
+            del self.handles[name]
+            self.loop.remote_failed(name, str(msg.get("error")))
         elif kind == "exited" and handle is not None:
             handle.code = msg["code"]
             del self.handles[name]
@@ -212,6 +190,7 @@ class Agents:
                 control.relayed(self.loop, request)
         elif kind == "probed" and handle is not None:
             handle.cpu, handle.rss = msg.get("cpu"), msg.get("rss")
+            handle.seen, handle.probing = msg.get("status"), False
 
     def _hello(self, link: AgentLink, msg: dict) -> None:
         why = check_hello(link, msg)
@@ -253,7 +232,7 @@ class Agents:
         for fd in (link.out_fd, link.err_fd):
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(fd)
-        link.close()
+        link.close(wait=0.0)  # a stalled agent must not stall the head
         link.state = "lost"
         tries = self.retries.get(link.name, 0)
         self.retries[link.name] = tries + 1
@@ -290,7 +269,8 @@ class Agents:
 
     def refresh_usage(self) -> None:
         for handle in self.handles.values():
-            self.send(handle.host, "probe", name=handle.name)
+            if handle.pid is not None:
+                self.send(handle.host, "probe", name=handle.name)
 
     def pids(self) -> dict[str, int]:
         return {name: link.hello.get("pid") for name, link in self.links.items()

@@ -83,7 +83,7 @@ class Loop:
     def wall(self) -> float:
         return time.time()
 
-    def spawn(self, name: str, generations: dict, restarts: int) -> int:
+    def spawn(self, name: str, generations: dict, restarts: int) -> int | None:
         proc = self.plan.processes[name]
         if self.agents is not None and proc.host in self.agents.hosts():
             return self._spawn_remote(name, generations, restarts)
@@ -121,11 +121,11 @@ class Loop:
             self.up = True
             self.say(f"every world formed, {time.time() - self.started_at:.1f}s after launch")
 
-    def _spawn_remote(self, name: str, generations: dict, restarts: int) -> int:
-        handle = self.agents.start(name, generations, restarts)
-        self.handles[name] = handle
-        self.starts[name] = "warm" if handle.warm else "cold"
-        return handle.pid
+    def _spawn_remote(self, name: str, generations: dict, restarts: int) -> None:
+        """Asked of its host's agent; the answer comes as remote_spawned or
+        remote_failed (the loop never waits for a host)."""
+        self.handles[name] = self.agents.start(name, generations, restarts)
+        self.starts.pop(name, None)
 
     def _prepare_warm(self) -> None:
         """Every zygote the job needs, started at once (here, or by its host's agent), so
@@ -142,11 +142,18 @@ class Loop:
         host = self.plan.processes[name].host
         return self.agents is None or host not in self.agents.hosts() or self.agents.up(host)
 
+    def remote_spawned(self, name: str, pid: int, warm: bool) -> None:
+        self.starts[name] = "warm" if warm else "cold"
+        self.supervisor.on_spawned(name, pid)
+
+    def remote_failed(self, name: str, error: str) -> None:
+        self.supervisor.on_spawn_failed(name, error)
+
     def remote_exited(self, name: str, code: int) -> None:
         self.supervisor.on_exit(name, code)
 
     def remote_lost(self, name: str, reason: str) -> None:
-        self.supervisor.on_lost(name, reason)
+        self.supervisor.on_exit(name, None, lost=reason)
 
     def signal(self, name: str, sig: int) -> None:
         handle = self.handles.get(name)

@@ -26,6 +26,7 @@ from mwrun.plan.inventory import HostInventory
 
 CONNECT_TIMEOUT = 30.0  # seconds for ssh and the agent's hello, per host (in parallel)
 READ_SLICE = 1 << 20
+CLOSE_WAIT = 3.0  # seconds an agent told to stop has to end its ssh session
 
 
 def ssh_argv(target: str, options: tuple[str, ...], python: str, host: str,
@@ -101,22 +102,31 @@ class AgentLink:
         except (OSError, ValueError):
             return True  # the link is gone; its end of file says so
 
-    def close(self) -> None:
-        """Ask the agent to stop, then make sure ssh is gone."""
+    def close(self, wait: float = CLOSE_WAIT) -> None:
+        """Ask the agent to stop, then make sure ssh is gone: after ``wait`` seconds,
+        or at once with 0 (a lost link: its agent may be stalled, and the head must not
+        be; ssh's end closes the agent's link, and the agent ends what it started).
+        ssh's exit is collected later (the head reaps its orphans)."""
         if self.popen is None or self.popen.stdin.closed:
             return
         self.send("stop")
         with contextlib.suppress(OSError):
             self.popen.stdin.close()
-        try:
-            self.popen.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait()
+        if wait <= 0:
+            self._kill()
+        else:
+            try:
+                self.popen.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                self._kill()
+                self.popen.wait()
         for pipe in (self.popen.stdout, self.popen.stderr):
             pipe.close()
         self.state = "lost" if self.state == "up" else self.state
+
+    def _kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
 
     def failure(self) -> str:
         """Why the link did not come up, in one line a user can act on."""

@@ -97,7 +97,7 @@ class SocketLink(AgentLink):
         except OSError:
             return True
 
-    def close(self) -> None:
+    def close(self, wait: float = 0.0) -> None:  # never waits: nothing to wait for
         if self.sock.fileno() < 0:
             return
         self.send("stop")

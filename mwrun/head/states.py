@@ -49,6 +49,11 @@ class ProcessState(str, Enum):
     def final(self) -> bool:
         return self in (ProcessState.EXITED, ProcessState.FAILED, ProcessState.STOPPED)
 
+    @property
+    def expected(self) -> bool:
+        """Alive, or about to be again (a restart is due)."""
+        return self.alive or self is ProcessState.RESTARTING
+
 
 class WorldState(str, Enum):
     FORMING = "forming"

@@ -90,7 +90,7 @@ class Supervisor:
                 if rec.state is P.STARTING and all(self._joined(rec, w, now)
                                                    for w in rec.plan.worlds):
                     rec.state, rec.joined_at = P.RUNNING, now  # STARTING -> RUNNING
-        if any(self.tally[state] for state in P if state.alive or state is P.RESTARTING):
+        if any(self.tally[state] for state in P if state.expected):
             return
         failed = self.failed_stop or self.tally[P.FAILED] > 0
         for world in self.worlds.values():
@@ -116,20 +116,26 @@ class Supervisor:
 
     # -- events ----------------------------------------------------------------------------
 
-    def on_exit(self, name: str, code: int) -> None:
+    def on_exit(self, name: str, code: int | None, lost: str | None = None) -> None:
+        """It exited with ``code``; or its host was ``lost`` (the agent kills what it
+        ran, the code is unknown): a failure like a crash."""
         rec = self.procs[name]
-        if not rec.state.alive:
-            return
-        self._ended(rec, policy.Exit(code, hung=rec.hung))
-        self._settle(rec)
+        if rec.state.alive:
+            self._ended(rec, policy.Exit(code, hung=rec.hung, lost=lost))
+            self._settle(rec)
 
-    def on_lost(self, name: str, reason: str) -> None:
-        """Its host's agent is gone (the agent kills what it ran): a failure like a crash."""
+    def on_spawned(self, name: str, pid: int) -> None:
+        """A start its host answered later (a remote host's agent): its pid."""
         rec = self.procs[name]
-        if not rec.state.alive:
-            return
-        self._ended(rec, policy.Exit(None, hung=rec.hung, lost=reason))
-        self._settle(rec)
+        if rec.state is P.STARTING and rec.pid is None:
+            rec.pid = pid
+
+    def on_spawn_failed(self, name: str, error: str) -> None:
+        """A start its host answered later could not be made: as a start error."""
+        rec = self.procs[name]
+        if rec.state is P.STARTING and rec.pid is None:
+            self._ended(rec, policy.Exit(None, start_error=error))
+            self._settle(rec)
 
     def _ended(self, rec: ProcessRecord, exit: policy.Exit) -> None:
         name = rec.plan.name
@@ -165,11 +171,13 @@ class Supervisor:
                 return
             self._close_if_hopeless(world)
 
-    def _break(self, world: WorldRecord, reason: str) -> None:
+    def _break(self, world: WorldRecord, reason: str, written: bool = False) -> None:
+        """``written``: a member wrote the break to the world's store itself."""
         generation = world.generation
         world.state, world.reason = W.BROKEN, reason  # FORMING|HEALTHY -> BROKEN
         world.breaks += 1
-        self.host.mark_broken(world.plan.name, generation, reason)
+        if not written:
+            self.host.mark_broken(world.plan.name, generation, reason)
         if self._can_reform(world):
             world.generation += 1
             self.host.open_next(world.plan.name, generation)
@@ -178,14 +186,12 @@ class Supervisor:
         return all(self.worlds[w].state is W.CLOSED for w in rec.plan.worlds)
 
     def _can_reform(self, world: WorldRecord) -> bool:
-        return all(self.procs[m].state.alive or self.procs[m].state is P.RESTARTING
-                   for m in world.plan.members)
+        return all(self.procs[m].state.expected for m in world.plan.members)
 
     def _close_if_hopeless(self, world: WorldRecord) -> None:
         if world.state is W.CLOSED or self._can_reform(world):
             return
-        gone = next(self.procs[m] for m in world.plan.members
-                    if not (self.procs[m].state.alive or self.procs[m].state is P.RESTARTING))
+        gone = next(self.procs[m] for m in world.plan.members if not self.procs[m].state.expected)
         reason = gone.why if gone.state is P.FAILED else f"{gone.why} and will not restart"
         world.state, world.reason = W.CLOSED, reason  # any -> CLOSED
         self.host.close_world(world.plan.name, world.generation, reason)
@@ -223,11 +229,7 @@ class Supervisor:
                 and world.state in (W.FORMING, W.HEALTHY):
             # A member saw the break first (a timeout, a drill by hand): its store says
             # so already; the rest of the world follows it to the next generation.
-            world.state, world.reason = W.BROKEN, reason
-            world.breaks += 1
-            if self._can_reform(world):
-                world.generation += 1
-                self.host.open_next(world_name, generation)
+            self._break(world, reason, written=True)
         self._settle(rec)
 
     def plain_forming(self) -> list[str]:

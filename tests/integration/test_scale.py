@@ -4,7 +4,7 @@ process supervised, none left without heartbeats because the head was busy."""
 import pytest
 
 from tests.helpers import python
-from tests.integration.jobs import launch, wait_status
+from tests.integration.jobs import launch, wait_for, wait_status
 
 PAIRS = 100  # 200 processes, warm from one zygote
 
@@ -20,6 +20,7 @@ def test_two_hundred_warm_processes_are_each_supervised(procs, home, tmp_path):
     topology.write_text(f"version: 1\npreload: [torch]\nhang_timeout: 300\n"
                         f"processes:\n{procs_yaml}worlds:\n{worlds}")
     job = launch(procs, home, topology)
+    wait_for(lambda: list(home.glob("runs/*/state.json")), 120, "the run's folder")
     # Running means it said hello and joined (its ready arrived); traffic in its
     # entry comes only from its heartbeats: both are the supervisor hearing it.
     doc = wait_status(home, lambda d: all(p["state"] == "running" for p in d["processes"])

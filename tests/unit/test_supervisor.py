@@ -510,7 +510,7 @@ def test_a_lost_host_fails_its_process_breaks_its_world_and_restarts_once_back()
     sup, host = make()
     # worker-0 is on a host that is lost: a failure like a crash, with its reason.
     host.unreachable.add("worker-0")
-    sup.on_lost("worker-0", "host node1 lost")
+    sup.on_exit("worker-0", None, lost="host node1 lost")
     assert ("world1", 0, "worker-0 failed: host node1 lost") in host.of("broken")
     assert sup.procs["worker-0"].state is P.RESTARTING
     host.t += 100
