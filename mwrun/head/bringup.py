@@ -250,8 +250,13 @@ def _summary(printer: Printer, loop) -> None:
 def detach(path: str, run_id: str | None, grace: float) -> str:
     """Start the supervisor in the background; return once it runs (or say why not,
     leaving nothing running)."""
-    # Every mistake shows here, in the terminal; remote hosts are reached by the child.
-    _, plan, listeners, _, run_id = plan_for_launch(path, run_id, connect=False)
+    # Every mistake shows here, in the terminal, a host that cannot be reached included;
+    # placement uses what the hosts report (never 0 GPUs assumed). Their agents are let
+    # go once that is known: the child reaches them again, since an agent's link
+    # belongs to the process that supervises.
+    _, plan, listeners, agents, run_id = plan_for_launch(path, run_id,
+                                                         progress=_progress(sys.stderr))
+    _let_go(agents)
     try:
         run_dir = rundir.create(run_id, plan.name)
         run_id = run_dir.name

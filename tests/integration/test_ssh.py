@@ -13,6 +13,7 @@ import pytest
 
 from mwrun.errors import RunError
 from mwrun.head import remote
+from mwrun.head.control import request
 from tests.helpers import BIN
 from tests.integration import testbed
 from tests.integration.jobs import cli, expect, launch, proc_state, status, wait_for, wait_status
@@ -244,3 +245,59 @@ def test_processes_on_an_ssh_host_fork_warm_from_that_hosts_zygote(procs, home, 
         cli(home, "stop", check=True)
         assert job.wait(timeout=60) == 0, job.output()
         wait_for(lambda: not n1.leftovers(), timeout=10, what="a clean node")
+
+
+def test_a_stalled_agent_never_stalls_the_head_or_another_host(procs, home, tmp_path):
+    """SIGSTOP the agent of a host that runs plain processes (the head asks about them
+    every tick): the head keeps answering, the other host's worker is untouched, and
+    only the stalled host is lost once it has been silent past the limit."""
+    with testbed.nodes(tmp_path, [True, True]) as (n1, n2):
+        path = Path(star_topology(tmp_path, n1.head_addr, [n1, n2]))
+        text = path.read_text().replace("worlds:\n", "  plain:\n    replicas: 2\n"
+                                        "    cmd: [/bin/sleep, '600']\n    host: node1\n"
+                                        "worlds:\n", 1)
+        path.write_text(text + "  world3: {members: [plain]}\n")
+        job = launch(procs, home, path)
+        expect(job, "leader", "recv", world="world1", timeout=90)
+        expect(job, "leader", "recv", world="world2", timeout=90)
+        doc = status(home)
+        agent = next(h for h in doc["hosts"] if h["name"] == "node1")["agent_pid"]
+        other = proc_state(doc, "worker-2")["pid"]
+        control = doc["control"]
+        os.kill(agent, signal.SIGSTOP)
+        try:
+            # Each request gets its answer while the agent is stopped: before the host is
+            # declared lost (the head keeps probing its plain processes) and after.
+            lost = False
+            while not lost:
+                reply = request(control, {"verb": "status"}, timeout=5.0)
+                hosts = {h["name"]: h["state"] for h in reply["status"]["hosts"]}
+                assert hosts["node2"] == "up"
+                lost = hosts["node1"] != "up"
+            wait_for(lambda: "host node1 lost" in job.output(), timeout=30, what="the loss")
+            expect(job, "leader", "recv", world="world2")  # its pace never depended on it
+            doc = status(home)
+            assert proc_state(doc, "worker-2")["pid"] == other
+            assert proc_state(doc, "worker-2")["restarts"] == 0
+            assert "host node2 lost" not in job.output()
+        finally:
+            os.kill(agent, signal.SIGCONT)
+        cli(home, "stop", check=True)
+        assert job.wait(timeout=60) in (0, 1)
+        for node in (n1, n2):
+            wait_for(lambda node=node: not node.leftovers(), timeout=20, what="a clean node")
+
+
+def test_detach_places_remote_processes_with_what_their_host_reports(procs, home, tmp_path):
+    """A CPU count on a remote host is placed on the CPUs its agent reports, with
+    --detach as without (it once planned with nothing known of the host)."""
+    with testbed.node(tmp_path) as n1:
+        path = Path(star_topology(tmp_path, n1.head_addr, [n1], cpus=1))
+        result = cli(home, "launch", str(path), "--detach")
+        assert result.returncode == 0, result.stderr
+        run = result.stdout.split()[2]
+        doc = wait_status(home, lambda d: proc_state(d, "worker-1")["state"] == "running",
+                          "the remote worker to run", run=run, timeout=90)
+        assert len(proc_state(doc, "worker-1")["cpus"]) == 1
+        cli(home, "stop", run, check=True)
+        wait_for(lambda: not n1.leftovers(), timeout=20, what="a clean node")
