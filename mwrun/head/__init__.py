@@ -1,10 +1,12 @@
 """The head: the supervisor of a running job, inside ``mwrun launch``.
 
 ``supervisor`` is the only place that decides (moves the ``states``, applies
-``policy``, with ``hangs`` for hang detection); ``loop`` is its event loop and hands
+``policy``, with ``hangs`` for hang detection and ``deadlines`` for its timers; the work
+of an event is what it touches); ``loop`` is its event loop and hands
 (spawns through ``host``, or through ``agents`` on remote hosts reached by ``remote``
 links over ssh or ``slurm``; writes ``stores``, served once ``pending`` has them;
-serves ``control`` with ``requests`` checked);
+serves ``control`` with ``requests`` checked; never waits for a remote host: a remote
+start, probe or lost link is answered later, as an event);
 ``bringup`` takes a topology file to a running loop (or a detached one); ``document``
 is the status document, ``traffic`` the worlds' rates, ``history`` the run's timeline;
 ``rundir`` is the run folder; ``console`` shows and logs output.

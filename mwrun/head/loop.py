@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+from mwrun.errors import StartError
 from mwrun.head import control, document
 from mwrun.head.console import Printer
 from mwrun.head.history import SAMPLE_EVERY, History
@@ -88,8 +89,30 @@ class Loop:
         if self.agents is not None and proc.host in self.agents.hosts():
             return self._spawn_remote(name, generations, restarts)
         env = self._env(name, generations, restarts)
-        handle = self.warm.spawn(proc.cmd, proc.preload, preload.target(proc.cmd, proc.cmd[0]),
-                                 env, proc.cwd, proc.cpus)
+        # A start whose zygote still imports is held (in order) while the loop serves
+        # on: the head must keep beating to its agents and answering status meanwhile.
+        if self.warm.holds(proc.preload, self._how(name), env, proc.cwd,
+                           lambda: self._resume(name, env)):
+            return None  # the supervisor hears of it with on_spawned
+        return self._start(name, env)
+
+    def _how(self, name: str):
+        cmd = self.plan.processes[name].cmd
+        return preload.target(cmd, cmd[0])
+
+    def _resume(self, name: str, env: dict) -> None:
+        """A start held for its zygote: made now, or failed."""
+        try:
+            if self.supervisor.stopping:
+                raise StartError("not started: the job is stopping")
+            self.supervisor.on_spawned(name, self._start(name, env))
+        except StartError as exc:
+            self.supervisor.on_spawn_failed(name, str(exc))
+
+    def _start(self, name: str, env: dict) -> int:
+        proc = self.plan.processes[name]
+        handle = self.warm.spawn(proc.cmd, proc.preload, self._how(name), env, proc.cwd,
+                                 proc.cpus)
         self.starts[name] = "cold" if handle is None else "warm"
         if handle is None:
             handle = ProcessHandle.spawn(proc.cmd, env, proc.cwd, proc.cpus, proc.netns)

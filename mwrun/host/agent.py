@@ -141,8 +141,16 @@ class Agent:
         self.warm.prepare(msg.get("preload"), self._env(msg))
 
     def on_spawn(self, msg: dict) -> None:
-        name = msg["name"]
         env = self._env(msg)
+        # A start whose zygote still imports waits here, and the agent goes on beating
+        # and serving (an import longer than the link's silence limit once lost the
+        # host); starts go in the order asked, a later one never overtaking.
+        if not self.warm.holds(msg.get("preload"), msg.get("warm"), env, msg["cwd"],
+                               lambda: self._spawn(msg, env)):
+            self._spawn(msg, env)
+
+    def _spawn(self, msg: dict, env: dict) -> None:
+        name = msg["name"]
         cpus = set(msg["cpus"]) if msg.get("cpus") is not None else None
         try:
             handle = self.warm.spawn(msg["argv"], msg.get("preload"), msg.get("warm"), env,

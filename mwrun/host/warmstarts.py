@@ -18,6 +18,7 @@ class WarmStarts:
     def __init__(self, log_path, selector, say, tell_watchdog, stopping):
         self.selector, self.say = selector, say
         self.tell_watchdog, self.stopping = tell_watchdog, stopping
+        self.held: list[tuple] = []  # starts waiting for a zygote's imports, in order
         # Forked children become the supervisor's own to wait for (warm.py says why);
         # where that cannot be, every process starts cold.
         self.can_fork = warm.become_subreaper()
@@ -27,6 +28,29 @@ class WarmStarts:
         """Start the zygote a process will need now, so imports run side by side."""
         if modules and self.can_fork:
             self.zygotes.prepare(tuple(modules), env)
+
+    def holds(self, modules, how, env: dict, cwd: str, resume) -> bool:
+        """Whether a start must wait for a zygote still importing (or behind a start
+        that does: none overtakes another): it is then held, and ``resume()`` starts
+        it once the zygote is ready or failed. The loop that asked (the head's or an
+        agent's) goes on serving meanwhile: an import may outlast a link's silence
+        limit, and a host once was lost for it."""
+        if not self.held and not self._importing(modules, how, env, cwd):
+            return False
+        self.held.append((modules, how, env, cwd, resume))
+        return True
+
+    def _importing(self, modules, how, env: dict, cwd: str) -> bool:
+        if not (modules and how and self.can_fork and warm.eligible(how[0], how[1], cwd)):
+            return False
+        zygote = self.zygotes.prepare(tuple(modules), env)
+        return zygote.alive and zygote.ready_after is None
+
+    def _answered(self) -> None:
+        held, self.held = self.held, []
+        for modules, how, env, cwd, resume in held:
+            if not self.holds(modules, how, env, cwd, resume):
+                resume()
 
     def spawn(self, cmd, modules, how, env: dict, cwd: str, cpus) -> ProcessHandle | None:
         """A process forked warm, or None: start it the ordinary way. ``how``: the
@@ -62,7 +86,10 @@ class WarmStarts:
 
     def _said(self, zygote) -> None:
         """A message nobody asked for: ready, failed, or the end of the zygote."""
+        was_importing = zygote.ready_after is None and zygote.failed is None
         zygote.take(zygote._receive(0.0))
+        if was_importing and (zygote.ready_after is not None or not zygote.alive):
+            self._answered()
         if zygote.alive:
             return
         if zygote.ready_after is not None and not self.stopping():

@@ -199,3 +199,26 @@ def test_nothing_lost_from_a_chatty_child(link):
     link.expect("exited", name="chatty", timeout=60)
     got = link.lines("chatty")
     assert got == [str(i) for i in range(200000)]
+
+
+def test_a_preload_import_slower_than_the_link_silence_never_stalls_the_agent(link, tmp_path):
+    """A warm start waits for its zygote's imports (here three times the link's silence
+    limit) while the agent goes on serving: it answers a probe asked after the spawn
+    before it answers the spawn (it once blocked in the spawn, silent, and its host was
+    taken for lost), then the start is made warm."""
+    from tests.helpers import BIN
+
+    link.expect("hello")
+    script = tmp_path / "child.py"
+    script.write_text("import time\nprint('warm child', flush=True)\ntime.sleep(30)\n")
+    env = {"PYTHONPATH": str(BIN / "slow_torch"), "SLOW_TORCH_IMPORT": str(3 * SILENCE),
+           "SLOW_TORCH_MARK": str(tmp_path / "mark")}
+    link.send("spawn", name="slow", argv=[sys.executable, str(script)], env=env, cwd="/",
+              cpus=None, preload=["torch"], warm=["script", str(script), []])
+    link.send("probe", name="nobody")
+    link.expect("probed", name="nobody", timeout=6 * SILENCE)
+    assert not [m for m in link.pending if m["kind"] == "spawned"]  # not answered yet
+    spawned = link.expect("spawned", name="slow", timeout=120)
+    assert spawned["warm"] is True
+    link.send("signal", name="slow", signal=int(signal.SIGKILL))
+    link.expect("exited", name="slow", timeout=30)
