@@ -12,6 +12,14 @@ process that has it, timed in the same run), the supervisor's CPU, a status requ
 (through the control socket, and the whole ``mwrun status --json`` command), and a
 member SIGKILLed to its world healthy again.
 
+``sim``: HOSTS x 8 ranks (1,000 on 125 hosts by default) in two-member worlds, on
+hosts simulated by the benchmark's own stand-in agents (bench/bin/standin_agent.py,
+reached through a stand-in ``ssh`` on the head's PATH): they speak the real frame
+protocol and the library's hello, ready and heartbeats for the processes they pretend
+to run. The head is real. Its CPU from launch to every world healthy, its CPU idle
+after, and the time from a stand-in's exit frame to the break written in the world's
+store (read by a store client of the benchmark's own).
+
 ``events``: the supervisor's own work for one exit, with no processes at all (a
 scripted host), at 10 and at 1,000 processes; their ratio is what "cost proportional
 to what an event touches" means.
@@ -33,6 +41,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import psutil  # noqa: E402
 from supervisor import cpu_percent, import_torch_seconds  # noqa: E402 - bench's own helpers
 
 PY = sys.executable
@@ -160,6 +169,80 @@ def _kills(control: str, count: int) -> list[float]:
     return times
 
 
+def simulated(work: Path, hosts: int, watch: float, exits: int,
+              checkout: Path | None) -> dict:
+    per_host = 8
+    lines = ["version: 1", "name: sim", "hang_timeout: 300", "hosts:",
+             "  head: {addr: 127.0.0.1}"]
+    lines += [f"  h{i}: {{addr: 127.0.0.1, ssh: h{i}}}" for i in range(hosts)]
+    lines.append("processes:")
+    lines += [f"  p{i}: {{replicas: {per_host}, cmd: [{PY}, idle.py], host: h{i},"
+              " preload: false}" for i in range(hosts)]
+    lines.append("worlds:")
+    lines += [f"  w{i}-{k}: {{members: [p{i}-{2 * k}, p{i}-{2 * k + 1}]}}"
+              for i in range(hosts) for k in range(per_host // 2)]
+    topology = work / "sim.yaml"
+    topology.write_text("\n".join(lines) + "\n")
+    home, exits_log = work / "home-sim", work / "exits.log"
+    env = {**_env(home, checkout), "PATH": f"{HERE / 'bin'}:{os.environ['PATH']}",
+           "MWRUN_BENCH_PYTHON": PY, "MWRUN_BENCH_STANDIN": str(HERE / "bin" / "standin_agent.py"),
+           "MWRUN_BENCH_EXITS": str(exits_log)}
+    started = time.monotonic()
+    job = subprocess.Popen([PY, "-m", "mwrun", "launch", str(topology)], env=env, cwd=work,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out: dict = {}
+    try:
+        head = psutil.Process(job.pid)
+        while time.monotonic() - started < 600:
+            doc = _state(home)
+            if doc and doc["worlds"] and all(w["state"] == "healthy" for w in doc["worlds"]):
+                times = head.cpu_times()
+                out["healthy_s"], out["bringup_cpu_s"] = (time.monotonic() - started,
+                                                          times.user + times.system)
+                break
+            time.sleep(0.1)
+        else:
+            out["never"] = "not every world healthy after 600 s"
+            return out
+        time.sleep(3.0)
+        out["cpu"] = cpu_percent(job.pid, watch)
+        out["break_s"] = _exit_to_break(doc, exits_log, exits)
+    finally:
+        job.send_signal(signal.SIGINT)
+        try:
+            job.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            job.kill()
+    return out
+
+
+def _exit_to_break(doc: dict, exits_log: Path, count: int) -> list[float]:
+    """Kill rank 1 of a few worlds (the stand-in answers with its exit frame at once);
+    seconds from that frame to the break in the world's store, seen by a client."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    took = []
+    for i in range(count):
+        world = doc["worlds"][i * 4]
+        store = dist.TCPStore("127.0.0.1", world["port"], None, False,
+                              timeout=timedelta(seconds=300))
+        # The stand-ins never touch their worlds' stores, so their worlds form before
+        # the head has built them all (a real member waits for its store): measure
+        # from a store that serves.
+        store.check([f"mwrun/g{world['generation']}/broken"])
+        _request(doc["control"], {"verb": "kill_world", "world": world["name"], "rank": 1,
+                                  "signal": "KILL"})
+        store.wait([f"mwrun/g{world['generation']}/broken"])
+        seen = time.time()
+        victim = world["members"][1]
+        sent = next(float(line.split()[1]) for line in exits_log.read_text().splitlines()
+                    if line.split()[0] == victim)
+        took.append(seen - sent)
+    return took
+
+
 def events(checkout: Path | None) -> dict:
     """The supervisor's work for one exit at 10 and 1,000 processes (a scripted host)."""
     code = (HERE / "bin" / "one_exit.py").read_text()
@@ -178,7 +261,8 @@ def main() -> None:
     parser.add_argument("--watch", type=float, default=20.0)
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--baseline", type=Path, help="another checkout to run side by side")
-    parser.add_argument("--only", choices=["local", "events"])
+    parser.add_argument("--hosts", type=int, default=125, help="simulated hosts, 8 ranks each")
+    parser.add_argument("--only", choices=["local", "sim", "events"])
     args = parser.parse_args()
     runs = [("this", None)] + ([("baseline", args.baseline)] if args.baseline else [])
     if args.only in (None, "events"):
@@ -187,6 +271,20 @@ def main() -> None:
             print(f"[{label}] one exit's supervisor work: " + (ev.get("never") or
                   f"{ev['10'] * 1e6:.0f} us at 10 processes, {ev['1000'] * 1e6:.0f} us at"
                   f" 1,000: ratio {ev['1000'] / ev['10']:.2f} (goal <= 2)"))
+    if args.only in (None, "sim"):
+        for label, checkout in runs:
+            with tempfile.TemporaryDirectory(prefix="mwrun-sim-") as tmp:
+                res = simulated(Path(tmp), args.hosts, args.watch, args.kills, checkout)
+            if "never" in res:
+                print(f"[{label}] {8 * args.hosts} simulated ranks: {res['never']}")
+                continue
+            ms = [t * 1000 for t in res["break_s"]]
+            print(f"[{label}] {8 * args.hosts} ranks on {args.hosts} simulated hosts:\n"
+                  f"  launch -> every world healthy {res['healthy_s']:.1f} s, supervisor CPU"
+                  f" {res['bringup_cpu_s']:.1f} s (goal <= 5 s)\n"
+                  f"  supervisor CPU idle {res['cpu']:.2f} % of a core (goal <= 2 %)\n"
+                  f"  exit frame -> break in the store median {statistics.median(ms):.1f} ms,"
+                  f" max {max(ms):.1f} ms (goal <= 50 ms)")
     if args.only in (None, "local"):
         n = 2 * args.pairs
         torch_s = import_torch_seconds(3)

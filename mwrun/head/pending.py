@@ -2,11 +2,12 @@
 
 The supervisor needs torch only for its TCPStores, and importing it takes seconds (many
 on a busy machine). A thread imports it and builds the stores the moment the plan is
-sound; meanwhile the processes start (each world's listening socket is already bound,
-so a member that connects early waits in its backlog) and the loop serves Ctrl-C,
-status and output from its first moment. What the supervisor writes to a store before
-the stores exist (a member that died at once) waits, in order, and is written on the
-loop's first turn after they do: the loop never waits for the import.
+sound, one world after another; meanwhile the processes start (each world's listening
+socket is already bound, so a member that connects early waits in its backlog) and the
+loop serves Ctrl-C, status and output from its first moment. What the supervisor
+writes to a world's store before that store exists (a member that died at once) waits,
+in order, and is written on the loop's first turn after it does: the loop never waits
+for the import, nor for the other worlds' stores.
 """
 
 from __future__ import annotations
@@ -25,11 +26,10 @@ CLOSE_WAIT = 60.0  # at the end, for a build still under way (an import never en
 
 class PendingStores:
     def __init__(self, plan, listeners):
-        self._plan, self._listeners = plan, listeners
-        self._stores: WorldStores | None = None  # the loop's, once taken from the build
-        self._built: WorldStores | None = None
+        self._stores = WorldStores(plan, listeners)  # filled by the thread, world by world
+        self._worlds = list(plan.worlds)
         self._error: BaseException | None = None
-        self._queued: list[tuple[str, tuple]] = []
+        self._queued: dict[str, list[tuple[str, tuple]]] = {}  # world -> writes waiting
         self._wake: Callable[[], None] | None = None
         self._done = threading.Event()
         self._lock = threading.Lock()
@@ -41,40 +41,45 @@ class PendingStores:
         try:
             import torch.distributed  # noqa: F401 - the slow part, off the loop
 
-            self._built = WorldStores(self._plan, self._listeners)
+            for name in self._worlds:
+                self._stores.build(name)
+                if self._queued.get(name):
+                    self._wake_loop()  # a write waits for this one
         except BaseException as exc:  # handed to the loop, which ends the run with it
             self._error = exc
         finally:
             self._done.set()
-            with self._lock:
-                wake = self._wake
-            if wake is not None:
-                wake()
+            self._wake_loop()
+
+    def _wake_loop(self) -> None:
+        with self._lock:
+            wake = self._wake
+        if wake is not None:
+            wake()
 
     def serve(self, wake: Callable[[], None]) -> None:
-        """From now on, wake the loop when the stores exist (at once if they do)."""
+        """From now on, wake the loop when a store that a write waits for exists."""
         with self._lock:
             self._wake = wake
         if self._done.is_set():
             wake()
 
     def ready(self) -> bool:
-        """Whether the stores exist; on the first call after, what waited is written
-        (raises what the build raised: a run without stores cannot go on)."""
-        if self._stores is None and self._done.is_set():
-            if self._error is not None:
-                raise self._error
-            self._stores = self._built
-            queued, self._queued = self._queued, []
-            for verb, args in queued:
-                getattr(self._stores, verb)(*args)
-        return self._stores is not None
+        """Whether every store exists; what waited for a store that exists now is
+        written (raises what the build raised: a run without stores cannot go on)."""
+        if self._error is not None:
+            raise self._error
+        for world in [w for w in self._queued if self._stores.has(w)]:
+            for verb, args in self._queued.pop(world):
+                getattr(self._stores, verb)(world, *args)
+        return self._done.is_set()
 
-    def _write(self, verb: str, *args) -> None:
-        if self.ready():
-            getattr(self._stores, verb)(*args)
+    def _write(self, verb: str, world: str, *args) -> None:
+        self.ready()
+        if self._stores.has(world) and world not in self._queued:
+            getattr(self._stores, verb)(world, *args)
         else:
-            self._queued.append((verb, args))
+            self._queued.setdefault(world, []).append((verb, args))
 
     def mark_broken(self, world: str, generation: int, reason: str) -> None:
         self._write("mark_broken", world, generation, reason)
@@ -86,14 +91,12 @@ class PendingStores:
         self._write("close_world", world, generation, reason)
 
     def plain_ranks(self, world: str) -> set[int] | None:
-        """Before the stores exist, no rank can have met in them."""
-        return self._stores.plain_ranks(world) if self.ready() else set()
+        """Before its store exists, no rank can have met in it."""
+        return self._stores.plain_ranks(world) if self._stores.has(world) else set()
 
     def close(self) -> None:
         self._thread.join(CLOSE_WAIT)
-        stores = self._stores or self._built
-        if stores is not None:
-            stores.close()
-        elif not self._thread.is_alive():
-            for sock in self._listeners.values():
+        if not self._thread.is_alive():
+            for sock in self._stores.unbuilt_listeners():
                 sock.close()
+        self._stores.close()

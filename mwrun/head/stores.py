@@ -25,20 +25,31 @@ _GLOO_RANK = re.compile(r"^(?P<prefix>.*//cpu//\d+)/(?P<rank>\d+)$")
 
 
 class WorldStores:
-    def __init__(self, plan: Plan, listeners: dict[str, socket.socket]):
-        import torch.distributed as dist
+    """Built world by world (``build``), each usable as soon as it is: at hundreds of
+    worlds the last store is up seconds after the first."""
 
+    def __init__(self, plan: Plan, listeners: dict[str, socket.socket]):
+        self._plan, self._listeners = plan, listeners
         self._sizes = {name: w.size for name, w in plan.worlds.items()}
         self._stores = {}
-        for name, world in plan.worlds.items():
-            listener = listeners[name]
-            fd = os.dup(listener.fileno())  # the store owns this descriptor
-            listener.close()
-            store = dist.TCPStore(world.addr, world.port, None, True,
-                                  timeout=timedelta(seconds=max(world.timeout, 5.0)),
-                                  wait_for_workers=False, master_listen_fd=fd)
-            protocol.start(store)
-            self._stores[name] = store
+
+    def build(self, name: str) -> None:
+        import torch.distributed as dist
+
+        world, listener = self._plan.worlds[name], self._listeners[name]
+        fd = os.dup(listener.fileno())  # the store owns this descriptor
+        listener.close()
+        store = dist.TCPStore(world.addr, world.port, None, True,
+                              timeout=timedelta(seconds=max(world.timeout, 5.0)),
+                              wait_for_workers=False, master_listen_fd=fd)
+        protocol.start(store)
+        self._stores[name] = store  # one assignment: another thread may look
+
+    def has(self, name: str) -> bool:
+        return name in self._stores
+
+    def unbuilt_listeners(self) -> list[socket.socket]:
+        return [sock for name, sock in self._listeners.items() if name not in self._stores]
 
     def mark_broken(self, world: str, generation: int, reason: str) -> None:
         protocol.mark_broken(self._stores[world], generation, self._sizes[world], reason)
