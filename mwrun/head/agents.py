@@ -1,33 +1,36 @@
 """Every remote host's agent as the head's loop sees it: hands like the local ones.
 
-``Agents`` turns the loop's requests for a remote process (spawn, signal, probe) into
-frames to that host's agent, and the agent's frames back into the loop's events (output
-lines, exits, the library's heartbeats and world events). A host whose link closes or
-falls silent is *lost*: each of its live processes fails with ``host NAME lost``,
-which breaks their worlds at once, and the head keeps trying to reach the host again
-(with backoff); restart policies apply once it is back.
+``Agents`` has the face of ``host.hands.Hands`` (``loop.HostHands``): it turns the
+loop's requests for a remote process (prepare, start from a ``LaunchSpec``, signal,
+status) into frames to that host's agent, which starts it with the same ``Hands``
+there, and the agent's frames back into what the same hands tell locally (spawned,
+failed, lines, exited) plus the library's heartbeats and world events. Nothing waits:
+a start's pid, a status, a usage reading arrive later and are told or kept.
+
+A host whose link closes or falls silent is *lost*: each of its live processes fails
+with ``host NAME lost``, which breaks their worlds at once, and the head keeps trying
+to reach the host again (with backoff); restart policies apply once it is back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import selectors
+import signal
 import time
 
 from mwrun.errors import StartError
 from mwrun.head import control
 from mwrun.head.remote import AgentLink, check_hello
 from mwrun.host import frames
-from mwrun.plan import environment, preload
+from mwrun.launchspec import LaunchSpec
 
 ANSWER_WAIT = 10.0  # seconds a connecting agent has to say hello
 RECONNECT_FIRST, RECONNECT_CAP = 1.0, 30.0
 
 
 class RemoteHandle:
-    """A process on a remote host, with the face of a local ``ProcessHandle``."""
-
-    remote = True
+    """A process on a remote host, as its agent last told of it."""
 
     def __init__(self, agents: Agents, host: str, name: str, pid: int | None):
         self.agents, self.host, self.name, self.pid = agents, host, name, pid
@@ -38,36 +41,26 @@ class RemoteHandle:
         self.cpu: float | None = None
         self.rss: int | None = None
 
-    def signal(self, sig: int) -> None:
-        self.agents.send(self.host, "signal", name=self.name, signal=int(sig))
-
-    def returncode(self) -> int | None:
-        return self.code
-
-    def status(self) -> str | None:
-        return self.agents.probe(self)
-
-    def usage(self) -> tuple[float | None, int | None]:
-        return self.cpu, self.rss
-
 
 class Agents:
-    def __init__(self, links: dict[str, AgentLink], loop):
+    def __init__(self, links: dict[str, AgentLink], loop, steps, host_of: dict[str, str],
+                 selector: selectors.BaseSelector):
         self.links = links  # host name -> link (up, or lost and being retried)
-        self.loop = loop
-        self.selector: selectors.BaseSelector | None = None
+        self.loop = loop  # told what the agents tell (host.hands.Owner, and lost)
+        self.steps = steps  # under Slurm: head.slurm.Steps, the sruns that start agents
+        self.host_of = host_of  # process -> its host
+        self.selector = selector  # the loop's: the links are watched there once attached
         self.pending: list[tuple[AgentLink, dict]] = []  # frames read while awaiting one
         self.handles: dict[str, RemoteHandle] = {}
         self.retry_at: dict[str, float] = {}
         self.retries: dict[str, int] = {}
-        self.steps = None  # under Slurm: head.slurm.Steps, the sruns that start agents
         self.rejoins: dict = {}  # host -> head.slurm.Rejoin under way
 
     def hosts(self) -> set[str]:
         return set(self.links)
 
-    def attach(self, selector: selectors.BaseSelector) -> None:
-        self.selector = selector
+    def attach(self) -> None:
+        """Start watching the links (once the loop runs)."""
         for link in self.links.values():
             link.heard = time.monotonic()  # the bring-up was no silence of theirs
             self._watch(link)
@@ -87,56 +80,50 @@ class Agents:
         if link.state == "up":
             link.send(kind, **fields)
 
-    def _env(self, name: str, generations: dict, restarts: int) -> dict:
-        """What mwrun sets for the process, for its agent to lay over its host's own
-        environment (its PATH, HOME), not the head's."""
-        link = self.links[self.loop.plan.processes[name].host]
-        return environment.process_env(self.loop.plan, name, {}, run_id=self.loop.run_id,
-                                       control=link.hello["control"] if link.hello else "",
-                                       generations=generations, restart_count=restarts)
+    def control_path(self, host: str) -> str:
+        """Where the library reaches its supervisor on ``host``: its agent's socket."""
+        link = self.links[host]
+        return link.hello["control"] if link.hello else ""
 
-    def _spec(self, name: str, generations: dict, restarts: int) -> dict:
-        """How the agent starts the process: its environment (and what of the host's own
-        mwrun's names replace) and, if it may, warm from the host's zygote."""
-        proc = self.loop.plan.processes[name]
-        link = self.links[proc.host]
-        return {"env": self._env(name, generations, restarts),
-                "unset": list(environment.OWNED + environment.OWNED_MWRUN),
-                "unset_prefixes": list(environment.OWNED_PREFIXES),
-                "preload": list(proc.preload),
-                "warm": preload.target(proc.cmd, link.python) if proc.preload else None}
-
-    def prepare(self, name: str, generations: dict) -> None:
+    def prepare(self, spec: LaunchSpec) -> None:
         """Have the process's host start the zygote it will be forked from, now."""
-        proc = self.loop.plan.processes[name]
-        if proc.preload and self.up(proc.host):
-            self.send(proc.host, "prepare", **self._spec(name, generations, 0))
+        host = self.host_of[spec.name]
+        if spec.preload and self.up(host):
+            self.send(host, "prepare", **spec.to_fields())
 
-    def start(self, name: str, generations: dict, restarts: int) -> RemoteHandle:
+    def start(self, spec: LaunchSpec) -> None:
         """Ask the process's host to start it and return at once: its pid arrives with
         the agent's ``spawned`` (or ``failed``), however long that takes (a zygote
         still importing, an agent stalled for a while). While the link lives the start
         stays pending; a lost host fails it like any of its processes."""
-        proc = self.loop.plan.processes[name]
-        link = self.links[proc.host]
+        host = self.host_of[spec.name]
+        link = self.links[host]
         if link.state != "up":
-            raise StartError(f"host {proc.host} is not reachable")
-        link.send("spawn", name=name, argv=list(proc.cmd), cwd=proc.cwd,
-                  cpus=sorted(proc.cpus) if proc.cpus is not None else None,
-                  **self._spec(name, generations, restarts))
-        handle = RemoteHandle(self, proc.host, name, None)
-        self.handles[name] = handle
-        return handle
+            raise StartError(f"host {host} is not reachable")
+        link.send("spawn", **spec.to_fields())
+        self.handles[spec.name] = RemoteHandle(self, host, spec.name, None)
 
-    def probe(self, handle: RemoteHandle) -> str | None:
+    def signal(self, name: str, sig: int) -> None:
+        handle = self.handles.get(name)
+        if handle is not None:
+            self.send(handle.host, "signal", name=name, signal=int(sig))
+
+    def status(self, name: str) -> str | None:
         """What its agent last said of the process in /proc (never waits: the answer to
         the probe asked now arrives for the next look)."""
+        handle = self.handles.get(name)
+        if handle is None:
+            return None
         link = self.links[handle.host]
         if link.state == "up" and handle.code is None and handle.pid is not None \
                 and not handle.probing:
             handle.probing = True
             link.send("probe", name=handle.name)
         return handle.seen
+
+    def usage(self, name: str) -> tuple[float | None, int | None]:
+        handle = self.handles.get(name)
+        return (handle.cpu, handle.rss) if handle is not None else (None, None)
 
     # -- events ----------------------------------------------------------------------------
 
@@ -171,19 +158,18 @@ class Agents:
         handle = self.handles.get(name) if name else None
         if kind == "say":  # what the agent tells the user (its zygotes)
             self.loop.say(f"host {link.name}: {msg.get('text')}")
-        elif kind == "lines" and handle is not None:
-            for line in msg["lines"]:
-                self.loop.printer.line(name, line)
+        elif kind == "lines" and handle is not None and isinstance(msg.get("lines"), list):
+            self.loop.lines(name, [str(line) for line in msg["lines"]])
         elif kind == "spawned" and handle is not None and handle.pid is None:
             handle.pid, handle.warm = msg.get("pid"), bool(msg.get("warm"))
-            self.loop.remote_spawned(name, handle.pid, handle.warm)
+            self.loop.spawned(name, handle.pid, handle.warm)
         elif kind == "failed" and handle is not None and handle.pid is None:
-            del self.handles[name]
-            self.loop.remote_failed(name, str(msg.get("error")))
+            del self.handles[handle.name]
+            self.loop.failed(handle.name, str(msg.get("error")))
         elif kind == "exited" and handle is not None:
             handle.code = msg["code"]
-            del self.handles[name]
-            self.loop.remote_exited(name, handle.code)
+            del self.handles[handle.name]
+            self.loop.exited(handle.name, msg["code"])
         elif kind == "control":  # the library's messages, one or held together
             requests = [msg.get("request")] if "request" in msg else msg.get("requests")
             for request in requests if isinstance(requests, list) else ():
@@ -226,7 +212,7 @@ class Agents:
         for name, handle in list(self.handles.items()):
             if handle.host == link.name:
                 del self.handles[name]
-                self.loop.remote_lost(name, f"host {link.name} lost")
+                self.loop.lost(name, f"host {link.name} lost")
 
     def _drop(self, link: AgentLink) -> None:
         for fd in (link.out_fd, link.err_fd):
@@ -272,14 +258,16 @@ class Agents:
             if handle.pid is not None:
                 self.send(handle.host, "probe", name=handle.name)
 
-    def pids(self) -> dict[str, int]:
+    def pids(self) -> dict[str, int | None]:
         return {name: link.hello.get("pid") for name, link in self.links.items()
                 if link.hello and link.state == "up"}
 
     def states(self) -> dict[str, str]:
         return {name: link.state for name, link in self.links.items()}
 
-    def close(self) -> None:
+    def close(self) -> dict[str, int]:
+        """Tell every agent to stop (each kills what it still runs) and end the links;
+        the exit of each process not yet told: its last known code, else SIGKILL's."""
         for link in self.links.values():
             for fd in (link.out_fd, link.err_fd):
                 with contextlib.suppress(KeyError, ValueError):
@@ -287,3 +275,7 @@ class Agents:
             link.close()
         if self.steps is not None:
             self.steps.close()  # its agents have been told to stop
+        codes = {name: -signal.SIGKILL if h.code is None else h.code
+                 for name, h in self.handles.items()}
+        self.handles.clear()
+        return codes

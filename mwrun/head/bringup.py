@@ -190,7 +190,6 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         # Everything this thread imports, it imports before torch starts loading in
         # another: a Ctrl-C landing inside the import machinery while both import is
         # swallowed there and leaves a module lock held, and the launch hangs.
-        from mwrun.head.agents import Agents
         from mwrun.head.loop import Loop
         from mwrun.head.pending import PendingStores
 
@@ -205,10 +204,7 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
     topo_hosts = [(name, host.addr) for name, host in topo.hosts.items()]
     try:
         loop = Loop(plan, run_id, run_dir, stores, printer, grace,
-                    str(rundir.control_path(run_id)), Agents(links, None) if links else None,
-                    topo_hosts)
-        if loop.agents is not None:
-            loop.agents.loop, loop.agents.steps = loop, steps
+                    str(rundir.control_path(run_id)), links, steps, topo_hosts)
         code = loop.run()
         _summary(printer, loop)
     except BaseException as exc:

@@ -28,8 +28,8 @@ def build(loop, fresh_usage: bool = False) -> dict:
         loop.usage_at = now
         if loop.agents is not None:
             loop.agents.refresh_usage()  # answers arrive for the next document
-        loop.usage = {name: loop.handles[name].usage() for name, rec in sup.procs.items()
-                      if rec.state.alive and name in loop.handles}
+        loop.usage = {name: loop.usage_of(name) for name, rec in sup.procs.items()
+                      if rec.state.alive}
     processes = []
     for name, rec in sup.procs.items():
         cpu, rss = loop.usage.get(name, (None, None)) if rec.state.alive else (None, None)

@@ -22,33 +22,23 @@ import os
 import selectors
 import signal
 import socket
-import subprocess
 import sys
 import time
 
 from mwrun import __version__, machine
 from mwrun.errors import StartError
 from mwrun.host import frames, sockets
-from mwrun.host.lines import LineBuffer
-from mwrun.host.process import ProcessHandle
-from mwrun.host.warm import reap_orphans
-from mwrun.host.warmstarts import WarmStarts
+from mwrun.host.hands import Hands
+from mwrun.launchspec import LaunchSpec, SpecError
 
-READ_SLICE = 65536  # bytes read from one child per turn: fair to the others
+READ_SLICE = 65536  # bytes read from one library connection per turn
+SHUTDOWN_WAIT = 2.0  # for the last exits and output once everything was SIGKILLed
 OUTBOX_CAP = 4 * 2**20  # queued for the head past this: stop reading children's output
 RELAYED = ("hello", "heartbeat", "world", "bye")  # the library's no-reply verbs
 # Heartbeats are held up to a quarter of their process's interval (at most a link beat)
 # and go to the head together: one frame a second rather than one per process beat,
 # while a quarter interval late is far inside the head's lateness bound (two intervals).
 HOLD_SHARE = 0.25
-
-
-class Child:
-    def __init__(self, name: str, handle: ProcessHandle):
-        self.name = name
-        self.handle = handle
-        self.lines = LineBuffer()
-        self.reading = True
 
 
 class Agent:
@@ -61,21 +51,15 @@ class Agent:
         self.clock = clock
         self.decoder = frames.Decoder()
         self.outbox = frames.Outbox()
-        self.children: dict[str, Child] = {}
         self.selector = selectors.DefaultSelector()
         self.heard: float | None = None  # silence counts from the head's first frame
-        self.beat_due = self.reap_due = 0.0
+        self.beat_due = 0.0
         self.intervals: dict[str, float] = {}  # process -> its heartbeat interval (hello)
         self.held: list[dict] = []  # heartbeats not yet sent
         self.held_until: float | None = None
         self.done = False
-        self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.host.watchdog"],
-                                         stdin=subprocess.PIPE, text=True,
-                                         start_new_session=True)
         self.zygote_log = os.path.join(os.path.dirname(control_path) or ".", "zygote.log")
-        self.warm = WarmStarts(self.zygote_log, self.selector,
-                               lambda text: self.send("say", text=text), self._tell_watchdog,
-                               lambda: self.done)
+        self.hands = Hands(self.selector, self, self.zygote_log, lambda: self.done, clock)
 
     # -- the link ---------------------------------------------------------------------
 
@@ -128,113 +112,59 @@ class Agent:
 
     # -- what the head asks -------------------------------------------------------------
 
-    def _env(self, msg: dict) -> dict:
-        # The head's names for this process replace whatever this host's environment
-        # says under them (an outer job's RANK, TORCHELASTIC_*...).
-        prefixes = tuple(msg.get("unset_prefixes", ()))
-        env = {k: v for k, v in os.environ.items()
-               if k not in msg.get("unset", ()) and not (prefixes and k.startswith(prefixes))}
-        env.update(msg["env"])
-        return env
+    def _spec(self, msg: dict) -> LaunchSpec | None:
+        try:
+            return LaunchSpec.from_fields(msg)
+        except SpecError as exc:
+            if isinstance(msg.get("name"), str):
+                self.send("failed", name=msg["name"], error=str(exc))
+            return None
 
     def on_prepare(self, msg: dict) -> None:
-        self.warm.prepare(msg.get("preload"), self._env(msg))
+        spec = self._spec(msg)
+        if spec is not None:
+            self.hands.prepare(spec)
 
     def on_spawn(self, msg: dict) -> None:
-        env = self._env(msg)
-        # A start whose zygote still imports waits here, and the agent goes on beating
-        # and serving (an import longer than the link's silence limit once lost the
-        # host); starts go in the order asked, a later one never overtaking.
-        if not self.warm.holds(msg.get("preload"), msg.get("warm"), env, msg["cwd"],
-                               lambda: self._spawn(msg, env)):
-            self._spawn(msg, env)
-
-    def _spawn(self, msg: dict, env: dict) -> None:
-        name = msg["name"]
-        cpus = set(msg["cpus"]) if msg.get("cpus") is not None else None
-        try:
-            handle = self.warm.spawn(msg["argv"], msg.get("preload"), msg.get("warm"), env,
-                                     msg["cwd"], cpus)
-            warm = handle is not None
-            if handle is None:
-                handle = ProcessHandle.spawn(msg["argv"], env, msg["cwd"], cpus)
-        except StartError as exc:
-            self.send("failed", name=name, error=str(exc))
+        spec = self._spec(msg)
+        if spec is None:
             return
-        self._tell_watchdog(f"+{handle.pid}")
-        child = Child(name, handle)
-        self.children[name] = child
-        self.selector.register(handle.exit_fd, selectors.EVENT_READ, (self._exited, child))
-        self.selector.register(handle.output_fd, selectors.EVENT_READ, (self._output, child))
-        self.send("spawned", name=name, pid=handle.pid, warm=warm)
+        try:
+            pid = self.hands.start(spec)
+        except StartError as exc:
+            self.failed(spec.name, str(exc))
+            return
+        if pid is not None:  # else it waits for its zygote: told when made
+            self.spawned(spec.name, pid, bool(self.hands.was_warm(spec.name)))
 
     def on_signal(self, msg: dict) -> None:
-        child = self.children.get(msg["name"])
-        if child is not None:
-            child.handle.signal(int(msg["signal"]))
+        with contextlib.suppress(TypeError, ValueError):
+            self.hands.signal(str(msg["name"]), int(msg["signal"]))
 
     def on_probe(self, msg: dict) -> None:
-        child = self.children.get(msg["name"])
-        status, (cpu, rss) = (None, (None, None)) if child is None else \
-            (child.handle.status(), child.handle.usage())
-        self.send("probed", name=msg["name"], status=status, cpu=cpu, rss=rss)
+        name = str(msg.get("name"))
+        cpu, rss = self.hands.usage(name)
+        self.send("probed", name=name, status=self.hands.status(name), cpu=cpu, rss=rss)
 
     def on_stop(self, msg: dict) -> None:
         self.done = True
 
-    # -- the children -------------------------------------------------------------------
+    # -- what the hands tell (host.hands.Owner): over the link ----------------------------
 
-    def _output(self, child: Child) -> None:
-        fd = child.handle.output_fd
-        try:
-            data = os.read(fd, READ_SLICE)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if data:
-            lines = child.lines.feed(data)
-        else:  # every writer closed it (grandchildren too)
-            lines = child.lines.flush()
-            self.selector.unregister(fd)
-            child.reading = False
-            child.handle.close_output()
-        if lines:
-            self.send("lines", name=child.name, lines=lines)
+    def spawned(self, name: str, pid: int, warm: bool) -> None:
+        self.send("spawned", name=name, pid=pid, warm=warm)
 
-    def _exited(self, child: Child) -> None:
-        code = child.handle.returncode()
-        if code is None:
-            return
-        while child.reading:  # the last words before the exit is reported
-            before = self.outbox.size
-            self._output(child)
-            if self.outbox.size == before and child.reading:
-                break  # a grandchild holds the pipe open: what is there is sent
-        self.selector.unregister(child.handle.exit_fd)
-        child.handle.close_exit()
-        child.handle.signal(signal.SIGKILL)  # the group: nothing the leader left behind
-        self._tell_watchdog(f"-{child.handle.pid}")
-        if child.reading:
-            with contextlib.suppress(KeyError, ValueError):
-                self.selector.unregister(child.handle.output_fd)
-            self.send("lines", name=child.name, lines=child.lines.flush())
-            child.handle.close_output()
-        del self.children[child.name]
-        self.send("exited", name=child.name, code=code)
+    def failed(self, name: str, error: str) -> None:
+        self.send("failed", name=name, error=error)
 
-    def _pause_output(self, paused: bool) -> None:
-        """Back-pressure: while the head is behind, leave output in the children's
-        pipes (they block writing) rather than queue without bound or drop it."""
-        for child in self.children.values():
-            if not child.reading:
-                continue
-            fd = child.handle.output_fd
-            with contextlib.suppress(KeyError, ValueError):
-                if paused:
-                    self.selector.unregister(fd)
-                else:
-                    self.selector.register(fd, selectors.EVENT_READ, (self._output, child))
+    def lines(self, name: str, lines: list[str]) -> None:
+        self.send("lines", name=name, lines=lines)
+
+    def exited(self, name: str, code: int) -> None:
+        self.send("exited", name=name, code=code)
+
+    def say(self, text: str) -> None:
+        self.send("say", text=text)
 
     # -- the library's messages on this host --------------------------------------------
 
@@ -281,15 +211,12 @@ class Agent:
                     self._send_held()
                 if now >= self.beat_due:
                     self.send("beat")
-                if now >= self.reap_due:  # forked children are ours, so are their orphans
-                    self.reap_due = now + frames.BEAT
-                    reap_orphans({c.handle.pid for c in self.children.values()}
-                                 | self.warm.pids() | {self.watchdog.pid})
-                if self.outbox.size and self.outbox.flush(self._write):
-                    pass
+                self.hands.tick()  # forked children are ours, so are their orphans
+                if self.outbox.size:
+                    self.outbox.flush(self._write)
                 if (self.outbox.size > OUTBOX_CAP) != paused:
                     paused = not paused
-                    self._pause_output(paused)
+                    self.hands.pause_output(paused)
                 self._wait(now)
         finally:
             self._shutdown(listener)
@@ -322,17 +249,9 @@ class Agent:
             return len(data)
 
     def _shutdown(self, listener: socket.socket) -> None:
-        self.warm.close()
-        for child in self.children.values():
-            child.handle.signal(signal.SIGKILL)
-        for child in self.children.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.handle.popen.wait(timeout=1.0)
-        self._tell_watchdog("exit")
-        with contextlib.suppress(OSError):
-            self.watchdog.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.watchdog.wait(timeout=1.0)
+        self.hands.pause_output(False)  # the last words are read, whatever the link's pace
+        for name, code in self.hands.close(self.clock() + SHUTDOWN_WAIT).items():
+            self.exited(name, code)
         listener.close()
         for path in (self.control_path, self.zygote_log):
             with contextlib.suppress(OSError):
@@ -341,11 +260,6 @@ class Agent:
         os.set_blocking(self.link_out, True)
         with contextlib.suppress(OSError):
             self.outbox.flush(self._write)
-
-    def _tell_watchdog(self, line: str) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            self.watchdog.stdin.write(line + "\n")
-            self.watchdog.stdin.flush()
 
 
 def main(host: str | None, control_path: str, connect: str | None = None,
@@ -378,7 +292,7 @@ def main(host: str | None, control_path: str, connect: str | None = None,
 
 
 def _first_frame(sock: socket.socket) -> dict:
-    decoder, messages = frames.Decoder(), []
+    decoder, messages = frames.Decoder(), list[dict]()
     while not messages:
         data = sock.recv(65536)
         if not data:

@@ -11,9 +11,11 @@ Agent -> head: ``hello {protocol, version, host, inventory}``, ``spawned {name, 
 code}``, ``probed {name, status, cpu, rss}``, ``control {request}`` (one message of the
 library's, relayed) or ``control {requests}`` (heartbeats held a moment and sent
 together), ``say {text}`` (for the user: its zygotes), ``beat``.
-Head -> agent: ``prepare {env, preload}`` (start a zygote now), ``spawn {name, argv,
-env, cwd, cpus, preload, warm}``, ``signal {name, signal}``, ``probe {name}``,
-``beat``, ``stop`` (kill everything, then exit).
+Head -> agent: ``prepare {LaunchSpec}`` (start its zygote now), ``spawn {LaunchSpec}``
+(the fields of ``mwrun.launchspec.LaunchSpec``: name, argv, cwd, env, unset,
+unset_prefixes, prepend, cpus, netns, preload, warm; checked for shape on arrival),
+``signal {name, signal}``, ``probe {name}``, ``beat``, ``stop`` (kill everything, then
+exit).
 Any frame shows that its sender lives; a side that sent nothing for ``BEAT`` seconds
 sends a ``beat``.
 Either side that hears nothing for ``SILENCE`` seconds takes the other for gone (the
@@ -27,7 +29,7 @@ import hmac
 import json
 import struct
 
-PROTOCOL = 2  # 2: heartbeats held and relayed together; warm starts on agents
+PROTOCOL = 3  # 3: a spawn carries a launchspec.LaunchSpec; 2: heartbeats held together
 BEAT = 1.0  # seconds without a frame before a side sends a beat
 # No frame for this long: the other side is gone. A closed link is seen at once; this
 # is for a head or host that is stopped or cut off, and must outlast a busy moment (a

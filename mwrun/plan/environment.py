@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from mwrun.launchspec import LaunchSpec
 from mwrun.plan.placement import Plan, ProcessPlan
 
 # Variables mwrun sets; a copy of the supervisor's own values must never leak through
@@ -95,13 +96,21 @@ def mwrun_env(plan: Plan, name: str, *, run_id: str, control: str,
     return env
 
 
+def launch_spec(plan: Plan, name: str, **kwargs) -> LaunchSpec:
+    """How process ``name`` starts, on whichever host runs it (the one builder of its
+    environment: its host's hands lay it over that host's own)."""
+    proc = plan.processes[name]
+    return LaunchSpec(
+        name=name, argv=proc.cmd, cwd=proc.cwd,
+        env={**proc.env, **mwrun_env(plan, name, **kwargs)},
+        unset=OWNED + OWNED_MWRUN, unset_prefixes=OWNED_PREFIXES,
+        # Python applies PYTHONWARNINGS entries left to right, the last match winning:
+        # ours goes first, so a user's "default" or "error" entry still shows the warning.
+        prepend={"PYTHONWARNINGS": QUIET_NUMPY},
+        cpus=tuple(sorted(proc.cpus)) if proc.cpus is not None else None,
+        netns=proc.netns, preload=proc.preload, warm=proc.warm)
+
+
 def process_env(plan: Plan, name: str, inherited: Mapping[str, str], **kwargs) -> dict:
     """The full environment: inherited, minus mwrun's own names, plus the user's, plus ours."""
-    env = {k: v for k, v in inherited.items()
-           if k not in OWNED and k not in OWNED_MWRUN and not k.startswith(OWNED_PREFIXES)}
-    env.update(plan.processes[name].env)
-    env.update(mwrun_env(plan, name, **kwargs))
-    # Python applies PYTHONWARNINGS entries left to right, the last match winning: ours
-    # goes first, so a user's "default" or "error" entry still shows the warning.
-    env["PYTHONWARNINGS"] = ",".join(filter(None, [QUIET_NUMPY, env.get("PYTHONWARNINGS")]))
-    return env
+    return launch_spec(plan, name, **kwargs).environ(inherited)

@@ -40,6 +40,8 @@ class ProcessPlan:
     hang_timeout: float = 60.0  # seconds without a heartbeat before it counts as hung
     preload: tuple[str, ...] = ()  # what its zygote imports; (): started the ordinary way
     start: str = "cold"  # "warm", or "cold (why)", for people
+    # How its host's zygote runs it (preload.target), decided here once: None, cold.
+    warm: tuple[str, str, tuple[str, ...]] | None = None
 
     @property
     def primary(self) -> str:
@@ -307,4 +309,10 @@ def _process_plan(topology, proc: Process, got, memberships, local, python) -> P
         restart_backoff=proc.restart_backoff, replica_of=proc.replica_of,
         hang_timeout=topology.hang_deadline(proc.name),
         preload=() if why_cold else proc.preload,
-        start=f"cold ({why_cold})" if why_cold else "warm")
+        start=f"cold ({why_cold})" if why_cold else "warm",
+        warm=None if why_cold else _warm_target(cmd, runs_on))
+
+
+def _warm_target(cmd, python) -> tuple[str, str, tuple[str, ...]] | None:
+    how = preload.target(cmd, python)
+    return None if how is None else (how[0], how[1], tuple(how[2]))

@@ -29,7 +29,7 @@ FORBIDDEN = {
     "shared": ("mwrun.worlds", "mwrun.plan", "mwrun.host", "mwrun.head", "mwrun.cli",
                "torch"),
 }
-SHARED = ("errors.py", "machine.py", "protocol.py", "terminal.py")
+SHARED = ("errors.py", "launchspec.py", "machine.py", "protocol.py", "terminal.py")
 LONGEST_MODULE = 400
 
 
@@ -75,6 +75,31 @@ def test_the_check_sees_a_forbidden_import(tmp_path):
     assert violations("worlds", [bad]) == ["bad.py imports mwrun.head",
                                            "bad.py imports mwrun.head.rundir"]
     assert violations("head", [bad]) == []
+
+
+# The hands' duties (start, drain output, watch exits, reap, zygotes) have one body of
+# code, host/hands.py, which the head runs for its own machine and every agent for its
+# host: nothing else may reach for the parts it is made of.
+HANDS_PARTS = ("mwrun.host.process", "mwrun.host.lines", "mwrun.host.warmstarts",
+               "mwrun.host.warm.reap_orphans", "mwrun.host.watchdog")
+HANDS_ALLOWED = {"hands.py", "process.py", "lines.py", "warmstarts.py", "warm.py",
+                 "watchdog.py", "zygote.py", "child.py", "title.py"}
+
+
+def test_one_set_of_hands_on_every_host():
+    users = sorted(f"{path.parent.name}/{path.name}"
+                   for path in PACKAGE.glob("*/*.py") if path.name not in HANDS_ALLOWED
+                   for name in imported_names(path) | set(_strings(path))
+                   if name.startswith(HANDS_PARTS))
+    assert users == []
+    for user in ("head/loop.py", "host/agent.py"):
+        assert "mwrun.host.hands.Hands" in imported_names(PACKAGE / user), user
+
+
+def _strings(path: Path) -> list[str]:
+    """String constants too: the watchdog is started as ``python -m mwrun.host...``."""
+    return [node.value for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)]
 
 
 def test_every_module_sits_in_a_part_and_is_short():

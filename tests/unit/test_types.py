@@ -1,0 +1,33 @@
+"""The seams are typed, and mypy holds them: where the head meets a host (``HostHands``:
+this host's ``Hands`` or the agents), where the hands tell their owner (``Owner``: the
+head's loop or an agent), and the launch spec that crosses the link."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+SEAMS = ["mwrun/launchspec.py", "mwrun/host/hands.py", "mwrun/host/agent.py",
+         "mwrun/head/loop.py", "mwrun/head/agents.py"]
+
+
+def test_mypy_holds_the_seams(tmp_path):
+    pytest.importorskip("mypy", reason="mypy comes with the test extras: pip install -e '.[test]'")
+    done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"),
+                           *SEAMS], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_mypy_sees_a_broken_seam(tmp_path):
+    """The check is no formality: a host without ``start`` is refused."""
+    pytest.importorskip("mypy", reason="mypy comes with the test extras")
+    bad = tmp_path / "bad.py"
+    bad.write_text("from mwrun.head.loop import HostHands\n\n"
+                   "class NoStart:\n"
+                   "    def prepare(self, spec) -> None: ...\n\n"
+                   "hands: HostHands = NoStart()\n")
+    done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"),
+                           str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "HostHands" in done.stdout, done.stdout
