@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hmac
 import os
 import secrets
 import selectors
@@ -178,11 +177,11 @@ def _accept(listener, secret, by_node, python, srun, progress, timeout):
                 continue
             selector.unregister(sock)
             del pending[sock]
-            hello = messages[0] if messages else {}
-            proof = str(hello.get("proof", ""))
-            host = by_node.get(hello.get("node"))
-            if not hmac.compare_digest(proof, frames.proof(secret, nonce)) or host is None \
-                    or host in links:
+            hello = messages[0] if messages else None
+            # Proof first: nothing of a frame is read before it proves the secret.
+            node = hello.get("node") if frames.proven(hello, secret, nonce) else None
+            host = by_node.get(node) if isinstance(node, str) else None
+            if host is None or host in links:
                 sock.close()  # not one of ours: dropped, and nothing said about why
                 continue
             link = SocketLink(host, sock, python)

@@ -44,6 +44,16 @@ def proof(secret: str, nonce: str) -> str:
     return hmac.new(secret.encode(), nonce.encode(), hashlib.sha256).hexdigest()
 
 
+def proven(hello, secret: str, nonce: str) -> bool:
+    """Whether a connect-back's first frame is a hello that proves the run's secret.
+    Its shape and its proof are checked before anything else of it is read: a client
+    that knows no secret must not reach any code that parses what it sent."""
+    if not isinstance(hello, dict) or hello.get("kind") != "hello":
+        return False
+    said = hello.get("proof")
+    return isinstance(said, str) and hmac.compare_digest(said, proof(secret, nonce))
+
+
 class FrameError(ValueError):
     """The stream does not carry mwrun frames (or a frame is damaged)."""
 

@@ -48,6 +48,22 @@ def test_the_proof_depends_on_secret_and_nonce():
     assert frames.proof("s", "n") != frames.proof("t", "n") != frames.proof("s", "m")
 
 
+@pytest.mark.parametrize("hello", [
+    None, [], ["hello"], "hello", {"kind": "hello"}, {"kind": "hello", "proof": ["x"]},
+    {"kind": "hello", "proof": None, "node": ["n1", "n2"]}, {"kind": "beat", "proof": "p"},
+    {"kind": "hello", "proof": "0" * 64, "node": "n1"}])
+def test_a_connect_back_proves_the_secret_before_anything_is_read(hello):
+    # A client that knows no secret gets nowhere, whatever shape it sends (a list
+    # where the node name belongs once aborted the launch with a TypeError).
+    assert frames.proven(hello, "secret", "nonce") is False
+
+
+def test_a_right_proof_is_proven_whatever_else_the_hello_says():
+    good = {"kind": "hello", "proof": frames.proof("secret", "nonce"), "node": ["odd"]}
+    assert frames.proven(good, "secret", "nonce") is True
+    assert frames.proven(good, "secret", "other nonce") is False
+
+
 def test_hello_of_another_version_is_refused():
     link = remote.AgentLink("node", [], "python")
     good = {"kind": "hello", "protocol": frames.PROTOCOL, "version": __version__}
