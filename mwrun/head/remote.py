@@ -224,8 +224,9 @@ def connect_all(links: list[AgentLink], timeout: float = CONNECT_TIMEOUT,
 
 
 def control_path(run_id: str, host: str) -> str:
-    """Where a remote host's processes reach its agent: short (sun_path), per run and
-    host (namespaces on one machine share /tmp)."""
+    """Where a remote host's agent makes its socket (``agent.own_path``: beside this,
+    one per agent, said in its hello): short (sun_path), per run and host (namespaces
+    on one machine share /tmp); the last agent of the run to end removes the folder."""
     digest = hashlib.sha1(f"{run_id}/{host}".encode()).hexdigest()[:16]
     return f"/tmp/mwrun-agent-{digest}/control.sock"
 

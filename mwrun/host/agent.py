@@ -58,7 +58,7 @@ class Agent:
         self.held: list[dict] = []  # heartbeats not yet sent
         self.held_until: float | None = None
         self.done = False
-        self.zygote_log = os.path.join(os.path.dirname(control_path) or ".", "zygote.log")
+        self.zygote_log = os.path.splitext(control_path)[0] + "-zygote.log"
         self.hands = Hands(self.selector, self, self.zygote_log, lambda: self.done, clock)
 
     # -- the link ---------------------------------------------------------------------
@@ -256,6 +256,8 @@ class Agent:
         for path in (self.control_path, self.zygote_log):
             with contextlib.suppress(OSError):
                 os.unlink(path)
+        with contextlib.suppress(OSError):  # the run's folder, once its last agent is gone
+            os.rmdir(os.path.dirname(self.control_path))
         # Whatever the head may still read (final lines, exits) goes out if it can.
         os.set_blocking(self.link_out, True)
         with contextlib.suppress(OSError):
@@ -273,7 +275,7 @@ def main(host: str | None, control_path: str, connect: str | None = None,
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)  # the link's fate decides, nothing else
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    control_path = control_path.replace("{node}", node)
+    control_path = own_path(control_path.replace("{node}", node))
     if connect is None:
         agent = Agent(0, link_out, control_path, silence=silence)
         agent.hello(host or node)
@@ -289,6 +291,14 @@ def main(host: str | None, control_path: str, connect: str | None = None,
                node=node, pid=os.getpid(), control=control_path, inventory=machine.facts(),
                proof=frames.proof(secret, challenge.get("nonce", "")))
     return agent.run()
+
+
+def own_path(control_path: str) -> str:
+    """This agent's own socket, beside the path the head named (which the hello tells
+    it): an agent started again for its host (the old one stalled, not gone) must never
+    listen on, or on its end remove, the socket of another."""
+    root, ext = os.path.splitext(control_path)
+    return f"{root}-{os.getpid()}{ext or '.sock'}"
 
 
 def _first_frame(sock: socket.socket) -> dict:

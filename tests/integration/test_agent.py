@@ -39,10 +39,10 @@ class Link:
 
     def __init__(self, tmp_path, silence: float | None = None):
         env = dict(os.environ)
-        self.control = str(tmp_path / "agent.sock")
+        self.named = str(tmp_path / "agents" / "agent.sock")  # the agent listens beside it: its own
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "mwrun", "agent", "--host", "h1", "--control",
-             self.control, "--silence", str(SILENCE)], stdin=subprocess.PIPE,
+             self.named, "--silence", str(SILENCE)], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=env, start_new_session=True)
         self.decoder = frames.Decoder()
         self.pending: list[dict] = []
@@ -50,6 +50,11 @@ class Link:
     def send(self, kind: str, **fields) -> None:
         self.popen.stdin.write(frames.encode({"kind": kind, **fields}))
         self.popen.stdin.flush()
+
+    @property
+    def control(self) -> str:
+        """The socket this agent listens on, as its hello says."""
+        return f"{os.path.splitext(self.named)[0]}-{self.popen.pid}.sock"
 
     def expect(self, kind: str, timeout: float = 30.0, **match) -> dict:
         deadline = time.monotonic() + timeout
@@ -105,6 +110,7 @@ def gone(pid: int) -> bool:
 
 def test_hello_spawn_output_and_exit_code(link):
     hello = link.expect("hello")
+    assert hello["control"] == link.control
     assert hello["protocol"] == frames.PROTOCOL and hello["host"] == "h1"
     assert hello["inventory"]["cpus"] == sorted(os.sched_getaffinity(0))
     cpu = sorted(os.sched_getaffinity(0))[-1]
@@ -222,3 +228,25 @@ def test_a_preload_import_slower_than_the_link_silence_never_stalls_the_agent(li
     assert spawned["warm"] is True
     link.send("signal", name="slow", signal=int(signal.SIGKILL))
     link.expect("exited", name="slow", timeout=30)
+
+
+def test_an_agent_started_again_never_touches_the_old_ones_files(tmp_path):
+    """Two agents for one host (the old one stalled while the head started another): each
+    listens on its own socket, the old one's end removes only its own, and the last one's
+    end leaves no folder behind."""
+    old, new = Link(tmp_path), Link(tmp_path)
+    try:
+        for agent in (old, new):
+            agent.expect("hello")
+            wait_until(lambda agent=agent: os.path.exists(agent.control), timeout=10)
+        assert old.control != new.control
+        old.send("stop")
+        assert old.popen.wait(timeout=10) == 0
+        assert not os.path.exists(old.control)
+        assert os.path.exists(new.control)  # still served: its processes keep beating
+        new.send("stop")
+        assert new.popen.wait(timeout=10) == 0
+        assert not os.path.exists(os.path.dirname(new.control))
+    finally:
+        old.close()
+        new.close()

@@ -109,6 +109,9 @@ def test_a_star_across_two_ssh_hosts_survives_a_remote_kill(procs, home, tmp_pat
         w1 = proc_state(doc, "worker-1")
         assert on_node(w1["pid"], n1) and w1["host"] == "node1"
         assert on_node(proc_state(doc, "worker-2")["pid"], n2)
+        # Its agent's own socket, in a folder of this run's on that host.
+        agent_folder = Path(psutil.Process(w1["pid"]).environ()["MWRUN_CONTROL"]).parent
+        assert agent_folder.is_dir()
         killed = cli(home, "kill-world", "world1", check=True).stdout
         assert f"sent SIGKILL to worker-1 (pid {w1['pid']}" in killed
         broken = expect(job, "leader", "broken", world="world1")
@@ -125,6 +128,7 @@ def test_a_star_across_two_ssh_hosts_survives_a_remote_kill(procs, home, tmp_pat
         assert job.wait(timeout=60) == 0
         for node in (n1, n2):  # nothing of the job is left on either host
             wait_for(lambda node=node: not node.leftovers(), timeout=10, what="a clean node")
+        assert not agent_folder.exists()  # nor any file of its agent's
 
 
 @pytest.mark.parametrize("victim", ["head", "agent"])
