@@ -18,6 +18,7 @@ import contextlib
 import selectors
 import signal
 import time
+from typing import Protocol
 
 from mwrun.errors import StartError
 from mwrun.head import control
@@ -42,19 +43,39 @@ class RemoteHandle:
         self.rss: int | None = None
 
 
+class Attempt(Protocol):
+    """A lost host's agent being started again: once ``done()``, its ``link`` (saying
+    hello, or already checked) or the ``error`` that kept it away."""
+
+    @property
+    def link(self) -> AgentLink | None: ...
+    @property
+    def error(self) -> str | None: ...
+    def done(self) -> bool: ...
+
+
+class Reach(Protocol):
+    """How a host is reached again after a loss: the transport's part (``remote.SshReach``
+    for ssh, ``slurm.Steps`` for Slurm; a new transport, e.g. pods connecting back, is one
+    more). ``again`` never waits: the loop asks the attempt ``done()`` on every tick."""
+
+    def again(self, link: AgentLink) -> Attempt: ...
+    def close(self, wait: float = ...) -> None: ...
+
+
 class Agents:
-    def __init__(self, links: dict[str, AgentLink], loop, steps, host_of: dict[str, str],
-                 selector: selectors.BaseSelector):
+    def __init__(self, links: dict[str, AgentLink], loop, reach: Reach,
+                 host_of: dict[str, str], selector: selectors.BaseSelector):
         self.links = links  # host name -> link (up, or lost and being retried)
         self.loop = loop  # told what the agents tell (host.hands.Owner, and lost)
-        self.steps = steps  # under Slurm: head.slurm.Steps, the sruns that start agents
+        self.reach = reach  # how a lost host's agent is started again
         self.host_of = host_of  # process -> its host
         self.selector = selector  # the loop's: the links are watched there once attached
         self.pending: list[tuple[AgentLink, dict]] = []  # frames read while awaiting one
         self.handles: dict[str, RemoteHandle] = {}
         self.retry_at: dict[str, float] = {}
         self.retries: dict[str, int] = {}
-        self.rejoins: dict = {}  # host -> head.slurm.Rejoin under way
+        self.rejoins: dict[str, Attempt] = {}  # host -> its agent being started again
 
     def hosts(self) -> set[str]:
         return set(self.links)
@@ -226,32 +247,22 @@ class Agents:
                                                           RECONNECT_CAP)
 
     def _reconnect(self, link: AgentLink) -> None:
-        if not link.argv:  # an agent srun started: a new srun step starts it again
-            self.retry_at[link.name] = float("inf")  # until that attempt ends
-            if self.steps is not None:
-                self.rejoins[link.name] = self.steps.rejoin(link.name)
-            return
-        fresh = AgentLink(link.name, link.argv, link.python)
-        try:
-            fresh.start()
-        except OSError:
-            self._drop(fresh)
-            self.links[link.name] = fresh
-            return
-        fresh.heard = time.monotonic()
-        self.links[link.name] = fresh
-        self._watch(fresh)
+        self.retry_at[link.name] = float("inf")  # until that attempt ends
+        self.rejoins[link.name] = self.reach.again(link)
 
-    def _rejoined(self, old: AgentLink, attempt) -> None:
+    def _rejoined(self, old: AgentLink, attempt: Attempt) -> None:
+        """An attempt ended: the new link (still to say hello, or checked already), or
+        the next try after the backoff."""
         if attempt.link is None:
             self.loop.say(f"host {old.name}: not reached again: {attempt.error}")
-            self._drop(old)  # the next try, after the backoff
+            self._drop(old)
             return
         attempt.link.heard = time.monotonic()
         self.links[old.name] = attempt.link
         self._watch(attempt.link)
-        self.retries.pop(old.name, None)
-        self.loop.say(f"host {old.name} is reachable again")
+        if attempt.link.state == "up":  # checked by its transport (a connect-back)
+            self.retries.pop(old.name, None)
+            self.loop.say(f"host {old.name} is reachable again")
 
     def refresh_usage(self) -> None:
         for handle in self.handles.values():
@@ -273,8 +284,7 @@ class Agents:
                 with contextlib.suppress(KeyError, ValueError):
                     self.selector.unregister(fd)
             link.close()
-        if self.steps is not None:
-            self.steps.close()  # its agents have been told to stop
+        self.reach.close()  # under Slurm, the srun steps: their agents were told to stop
         codes = {name: -signal.SIGKILL if h.code is None else h.code
                  for name, h in self.handles.items()}
         self.handles.clear()

@@ -45,14 +45,14 @@ def plan_for_launch(path: str, run_id: str | None = None, connect: bool = True,
             " worlds' stores (the first host without ssh:)")])
     # The agents' sockets are named before the run folder (and its id) exists.
     key = run_id or f"{topo.name}-{secrets.token_hex(6)}"
-    links, steps = _reach(topo, mapping, key, progress) if connect else ({}, None)
+    links, reach = _reach(topo, mapping, key, progress) if connect else ({}, None)
     try:
         inv.update(remote.reported_inventory(topo, links, inv))
         topo, plan, listeners = _place_and_bind(topo, inv)
     except BaseException:
-        _let_go((links, steps))
+        _let_go((links, reach))
         raise
-    return topo, plan, listeners, (links, steps), run_id
+    return topo, plan, listeners, (links, reach), run_id
 
 
 def _hosts_of(topo):
@@ -64,22 +64,23 @@ def _hosts_of(topo):
 
 
 def _reach(topo, mapping, run_id: str, progress) -> tuple[dict, object]:
-    """Every remote host's agent, up and checked: (links, the srun steps under Slurm)."""
+    """Every remote host's agent, up and checked: (links, how a lost host is reached
+    again: ``agents.Reach``, the srun steps under Slurm, ssh otherwise)."""
     if mapping is not None:
         links, srun = slurm.connect(topo, mapping, run_id, progress)
         return links, slurm.Steps(srun, topo, mapping, run_id)
     links = remote.links_for(topo, run_id)
     if links:
         remote.connect_all(list(links.values()), progress=progress)
-    return links, None
+    return links, remote.SshReach()
 
 
 def _let_go(agents) -> None:
-    links, steps = agents
+    links, reach = agents
     for link in links.values():
         link.close()
-    if steps is not None:
-        steps.close(wait=0)
+    if reach is not None:
+        reach.close(wait=0)
 
 
 def _place_and_bind(topo, inv):
@@ -175,7 +176,7 @@ def _progress(stream):
 
 def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grace: float,
                stream, existing_dir: bool) -> int:
-    links, steps = agents
+    links, reach = agents
     run_dir = None
     try:
         run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id, plan.name)
@@ -204,7 +205,7 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
     topo_hosts = [(name, host.addr) for name, host in topo.hosts.items()]
     try:
         loop = Loop(plan, run_id, run_dir, stores, printer, grace,
-                    str(rundir.control_path(run_id)), links, steps, topo_hosts)
+                    str(rundir.control_path(run_id)), links, reach, topo_hosts)
         code = loop.run()
         _summary(printer, loop)
     except BaseException as exc:

@@ -53,7 +53,7 @@ class HostHands(Protocol):
 
 class Loop:
     def __init__(self, plan, run_id: str, run_dir, stores, printer: Printer, grace: float,
-                 control_path: str, links: dict | None = None, steps=None,
+                 control_path: str, links: dict | None = None, reach=None,
                  hosts: list | None = None):
         self.plan = plan
         self.run_id = run_id
@@ -77,7 +77,7 @@ class Loop:
         self.history = History(run_dir, {"run_id": run_id, "name": plan.name, "worlds": {
             n: list(w.members) for n, w in plan.worlds.items()}})
         # The remote hosts' hands (their agents), if any; this host's own are ``hands``.
-        self.agents = Agents(links, self, steps, {n: p.host for n, p in plan.processes.items()},
+        self.agents = Agents(links, self, reach, {n: p.host for n, p in plan.processes.items()},
                              self.selector) if links else None
         self.hosts = hosts or []  # the status document's host entries (name, addr)
         self.supervisor = Supervisor(plan, self, grace)

@@ -231,6 +231,33 @@ def control_path(run_id: str, host: str) -> str:
     return f"/tmp/mwrun-agent-{digest}/control.sock"
 
 
+class Started:
+    """An ssh host reached again: a fresh ssh session (its hello comes over the link,
+    as at launch), or why none could be started."""
+
+    def __init__(self, old: AgentLink):
+        self.link: AgentLink | None = AgentLink(old.name, old.argv, old.python)
+        self.error: str | None = None
+        try:
+            self.link.start()
+        except OSError as exc:
+            self.link, self.error = None, f"ssh could not be started: {exc}"
+
+    def done(self) -> bool:
+        return True
+
+
+class SshReach:
+    """How ssh hosts are reached again after a loss (``agents.Reach``): the same ssh
+    command line, at once (it never waits: ssh runs on its own)."""
+
+    def again(self, link: AgentLink) -> Started:
+        return Started(link)
+
+    def close(self, wait: float = 0.0) -> None:
+        """Nothing of its own to end: every ssh session is a link's."""
+
+
 def links_for(topo, run_id: str) -> dict[str, AgentLink]:
     """An agent link for every host reached over ssh (not yet started)."""
     links = {}

@@ -230,8 +230,9 @@ class Steps:
         self.lock = threading.Lock()  # sruns grows in a rejoin's thread
         self.closed = False
 
-    def rejoin(self, host: str) -> Rejoin:
-        return Rejoin(self, host)
+    def again(self, link: AgentLink) -> Rejoin:
+        """A lost host's agent started again by an srun of its own (``agents.Reach``)."""
+        return Rejoin(self, link.name)
 
     def close(self, wait: float = 5.0) -> None:
         with self.lock:
@@ -246,7 +247,9 @@ class Rejoin:
     the head's loop must not wait for Slurm (it asks ``done()`` on every tick)."""
 
     def __init__(self, steps: Steps, host: str):
-        self.host, self.link, self.error = host, None, None
+        self.host = host
+        self.link: SocketLink | None = None  # once done: the new link, checked
+        self.error: str | None = None
         self._steps = steps
         self._thread = threading.Thread(target=self._run, name=f"mwrun-rejoin-{host}",
                                         daemon=True)

@@ -20,6 +20,31 @@ def test_mypy_holds_the_seams(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+TRANSPORTS = """\
+from mwrun.head.agents import Reach
+from mwrun.head.remote import SshReach
+from mwrun.head.slurm import Steps
+
+
+def ssh() -> Reach:
+    return SshReach()
+
+
+def slurm(steps: Steps) -> Reach:
+    return steps
+"""
+
+
+def test_every_transport_reaches_a_lost_host_the_same_way(tmp_path):
+    """ssh and Slurm are both an ``agents.Reach``: the place a new transport plugs in."""
+    pytest.importorskip("mypy", reason="mypy comes with the test extras")
+    check = tmp_path / "transports.py"
+    check.write_text(TRANSPORTS)
+    done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"),
+                           str(check)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_mypy_sees_a_broken_seam(tmp_path):
     """The check is no formality: a host without ``start`` is refused."""
     pytest.importorskip("mypy", reason="mypy comes with the test extras")
