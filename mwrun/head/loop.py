@@ -21,6 +21,7 @@ import time
 from mwrun.errors import StartError
 from mwrun.head import control, document
 from mwrun.head.console import Printer
+from mwrun.head.events import Events, Said, Why, lines
 from mwrun.head.history import SAMPLE_EVERY, History
 from mwrun.head.states import WorldState
 from mwrun.head.supervisor import TICK, Supervisor
@@ -56,10 +57,6 @@ class Loop:
         self.selector = selectors.DefaultSelector()
         self.clients = control.Clients(self.selector, lambda line: control.serve(self, line))
         self.signals: list[int] = []
-        self.saved: tuple | None = None  # what state.json last showed (document.save)
-        self.observed: tuple | None = None  # what the history last saw
-        self.saved_at = 0.0
-        self.save_due: float | None = None  # a write of state.json held back until then
         self.next_tick = 0.0
         self.next_sample = 0.0
         self.traffic = Traffic()
@@ -67,7 +64,11 @@ class Loop:
             n: list(w.members) for n, w in plan.worlds.items()}})
         self.agents = agents  # head.agents.Agents: the remote hosts' hands, if any
         self.hosts = hosts or []  # the status document's host entries (name, addr)
-        self.supervisor = Supervisor(plan, self, grace)
+        self.writer = document.Writer(run_dir / "state.json", lambda: document.build(self),
+                                      lambda: document.outside(self))
+        # Who hears it: the console and events.log, the history, state.json (behind).
+        self.events = Events((lines(printer.event), self.history, self.writer))
+        self.supervisor = Supervisor(plan, self, self.events, grace)
         self.up = True  # every world formed once (said once while the job comes up)
         self.starts: dict[str, str] = {}  # process -> "warm" | "cold", as last started
         self.warm = WarmStarts(run_dir / "zygote.log", self.selector, self.say,
@@ -178,14 +179,10 @@ class Loop:
     def remote_lost(self, name: str, reason: str) -> None:
         self.supervisor.on_exit(name, None, lost=reason)
 
-    def signal(self, name: str, sig: int) -> None:
+    def signal(self, name: str, sig: int, why: Why) -> None:
         handle = self.handles.get(name)
         if handle is not None:
             handle.signal(sig)
-            rec = self.supervisor.procs[name]
-            why = "stop" if self.supervisor.stopping else \
-                "hang" if rec.hung is not None else "drill"
-            self.history.signalled(name, sig, why)
 
     def mark_broken(self, world: str, generation: int, reason: str) -> None:
         self.stores.mark_broken(world, generation, reason)
@@ -197,7 +194,7 @@ class Loop:
         self.stores.close_world(world, generation, reason)
 
     def say(self, text: str) -> None:
-        self.printer.event(text)
+        self.events.emit(Said(text))
 
     def probe(self, name: str) -> str | None:
         handle = self.handles.get(name)
@@ -396,5 +393,7 @@ class Loop:
     def document(self, fresh_usage: bool = False) -> dict:
         return document.build(self, fresh_usage)
 
+    save_due = property(lambda self: self.writer.due)  # a write held back (document.Writer)
+
     def _save(self, force: bool = False) -> None:
-        document.save(self, force)
+        self.writer.save(force)
