@@ -78,7 +78,7 @@ class Supervisor:
         self.events.emit(event)
 
     def _say(self, text: str) -> None:
-        self.events.emit(ev.Said(text))
+        self._emit(ev.Said(text))
 
     def _move(self, rec: ProcessRecord, state: P) -> None:
         """Every change of a process's state goes here: the tally follows it."""
@@ -274,7 +274,7 @@ class Supervisor:
                     and self.host.reachable(rec.plan.name):  # its host is there (again)
                 rec.restarts += 1
                 self._say(f"restarting {rec.plan.name} (restart {rec.restarts}"
-                              f" of {rec.plan.max_restarts})")
+                          f" of {rec.plan.max_restarts})")
                 self._spawn(rec)
                 touched.append(rec)
             elif rec.state in (P.STARTING, P.RUNNING, P.UNRESPONSIVE) and not self.stopping:
@@ -288,8 +288,8 @@ class Supervisor:
         awake, stalled = self.clock.read(self.host.now())
         if stalled:
             self._say(f"the supervisor itself was not running for {stalled:.1f}s"
-                          " (stopped, starved or busy); that silence counts against no"
-                          " process")
+                      " (stopped, starved or busy); that silence counts against no"
+                      " process")
         return awake
 
     def _check_hung(self, rec: ProcessRecord, now: float) -> None:
@@ -335,7 +335,7 @@ class Supervisor:
         self.state = R.STOPPING  # STARTING|RUNNING -> STOPPING
         self._emit(ev.Stopping(reason))
         self._say(f"{reason}: stopping every process (SIGTERM, then SIGKILL after"
-                      f" {self.grace:g}s)")
+                  f" {self.grace:g}s)")
         self.kill_at = now + self.grace
         for rec in self.procs.values():
             if rec.state.alive:
