@@ -1,8 +1,10 @@
 """The head: the supervisor of a running job, inside ``mwrun launch``.
 
 ``supervisor`` is the only place that decides (moves the ``states``, applies
-``policy``, with ``hangs`` for hang detection and ``deadlines`` for its timers; the work
-of an event is what it touches); ``loop`` is its event loop and hands
+``policy``, with ``worldbook`` for the worlds' states, ``hangs`` for hang detection and
+``deadlines`` for its timers; the work of an event is what it touches) and tells what it
+does as typed ``events``, to which the console, ``history`` and ``document``'s state.json
+writer subscribe; ``loop`` is its event loop and hands
 (spawns through ``host``, or through ``agents`` on remote hosts reached by ``remote``
 links over ssh or ``slurm``; writes ``stores``, served once ``pending`` has them;
 serves ``control`` with ``requests`` checked; never waits for a remote host: a remote

@@ -1,16 +1,19 @@
 """The status document (``mwrun status --json`` and ``state.json``), built from the
 supervisor's records and the loop's readings: processes, worlds with their traffic,
-hosts. ``state.json`` is rewritten only when something in it changed (a heartbeat
-changes nothing) or the usage readings are due, and then behind, at most once per
-SAVE_GAP: building the document for every event would cost the supervisor more than
-everything else it does.
+hosts. ``state.json`` is written by a ``Writer`` that subscribes to the supervisor's
+events: rewritten only when something in it changed (a heartbeat emits nothing) or
+the usage readings are due, and then behind, at most once per SAVE_GAP: building the
+document for every event would cost the supervisor more than everything else it does.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from pathlib import Path
 
+from mwrun.head import events as ev
 from mwrun.head import rundir
 
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
@@ -81,25 +84,45 @@ def _pids(loop, world) -> dict:
     return {m: procs[m].pid for m in world.plan.members if procs[m].state.alive}
 
 
-def save(loop, force: bool = False) -> None:
-    """Write state.json (and the history) if something in it changed, or the usage
-    readings are due. Called after every event, so the common case (a heartbeat that
-    changed nothing) must cost next to nothing. The history is written at once (its
-    times are the events'); state.json is written behind, at most once per SAVE_GAP:
-    a burst of events (a launch, a host lost) costs one write, not one per event.
-    ``loop.save_due`` tells the loop when a deferred write is due."""
+def outside(loop) -> tuple:
+    """What state.json shows that no supervisor event tells: the hosts' states, when
+    usage was read, and whether a reading is due."""
     hosts = tuple(sorted(loop.agents.states().items())) if loop.agents else ()
-    key = (loop.supervisor.signature(), loop.usage_at, hosts)
-    now = time.monotonic()
-    if key == loop.saved and now - loop.usage_at < USAGE_EVERY:
-        return
-    if key[0] != loop.observed:
-        loop.history.observe(loop.supervisor)
-        loop.observed = key[0]
-    if not force and now - loop.saved_at < SAVE_GAP:
-        loop.save_due = loop.saved_at + SAVE_GAP
-        return
-    doc = build(loop)
-    rundir.write_json(loop.run_dir / "state.json", doc)
-    loop.saved = (key[0], loop.usage_at, hosts)  # build() may have read usage afresh
-    loop.saved_at, loop.save_due = time.monotonic(), None
+    return hosts, loop.usage_at, time.monotonic() - loop.usage_at >= USAGE_EVERY
+
+
+class Writer:
+    """state.json, written behind. A subscriber of the supervisor's events that only
+    marks itself dirty; ``save`` (after every turn of the loop, so the common case must
+    cost next to nothing) writes when an event came or ``outside`` changed, at most
+    once per SAVE_GAP: a burst of events (a launch, a host lost) costs one write, not
+    one per event. ``due`` tells the loop when a write held back is due."""
+
+    def __init__(self, path: Path, build: Callable[[], dict], outside: Callable[[], tuple],
+                 clock: Callable[[], float] = time.monotonic):
+        self.path = path
+        self.build = build
+        self.outside = outside
+        self.clock = clock
+        self.dirty = True  # nothing written yet
+        self.seen: tuple | None = None  # what outside() said at the last write
+        self.saved_at = float("-inf")
+        self.due: float | None = None
+        self.writes = 0
+
+    def __call__(self, event: ev.Event) -> None:
+        if not isinstance(event, ev.Said):  # a line said changes nothing shown
+            self.dirty = True
+
+    def save(self, force: bool = False) -> None:
+        """``force``: now, never held back (the final state)."""
+        if not self.dirty and self.outside() == self.seen:
+            return
+        if not force and self.clock() - self.saved_at < SAVE_GAP:
+            self.due = self.saved_at + SAVE_GAP
+            return
+        self.dirty = False
+        rundir.write_json(self.path, self.build())
+        self.seen = self.outside()  # build() may have read usage afresh
+        self.saved_at, self.due = self.clock(), None
+        self.writes += 1

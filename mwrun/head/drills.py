@@ -1,9 +1,10 @@
-"""The fault drill (``mwrun kill-world``): who it hits (a pure function of the records)
-and hitting them through the supervisor's host."""
+"""The fault drill (``mwrun kill-world``): who it hits (a pure function of the records),
+hitting them through what the supervisor gives, and what the user is told."""
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 
 
 def targets(worlds: dict, procs: dict, world_name: str, rank: int | None) -> list[str]:
@@ -24,20 +25,24 @@ def targets(worlds: dict, procs: dict, world_name: str, rank: int | None) -> lis
     return own
 
 
-def kill_world(sup, world_name: str, rank: int | None, sig: int) -> list[dict]:
-    """The fault drill: signal WORLD's own members (or one rank) through the
-    supervisor's host; who was hit. Raises ValueError saying why no one was."""
-    procs = sup.procs
-    chosen = targets(sup.worlds, procs, world_name, rank)
-    members = sup.worlds[world_name].plan.members
+def kill_world(worlds: dict, procs: dict, world_name: str, rank: int | None, sig: int,
+               send: Callable[[str, int], None]) -> list[dict]:
+    """The fault drill: ``send`` the signal to WORLD's own live members (or one rank);
+    who was hit. Raises ValueError saying why no one was."""
+    chosen = targets(worlds, procs, world_name, rank)
+    members = worlds[world_name].plan.members
     hit = []
     for name in chosen:
         if procs[name].state.alive:
-            sup.host.signal(name, sig)
+            send(name, sig)
             hit.append({"process": name, "pid": procs[name].pid, "rank": members.index(name)})
     if not hit:
         states = ", ".join(f"{t}: {procs[t].state.value}" for t in chosen)
         raise ValueError(f"no live member of {world_name} to signal ({states})")
-    names = ", ".join(f"{h['process']} (pid {h['pid']})" for h in hit)
-    sup.host.say(f"kill-world {world_name}: {signal.Signals(sig).name} to {names}")
     return hit
+
+
+def told(world_name: str, sig: int, hit: list[dict]) -> str:
+    """What the user is told of a drill."""
+    names = ", ".join(f"{h['process']} (pid {h['pid']})" for h in hit)
+    return f"kill-world {world_name}: {signal.Signals(sig).name} to {names}"

@@ -14,6 +14,12 @@ may still sit unread in the supervisor's sockets).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mwrun.head.records import ProcessRecord
+
 # A gap between two turns of the supervisor longer than this means it was not running.
 STALL = 2.0
 # The shortest grace a silent (not stopped) process gets before it is declared hung.
@@ -55,3 +61,30 @@ def verdict(silent: float, hang_timeout: float, stopped: bool,
     if suspect_for is not None and suspect_for >= confirm_grace(beat_every, hang_timeout):
         return f"no heartbeat for {round(silent, 1):g}s"
     return None
+
+
+def judge(rec: ProcessRecord, awake: float, stopped: Callable[[], bool],
+          late_beats: int) -> tuple[bool, str | None]:
+    """Whether a live process is late (shown unresponsive long before it is judged) and
+    why it is hung, or None; ``awake`` is awake time. Its suspicion is kept in its
+    record; ``stopped`` asks /proc, only when the silence needs it."""
+    limit = rec.plan.hang_timeout
+    if rec.beat_every is not None:
+        # The library beats from its own thread: silence past the deadline means
+        # stopped or wedged. /proc is read only then, to confirm it.
+        silent = awake - rec.last_beat
+        late = silent >= late_beats * rec.beat_every
+        if silent < limit:
+            rec.suspect_since = None
+            return late, None
+        is_stopped = stopped()
+        if rec.suspect_since is None:
+            rec.suspect_since = awake
+        return late, verdict(silent, limit, is_stopped, awake - rec.suspect_since,
+                             rec.beat_every)
+    if not stopped():  # a plain process: only /proc can tell
+        rec.stopped_since = None
+        return False, None
+    if rec.stopped_since is None:
+        rec.stopped_since = awake
+    return True, f"stopped for {limit:g}s" if awake - rec.stopped_since >= limit else None

@@ -6,16 +6,16 @@
   at the head of each rotated file, so any file alone says what the lanes are);
 - ``{"event": E, ...}`` for each thing that happened: ``spawn`` (process, pid,
   restarts; a restart when restarts > 0), ``signal`` (process, signal, ``why``: drill,
-  hang or stop), ``hang`` (process, why), ``exit`` (process, code, state, why),
+  hang or stop), ``hang`` (process, why), ``exit`` (process, pid, code, state, why),
   ``break`` (world, generation, reason), ``form`` (world, generation; a re-form when
-  generation > 0), ``close`` (world, reason), ``stop`` (reason), ``end`` (state);
+  generation > 0), ``close`` (world, reason), ``stop``, ``end`` (state);
 - ``{"rates": {world: [calls_per_s, bytes_per_s]}}`` every SAMPLE_EVERY seconds while
   the run lives (each the world's rate over about the last beat interval).
 
 Its size is bounded: past HISTORY_BYTES the file becomes ``history.1.jsonl`` (the one
 before that is dropped) and a fresh file starts, so a run keeps its most recent two.
-Events are found by comparing the supervisor's states after each step, so the
-supervisor's decisions carry no bookkeeping.
+The history subscribes to the supervisor's events (events.py): one record per event
+that has one, written when it is emitted (so ``t`` is when it happened).
 """
 
 from __future__ import annotations
@@ -23,13 +23,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import time
 from pathlib import Path
 
+from mwrun.head import events as ev
 from mwrun.head.states import ProcessState as P
-from mwrun.head.states import RunState as R
-from mwrun.head.states import WorldState as W
 
 HISTORY = "history.jsonl"
 ROTATED = "history.1.jsonl"
@@ -45,7 +43,6 @@ class History:
         self.clock = clock
         self.limit = limit
         self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept for the run
-        self.seen: dict | None = None
         self._write({"event": "start", **head})
 
     def _write(self, record: dict) -> None:
@@ -67,23 +64,14 @@ class History:
         self.file.write(json.dumps({"t": round(self.clock(), 4), "event": "start",
                                     "continued": True, **self.head}) + "\n")
 
-    def event(self, kind: str, **fields) -> None:
-        self._write({"event": kind, **fields})
+    def __call__(self, event: ev.Event) -> None:
+        """A subscriber of the supervisor's events: the record of one, if it has one."""
+        found = record(event)
+        if found is not None:
+            self._write(found)
 
     def sample(self, rates: dict[str, list]) -> None:
         self._write({"rates": rates})
-
-    def signalled(self, process: str, sig: int, why: str) -> None:
-        self.event("signal", process=process, signal=signal.Signals(sig).name, why=why)
-
-    def observe(self, sup) -> None:
-        """Write what changed in the supervisor's states since the last look."""
-        now = snapshot(sup)
-        if now == self.seen:
-            return
-        before, self.seen = self.seen, now
-        for record in changes(before, now, sup):
-            self._write(record)
 
     def close(self) -> None:
         if self.file is not None:
@@ -92,45 +80,33 @@ class History:
             self.file = None
 
 
-def snapshot(sup) -> dict:
-    return {"run": sup.state,
-            "procs": {n: (r.state, r.pid, r.restarts) for n, r in sup.procs.items()},
-            "worlds": {n: (w.state, w.generation, w.breaks) for n, w in sup.worlds.items()}}
-
-
-def changes(before: dict | None, now: dict, sup) -> list[dict]:
-    """The events between two snapshots, in the order they happen: hangs and exits,
-    then breaks, then stops, spawns, forms and closes."""
-    if before is None:
-        before = {"run": R.STARTING, "procs": {n: (None, None, 0) for n in now["procs"]},
-                  "worlds": {n: (W.FORMING, 0, 0) for n in now["worlds"]}}
-    out = []
-    for name, (state, pid, _) in now["procs"].items():
-        old_state, old_pid, _ = before["procs"][name]
-        rec = sup.procs[name]
-        if state is P.HUNG and old_state is not P.HUNG:
-            out.append({"event": "hang", "process": name, "why": rec.hung})
-        # An exit is a pid gone or replaced; a live state change (unresponsive, hung)
-        # is none.
-        if old_pid is not None and (pid != old_pid or not state.alive):
-            out.append({"event": "exit", "process": name, "pid": old_pid,
-                        "code": rec.exit_code, "state": state.value, "why": rec.why})
-    for name, (_, _, breaks) in now["worlds"].items():
-        _, old_generation, old_breaks = before["worlds"][name]
-        if breaks > old_breaks:
-            out.append({"event": "break", "world": name, "generation": old_generation,
-                        "reason": sup.worlds[name].reason})
-    if now["run"] is R.STOPPING and before["run"] is not R.STOPPING:
-        out.append({"event": "stop"})
-    for name, (_, pid, restarts) in now["procs"].items():
-        if pid is not None and pid != before["procs"][name][1]:
-            out.append({"event": "spawn", "process": name, "pid": pid, "restarts": restarts})
-    for name, (state, generation, _) in now["worlds"].items():
-        old_state, old_generation, _ = before["worlds"][name]
-        if state is W.HEALTHY and (old_state is not W.HEALTHY or generation != old_generation):
-            out.append({"event": "form", "world": name, "generation": generation})
-        elif state is W.CLOSED and old_state is not W.CLOSED:
-            out.append({"event": "close", "world": name, "reason": sup.worlds[name].reason})
-    if now["run"].final and before["run"] is not now["run"]:
-        out.append({"event": "end", "state": now["run"].value})
-    return out
+def record(event: ev.Event) -> dict | None:
+    """The history record of an event; None for those it keeps none of (lines said,
+    live state moves such as unresponsive, and exits of processes that never started:
+    they had no pid)."""
+    match event:
+        case ev.Spawned(process, pid, restarts):
+            return {"event": "spawn", "process": process, "pid": pid, "restarts": restarts}
+        case ev.Signalled(process, sig, why):
+            return {"event": "signal", "process": process, "signal": sig.name,
+                    "why": why.value}
+        case ev.Hung(process, why):
+            return {"event": "hang", "process": process, "why": why}
+        case ev.Exited(process, pid, code, state, why) if pid is not None:
+            return {"event": "exit", "process": process, "pid": pid, "code": code,
+                    "state": state.value, "why": why}
+        case ev.Abandoned(process, pid, why):  # given up as failed: its last word
+            return {"event": "exit", "process": process, "pid": pid, "code": None,
+                    "state": P.FAILED.value, "why": why}
+        case ev.WorldBroken(world, generation, reason):
+            return {"event": "break", "world": world, "generation": generation,
+                    "reason": reason}
+        case ev.WorldFormed(world, generation):
+            return {"event": "form", "world": world, "generation": generation}
+        case ev.WorldClosed(world, reason):
+            return {"event": "close", "world": world, "reason": reason}
+        case ev.Stopping():
+            return {"event": "stop"}
+        case ev.RunEnded(state):
+            return {"event": "end", "state": state.value}
+    return None

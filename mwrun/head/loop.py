@@ -23,6 +23,7 @@ from typing import Protocol
 from mwrun.head import control, document
 from mwrun.head.agents import Agents
 from mwrun.head.console import Printer
+from mwrun.head.events import Events, Said, Why, lines
 from mwrun.head.history import SAMPLE_EVERY, History
 from mwrun.head.states import WorldState
 from mwrun.head.supervisor import TICK, Supervisor
@@ -67,10 +68,6 @@ class Loop:
         self.selector = selectors.DefaultSelector()
         self.clients = control.Clients(self.selector, lambda line: control.serve(self, line))
         self.signals: list[int] = []
-        self.saved: tuple | None = None  # what state.json last showed (document.save)
-        self.observed: tuple | None = None  # what the history last saw
-        self.saved_at = 0.0
-        self.save_due: float | None = None  # a write of state.json held back until then
         self.next_tick = 0.0
         self.next_sample = 0.0
         self.traffic = Traffic()
@@ -80,7 +77,11 @@ class Loop:
         self.agents = Agents(links, self, reach, {n: p.host for n, p in plan.processes.items()},
                              self.selector) if links else None
         self.hosts = hosts or []  # the status document's host entries (name, addr)
-        self.supervisor = Supervisor(plan, self, grace)
+        self.writer = document.Writer(run_dir / "state.json", lambda: document.build(self),
+                                      lambda: document.outside(self))
+        # Who hears it: the console and events.log, the history, state.json (behind).
+        self.events = Events((lines(printer.event), self.history, self.writer))
+        self.supervisor = Supervisor(plan, self, self.events, grace)
         self.up = True  # every world formed once (said once while the job comes up)
         self.starts: dict[str, str] = {}  # process -> "warm" | "cold", as last started
         self.hands = Hands(self.selector, self, run_dir / "zygote.log",
@@ -136,7 +137,7 @@ class Loop:
         self.supervisor.on_exit(name, None, lost=reason)
 
     def say(self, text: str) -> None:
-        self.printer.event(text)
+        self.events.emit(Said(text))
 
     def _started(self) -> None:
         """Progress while the job comes up: what started how, then (in _step) when
@@ -165,12 +166,9 @@ class Loop:
         host = self.plan.processes[name].host
         return self.agents is None or host not in self.agents.hosts() or self.agents.up(host)
 
-    def signal(self, name: str, sig: int) -> None:
+    def signal(self, name: str, sig: int, why: Why) -> None:
+        """Why is the supervisor's to tell (its Signalled event); the hands only send."""
         self._hands_of(name).signal(name, sig)
-        rec = self.supervisor.procs[name]
-        why = "stop" if self.supervisor.stopping else \
-            "hang" if rec.hung is not None else "drill"
-        self.history.signalled(name, sig, why)
 
     def mark_broken(self, world: str, generation: int, reason: str) -> None:
         self.stores.mark_broken(world, generation, reason)
@@ -301,5 +299,7 @@ class Loop:
     def document(self, fresh_usage: bool = False) -> dict:
         return document.build(self, fresh_usage)
 
+    save_due = property(lambda self: self.writer.due)  # a write held back (document.Writer)
+
     def _save(self, force: bool = False) -> None:
-        document.save(self, force)
+        self.writer.save(force)

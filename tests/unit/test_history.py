@@ -1,4 +1,4 @@
-"""The run's history: events found from the supervisor's states, bounded in size, and
+"""The run's history: a record per event the supervisor emits, bounded in size, and
 read back as a timeline with each fault's downtime."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 from mwrun.cli.timeline import build, load, mean_rate, summary
 from mwrun.errors import RunError
 from mwrun.head.history import History
-from tests.unit.test_supervisor import join_all, make
+from tests.unit.test_supervisor import FakeHost, join_all, make
 
 
 class Clock:
@@ -22,27 +22,23 @@ class Clock:
 
 def record_drill(tmp_path):
     """A scripted drill on a fake host: kill worker-0, it restarts, world1 re-forms."""
-    sup, host = make()
+    host = FakeHost()
     history = History(tmp_path, {"run_id": "r", "name": "star", "worlds": {
         "world1": ["leader", "worker-0"], "world2": ["leader", "worker-1"]}}, Clock(host))
-    history.observe(sup)
+    sup, _ = make(host=host, subscribers=(history,))
     join_all(sup)
-    history.observe(sup)
     for _ in range(5):
         host.t += 1.0
         history.sample({"world1": [10.0, 40.0], "world2": [10.0, 40.0]})
-    history.signalled("worker-0", signal.SIGKILL, "drill")
+    sup.kill_world("world1", None, signal.SIGKILL)
     host.t += 0.01
     sup.on_exit("worker-0", -9)
-    history.observe(sup)
     host.t += 1.0
     history.sample({"world1": [1.0, 4.0], "world2": [10.0, 40.0]})
     sup.on_tick()  # the backoff of 1 s is over: restart
-    history.observe(sup)
     host.t += 0.5
     for name in ("worker-0", "leader"):
         sup.on_world_event(name, sup.procs[name].pid, "world1", 1, "ready")
-    history.observe(sup)
     for _ in range(5):
         host.t += 1.0
         history.sample({"world1": [10.0, 40.0], "world2": [10.0, 40.0]})
@@ -122,19 +118,17 @@ def test_many_unbroken_worlds_share_one_summary_line():
 def test_an_unresponsive_process_is_no_exit_in_the_history(tmp_path):
     """Unresponsive is a live state: its history says nothing ended (it once wrote a
     fake exit for every late heartbeat)."""
-    sup, host = make()
+    host = FakeHost()
     history = History(tmp_path, {"run_id": "r", "name": "star", "worlds": {}}, Clock(host))
+    sup, _ = make(host=host, subscribers=(history,))
     join_all(sup)
-    history.observe(sup)
     for _ in range(8):  # 4 s in ticks, past two beat intervals: its beats are late
         host.t += 0.5
         sup.on_tick()
         for name in ("leader", "worker-1"):
             sup.on_heartbeat(name, sup.procs[name].pid)
     assert sup.procs["worker-0"].state.value == "unresponsive"
-    history.observe(sup)
     sup.on_heartbeat("worker-0", sup.procs["worker-0"].pid)
-    history.observe(sup)
     history.close()
     records = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert [r for r in records if r.get("event") == "exit"] == []

@@ -5,11 +5,13 @@ import signal
 import pytest
 
 from mwrun.errors import StartError
+from mwrun.head import events as ev
 from mwrun.head.policy import STABLE_AFTER
 from mwrun.head.states import ProcessState as P
 from mwrun.head.states import RunState as R
 from mwrun.head.states import WorldState as W
 from mwrun.head.supervisor import TICK, Supervisor
+from mwrun.head.worldbook import Worlds
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import place
 from mwrun.plan.topology import parse
@@ -33,6 +35,16 @@ class FakeHost:
         self.status = {}
         self.fail_start = set()
         self.unreachable = set()
+        self.events = []  # what the supervisor emitted, in order
+        self.whys = []  # (process, signal, why) as the supervisor told the host
+
+    def bus(self):
+        return ev.Events((self.hear,))
+
+    def hear(self, event):
+        self.events.append(event)
+        if isinstance(event, ev.Said):
+            self.calls.append(("say", event.text))
 
     def reachable(self, name):
         return name not in self.unreachable
@@ -50,8 +62,9 @@ class FakeHost:
         self.calls.append(("spawn", name, dict(generations), restarts))
         return self.next_pid
 
-    def signal(self, name, sig):
+    def signal(self, name, sig, why):
         self.calls.append(("signal", name, sig))
+        self.whys.append((name, sig, why))
 
     def mark_broken(self, world, generation, reason):
         self.calls.append(("broken", world, generation, reason))
@@ -62,9 +75,6 @@ class FakeHost:
     def close_world(self, world, generation, reason):
         self.calls.append(("close", world, generation, reason))
 
-    def say(self, text):
-        self.calls.append(("say", text))
-
     def probe(self, name):
         return self.status.get(name, "sleeping")
 
@@ -72,11 +82,12 @@ class FakeHost:
         return [c[1:] for c in self.calls if c[0] == kind]
 
 
-def make(text=STAR, grace=5.0):
+def make(text=STAR, grace=5.0, host=None, subscribers=()):
+    """A started supervisor on a fake host; ``subscribers`` hear its events too."""
     topo = parse(text, "t.yaml")
     plan = place(topo, {"localhost": HostInventory(True, (0, 1), ())}, lambda a, t: 40000)
-    host = FakeHost()
-    sup = Supervisor(plan, host, grace=grace)
+    host = host or FakeHost()
+    sup = Supervisor(plan, host, ev.Events((host.hear, *subscribers)), grace=grace)
     sup.start()
     return sup, host
 
@@ -263,7 +274,7 @@ def test_a_slow_start_is_not_taken_for_a_stall():
 
     host = SlowSpawns()
     sup = Supervisor(place(parse(HANGS, "t.yaml"), {"localhost": HostInventory(True, (0, 1), ())},
-                           lambda a, t: 40000), host)
+                           lambda a, t: 40000), host, host.bus())
     sup.start()
     sup.on_tick()
     assert not [c for c in host.of("say") if "not running" in c[0]]
@@ -390,7 +401,7 @@ def test_a_command_that_cannot_start_fails_at_once_and_only_its_world_closes():
     plan = place(topo, {"localhost": HostInventory(True, (0,), ())}, lambda a, t: 40000)
     host = FakeHost()
     host.fail_start.add("worker-1")
-    sup = Supervisor(plan, host)
+    sup = Supervisor(plan, host, host.bus())
     sup.start()
     rec = sup.procs["worker-1"]
     assert rec.state is P.FAILED
@@ -522,21 +533,19 @@ def test_a_lost_host_fails_its_process_breaks_its_world_and_restarts_once_back()
     assert [c for c in host.of("spawn") if c[0] == "worker-0"][-1][2] == 1
 
 
-def test_the_signature_moves_with_what_status_shows_and_not_with_heartbeats():
+def test_heartbeats_that_change_nothing_emit_nothing_and_a_change_is_told():
     sup, host = make()
     join_all(sup)
-    before = sup.signature()
+    host.events.clear()
     for _ in range(3):
         host.t += 0.5
         for name, rec in sup.procs.items():
             sup.on_heartbeat(name, rec.pid)
         sup.on_tick()
-    assert sup.signature() == before  # nothing shown changed: state.json is not rewritten
+    assert host.events == []  # nothing shown changed: state.json is not rewritten
     sup.on_exit("worker-0", -9)
-    assert sup.signature() != before
-    after = sup.signature()
-    sup.worlds["world2"].reason = "shown in status"
-    assert sup.signature() != after
+    assert host.events[0] == ev.Exited("worker-0", 1002, -9, P.RESTARTING,
+                                       "worker-0 was killed by SIGKILL; restart 1 of 2 at once")
 
 
 def _pairs(n: int) -> str:
@@ -553,8 +562,8 @@ def test_the_work_of_one_event_is_what_it_touches_not_the_whole_job(n, monkeypat
     join_all(sup)
     assert all(w.state is W.HEALTHY for w in sup.worlds.values())
     derived = []
-    real = Supervisor._world_progress
-    monkeypatch.setattr(Supervisor, "_world_progress",
+    real = Worlds.progress
+    monkeypatch.setattr(Worlds, "progress",
                         lambda self, world, now: derived.append(world) or real(self, world, now))
     sup.on_exit("p0", -9)
     sup.on_hello("p1", sup.procs["p1"].pid, 1.0)

@@ -1,6 +1,8 @@
 """The seams are typed, and mypy holds them: where the head meets a host (``HostHands``:
 this host's ``Hands`` or the agents), where the hands tell their owner (``Owner``: the
-head's loop or an agent), and the launch spec that crosses the link."""
+head's loop or an agent), where the supervisor acts (``supervisor.Host``: the loop) and
+what it tells (``events``), the launch spec that crosses the link, and how a lost host
+is reached again (``agents.Reach``: ssh or Slurm)."""
 
 import subprocess
 import sys
@@ -10,7 +12,8 @@ import pytest
 
 ROOT = Path(__file__).parents[2]
 SEAMS = ["mwrun/launchspec.py", "mwrun/host/hands.py", "mwrun/host/agent.py",
-         "mwrun/head/loop.py", "mwrun/head/agents.py"]
+         "mwrun/head/loop.py", "mwrun/head/agents.py", "mwrun/head/events.py",
+         "mwrun/head/supervisor.py"]
 
 
 def test_mypy_holds_the_seams(tmp_path):

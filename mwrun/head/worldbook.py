@@ -1,0 +1,106 @@
+"""The worlds' part of the supervisor's decisions: each world's record and its state
+machine (states.WorldState), driven by the supervisor for the worlds an event
+touches.
+
+It reads the process records (who is alive, who joined which generation) and writes
+only world records; it acts on the worlds' stores through the supervisor's host and
+tells each change it makes as an event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from mwrun.head.events import Event, WorldBroken, WorldChanged, WorldClosed, WorldFormed
+from mwrun.head.records import ProcessRecord, WorldRecord
+from mwrun.head.states import ProcessState as P
+from mwrun.head.states import WorldState as W
+from mwrun.plan.placement import Plan
+
+OPAQUE = "mwrun cannot see this world's process group form in its store"
+
+
+class Stores(Protocol):
+    """Where a world's members watch: the part of the host this needs."""
+
+    def mark_broken(self, world: str, generation: int, reason: str) -> None: ...
+    def open_next(self, world: str, generation: int) -> None: ...
+    def close_world(self, world: str, generation: int, reason: str) -> None: ...
+
+
+class Worlds:
+    def __init__(self, plan: Plan, procs: dict[str, ProcessRecord], stores: Stores,
+                 emit: Callable[[Event], None]):
+        self.records = {name: WorldRecord(w) for name, w in plan.worlds.items()}
+        self.procs = procs  # read only
+        self.stores = stores
+        self.emit = emit
+
+    def joined(self, rec: ProcessRecord, world: str) -> bool:
+        if not rec.state.alive:
+            return False
+        # Joined means it said so (the library's "ready"), or, for a plain
+        # torch.distributed script, that its group's rendezvous shows in the world's
+        # store (seen). Having merely run for a while proves nothing.
+        return world in rec.ready and rec.generations.get(world) == self.records[world].generation
+
+    def progress(self, world: WorldRecord, now: float) -> None:
+        members = [self.procs[m] for m in world.plan.members]
+        if world.state is W.BROKEN and all(m.state.alive for m in members):
+            world.state = W.FORMING  # BROKEN -> FORMING: everyone is back
+            self.emit(WorldChanged(world.plan.name, W.FORMING, world.reason))
+        if world.state is W.FORMING and all(self.joined(m, world.plan.name) for m in members):
+            world.state, world.reason = W.HEALTHY, None  # FORMING -> HEALTHY
+            world.healthy_since, world.opaque = now, None
+            self.emit(WorldFormed(world.plan.name, world.generation))
+
+    def broke(self, world: WorldRecord, reason: str, written: bool = False) -> None:
+        """``written``: a member wrote the break to the world's store itself."""
+        generation = world.generation
+        world.state, world.reason = W.BROKEN, reason  # FORMING|HEALTHY -> BROKEN
+        world.breaks += 1
+        if not written:
+            self.stores.mark_broken(world.plan.name, generation, reason)
+        if self.can_reform(world):
+            world.generation += 1
+            self.stores.open_next(world.plan.name, generation)
+        self.emit(WorldBroken(world.plan.name, generation, reason))
+
+    def nothing_to_join(self, rec: ProcessRecord) -> bool:
+        return all(self.records[w].state is W.CLOSED for w in rec.plan.worlds)
+
+    def can_reform(self, world: WorldRecord) -> bool:
+        return all(self.procs[m].state.expected for m in world.plan.members)
+
+    def close_if_hopeless(self, world: WorldRecord) -> None:
+        if world.state is W.CLOSED or self.can_reform(world):
+            return
+        gone = next(self.procs[m] for m in world.plan.members if not self.procs[m].state.expected)
+        reason = gone.why if gone.state is P.FAILED else f"{gone.why} and will not restart"
+        world.state, world.reason = W.CLOSED, reason  # any -> CLOSED
+        self.stores.close_world(world.plan.name, world.generation, reason)
+        self.emit(WorldClosed(world.plan.name, reason))
+
+    def close_all(self) -> None:
+        """The job is over: every world closes (those not closed yet)."""
+        for name, world in self.records.items():
+            if world.state is not W.CLOSED:
+                world.state = W.CLOSED  # any -> CLOSED
+                self.emit(WorldClosed(name, world.reason))
+
+    def plain_forming(self) -> list[str]:
+        """Worlds forming with a live member that has not spoken the mwrun protocol
+        (yet): the loop looks into their stores for a plain group's rendezvous."""
+        return [name for name, world in self.records.items() if world.state is W.FORMING
+                and any(self.procs[m].state.alive and not self.procs[m].said_hello
+                        for m in world.plan.members)]
+
+    def seen(self, world: WorldRecord, ranks: set[int] | None) -> bool:
+        """What a forming world's store shows of a plain group (see
+        Supervisor.on_store_seen): whether the whole group met there."""
+        opaque = OPAQUE if ranks is None else None
+        if opaque != world.opaque:  # asked every tick: only a change is news
+            world.opaque = opaque
+            self.emit(WorldChanged(world.plan.name, world.state, opaque))
+        return ranks is not None and set(range(world.plan.size)) <= ranks
