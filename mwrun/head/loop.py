@@ -23,9 +23,8 @@ from typing import Protocol
 from mwrun.head import control, document
 from mwrun.head.agents import Agents
 from mwrun.head.console import Printer
-from mwrun.head.events import Events, Said, Why, lines
+from mwrun.head.events import Event, Events, Said, Why, WorldFormed, lines
 from mwrun.head.history import SAMPLE_EVERY, History
-from mwrun.head.states import WorldState
 from mwrun.head.supervisor import TICK, Supervisor
 from mwrun.head.traffic import Traffic
 from mwrun.host import sockets
@@ -80,9 +79,9 @@ class Loop:
         self.writer = document.Writer(run_dir / "state.json", lambda: document.build(self),
                                       lambda: document.outside(self))
         # Who hears it: the console and events.log, the history, state.json (behind).
-        self.events = Events((lines(printer.event), self.history, self.writer))
+        self.events = Events((lines(printer.event), self.history, self.writer, self._formed))
         self.supervisor = Supervisor(plan, self, self.events, grace)
-        self.up = True  # every world formed once (said once while the job comes up)
+        self.unformed = set(plan.worlds)  # worlds not formed yet since launch
         self.starts: dict[str, str] = {}  # process -> "warm" | "cold", as last started
         self.hands = Hands(self.selector, self, run_dir / "zygote.log",
                            lambda: self.supervisor.stopping)
@@ -140,19 +139,21 @@ class Loop:
         self.events.emit(Said(text))
 
     def _started(self) -> None:
-        """Progress while the job comes up: what started how, then (in _step) when
+        """Progress while the job comes up: what started how, then (``_formed``) when
         every world has formed."""
         warm_count = sum(1 for how in self.starts.values() if how == "warm")
         self.say(f"{len(self.starts)} processes started in {time.time() - self.started_at:.1f}s"
                  f" ({warm_count} warm, {len(self.starts) - warm_count} cold);"
                  f" waiting for {len(self.plan.worlds)} world(s) to form")
-        self.up = False
 
-    def _announce_up(self) -> None:
-        if not self.up and all(w.state is WorldState.HEALTHY
-                               for w in self.supervisor.worlds.values()):
-            self.up = True
-            self.say(f"every world formed, {time.time() - self.started_at:.1f}s after launch")
+    def _formed(self, event: Event) -> None:
+        """Progress while the job comes up: said once every world has formed (a count
+        kept as worlds form, never a look at every world after every event)."""
+        if isinstance(event, WorldFormed) and event.world in self.unformed:
+            self.unformed.discard(event.world)
+            if not self.unformed:
+                self.say(f"every world formed, {time.time() - self.started_at:.1f}s"
+                         " after launch")
 
     def _prepare_warm(self) -> None:
         """Every zygote the job needs, started at once (here, or by its host's agent), so
@@ -252,7 +253,6 @@ class Loop:
             if now >= self.next_sample:
                 self.next_sample = now + SAMPLE_EVERY
                 self.history.sample(document.rates(self, now, SAMPLE_EVERY))
-        self._announce_up()
         self._save()
 
     def _look_into_stores(self) -> None:

@@ -32,3 +32,5 @@ def test_two_hundred_warm_processes_are_each_supervised(procs, home, tmp_path):
                 "a heartbeat with traffic from every process", timeout=120)
     job.signal(2)
     assert job.wait(120) == 0
+    # Said once, when the last of the worlds formed (a count kept as each forms).
+    assert job.output().count("every world formed") == 1, job.output()[-2000:]
