@@ -305,3 +305,42 @@ def test_detach_places_remote_processes_with_what_their_host_reports(procs, home
         assert len(proc_state(doc, "worker-1")["cpus"]) == 1
         cli(home, "stop", run, check=True)
         wait_for(lambda: not n1.leftovers(), timeout=20, what="a clean node")
+
+
+def test_a_short_agent_stall_during_a_restart_ends_in_a_started_shown_process(
+        procs, home, tmp_path):
+    """The agent stalls (under the silence limit) just as a restart is due: the start
+    stays pending while the link lives, the agent makes it once it wakes, and the head
+    shows that very process running, restarts intact (a timer once failed it for good
+    while the agent started it anyway, unshown)."""
+    with testbed.node(tmp_path) as n1:
+        path = Path(star_topology(tmp_path, n1.head_addr, [n1], restart="on-failure",
+                                  restart_backoff=6, max_restarts=5))
+        path.write_text(path.read_text().replace(
+            f"{BIN / 'spoke.py'}]", f"{BIN / 'spoke.py'}, --crash-after, '1',"
+                                    " --crash-restarts, '2']"))
+        job = launch(procs, home, path)
+        wait_for(lambda: list(home.glob("runs/*/state.json")), 60, "the run's folder")
+        # Its second crash: the next restart waits the backoff (6 s); stall the agent
+        # across that moment, for less than the link's silence limit.
+        doc = wait_status(home, lambda d: proc_state(d, "worker-1")["state"] == "restarting"
+                          and proc_state(d, "worker-1")["restarts"] == 1,
+                          "worker-1 waiting for its second restart", timeout=120)
+        agent = next(h for h in doc["hosts"] if h["name"] == "node1")["agent_pid"]
+        os.kill(agent, signal.SIGSTOP)
+        try:
+            wait_for(lambda: "restarting worker-1 (restart 2" in job.output(), timeout=30,
+                     what="the restart asked while the agent is stopped")
+            assert proc_state(status(home), "worker-1")["state"] == "starting"
+        finally:
+            os.kill(agent, signal.SIGCONT)
+        doc = wait_status(home, lambda d: proc_state(d, "worker-1")["state"] == "running",
+                          "worker-1 running again", timeout=60)
+        worker = proc_state(doc, "worker-1")
+        assert worker["restarts"] == 2 and on_node(worker["pid"], n1)
+        assert psutil.Process(worker["pid"]).is_running()
+        assert "host node1 lost" not in job.output()
+        expect(job, "leader", "recv", world="world1", timeout=60)
+        cli(home, "stop", check=True)
+        assert job.wait(timeout=60) == 0
+        wait_for(lambda: not n1.leftovers(), timeout=20, what="a clean node")
