@@ -24,6 +24,8 @@ FLIGHT_RECORDER_WAIT = 60
 ABORT_DEADLINE = 10.0
 
 # (first, last, what goes wrong): releases whose faults break what mwrun promises.
+# 2.25.1: ncclCommAbort hangs under ProcessGroupNCCL.abort() (pytorch#149153, fixed in
+# 2.26.2). 2.28.3-2.28.8: named known-bad in mwrun's design contract ("GPU worlds").
 KNOWN_BAD = (
     ((2, 25, 1), (2, 25, 1), "ncclCommAbort can hang, so a broken world's member is"
                              " killed instead of keeping its other worlds"),
