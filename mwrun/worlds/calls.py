@@ -42,7 +42,8 @@ def _result(work):
 
 
 class Calls:
-    """Mixed into World, which provides _live, _failed, _error, _generation, _device."""
+    """Mixed into World, which provides _live, _failed, _error, _generation, _device,
+    _closed."""
 
     def _run(self, issue, async_op: bool, nbytes: int = 0):
         """Issue a collective on the live group and wait for it (or hand back a Work)."""
@@ -142,7 +143,7 @@ class Calls:
                 value = result.value()
             except Exception as exc:  # a failed future is a failed call
                 value = exc
-            if value != _SUCCESS:  # the break runs off torch's watchdog thread
+            if value != _SUCCESS and not self._closed:  # the break runs off torch's thread
                 error = dist.DistBackendError(f"the call was judged {_RESULTS.get(value, value)}"
                                               " by torch's watchdog")
                 signals.start(threading.Thread(target=self._failed, args=(generation, error),
