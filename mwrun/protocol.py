@@ -39,6 +39,9 @@ exactly that):
 Hangs are caught two ways: every call carries the world's timeout (never the backend's
 30-minute default), and under the launcher a heartbeat thread lets the supervisor
 notice a stopped process; it then kills the process, which breaks the world as above.
+A third: a member whose abort of a broken world's communicator does not return within
+its deadline sends the supervisor the world event ``abort_hung`` (``ABORT_HUNG``); the
+supervisor kills it as hung, and its restart policy applies.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ PREFIX = "mwrun/"
 GEN = PREFIX + "gen"
 OPEN = "open"
 CLOSED = "closed: "
+ABORT_HUNG = "abort_hung"  # a world event of the library (worlds/aborts.py)
 
 
 def key(generation: int, name: str) -> str:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import math
 
-WORLD_EVENTS = ("ready", "closed", "broken")
+from mwrun import protocol
+
+WORLD_EVENTS = ("ready", "closed", "broken", protocol.ABORT_HUNG)
 NO_REPLY = ("hello", "heartbeat", "world", "bye")  # the library never reads a reply
 
 
@@ -42,6 +44,10 @@ def _reason(value) -> bool:
     return isinstance(value, str)
 
 
+def _version(value) -> bool:
+    return value is None or (isinstance(value, str) and len(value) <= 64)
+
+
 def _event(value) -> bool:
     return value in WORLD_EVENTS
 
@@ -54,7 +60,7 @@ FIELDS = {
     "stop": {},
     "kill_world": {"world": (_name, True), "rank": (_rank, False),
                    "signal": (_signal, False)},
-    "hello": {**PROCESS, "interval": (_interval, False)},
+    "hello": {**PROCESS, "interval": (_interval, False), "nccl": (_version, False)},
     "heartbeat": PROCESS,
     "bye": PROCESS,
     "world": {**PROCESS, "world": (_name, True), "generation": (_count, True),

@@ -9,6 +9,9 @@ own restart count: torch names a rendezvous attempt by it, so every member of on
 generation must agree on it, while ``MWRUN_RESTART_COUNT`` counts this process's
 restarts.
 
+A member of nccl worlds also gets torch's NCCL error handling set so that a failed
+collective aborts its communicator only, not the process (``gpu_env``).
+
 ``LOCAL_RANK`` of a process pinned to GPUs indexes its *own* visible devices, as a
 Slurm task bound with ``--gpu-bind`` sees only its GPUs: it is 0, with
 ``LOCAL_WORLD_SIZE`` 1, so the torchrun line
@@ -23,6 +26,7 @@ import json
 from collections.abc import Mapping
 
 from mwrun.launchspec import LaunchSpec
+from mwrun.plan import nccl
 from mwrun.plan.placement import Plan, ProcessPlan
 
 # Variables mwrun sets; a copy of the supervisor's own values must never leak through
@@ -93,7 +97,18 @@ def mwrun_env(plan: Plan, name: str, *, run_id: str, control: str,
     if proc.cpus is not None and "OMP_NUM_THREADS" not in proc.env:
         # torch sizes its thread pools by the machine, not the affinity mask.
         env["OMP_NUM_THREADS"] = str(len(proc.cpus))
+    env.update(gpu_env(plan, proc))
     return env
+
+
+def gpu_env(plan: Plan, proc: ProcessPlan) -> dict:
+    """A member of nccl worlds: torch aborts only a failed communicator, never the
+    process, and its watchdog outwaits the worlds' timeouts (plan/nccl.py says what
+    and worlds/nccl.py why). What the topology's ``env`` sets is the user's."""
+    timeouts = [plan.worlds[w].timeout for w in proc.worlds if plan.worlds[w].backend == "nccl"]
+    if not timeouts:
+        return {}
+    return {k: v for k, v in nccl.member_env(max(timeouts)).items() if k not in proc.env}
 
 
 def launch_spec(plan: Plan, name: str, **kwargs) -> LaunchSpec:

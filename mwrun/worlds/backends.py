@@ -4,22 +4,28 @@ gloo: a ``ProcessGroupGloo`` on a device bound to this host's address, aborted b
 own ``abort()`` where that works, else by shutting down its connections (see
 gloo_abort); where neither can, one warning says that blocked calls of a broken world
 wait for the world's timeout. nccl: a ``ProcessGroupNCCL`` on the
-pinned GPU (``cuda:0`` under ``CUDA_VISIBLE_DEVICES``), with its communicator set up
-eagerly at join so a broken peer is found when the world forms, not at the first call,
-and ``abort()`` on break so kernels waiting on a dead peer are cancelled.
+pinned GPU (``cuda:0`` under ``CUDA_VISIBLE_DEVICES``), under the discipline of
+``nccl.py`` (the communicator alone is cleaned up on error, never the process), made
+nonblocking where the NCCL allows, bound to its device and connected eagerly at join
+so a broken peer is found when the world forms, not at the first call, and
+``abort()`` on break (never destroyed; see aborts.py) so kernels waiting on a dead
+peer are cancelled.
 
 The torch module is a parameter so the nccl path is unit-tested without a GPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import socket
+import threading
 from datetime import timedelta
 
 from mwrun.errors import MwrunError
 from mwrun.worlds import gloo_abort
+from mwrun.worlds import nccl as discipline
 
 log = logging.getLogger("mwrun")
 # The first torch whose ProcessGroupGloo.abort() fails a call blocked in it. None yet:
@@ -61,12 +67,18 @@ class Backend:
         self.device = device
         self._abort = abort
         self._release = release
+        self._aborting = threading.Lock()
+        self.aborted = False  # an abort was started: a second one is never started
 
     def abort(self) -> None:
-        """Make every pending and future operation of the group fail promptly."""
-        if self._abort is not None:
-            result = self._abort()
-            log.debug("aborted %s group: %s", self.name, result)
+        """Make every pending and future operation of the group fail promptly. Only
+        the first call aborts (an abort that hung is never started again)."""
+        with self._aborting:
+            if self.aborted or self._abort is None:
+                return
+            self.aborted = True
+        result = self._abort()
+        log.debug("aborted %s group: %s", self.name, result)
 
     def release(self) -> None:
         """Drop the group; its threads and sockets go with the last reference."""
@@ -158,11 +170,17 @@ def nccl(store, rank: int, size: int, timeout: float, device, c10d=None,
         raise MwrunError("backend nccl: this torch build has no NCCL; use backend gloo")
     if device is None:  # under the launcher: the one GPU CUDA_VISIBLE_DEVICES leaves
         device = nccl_device(torch_module)
+    discipline.ensure_env(timeout)  # by hand; under the launcher it is set already
     torch_module.cuda.set_device(device)
     options = cls.Options()
-    options._timeout = timedelta(seconds=timeout)
+    options._timeout = timedelta(seconds=timeout)  # torch's watchdog judges calls by it
     options.is_high_priority_stream = False
+    if discipline.nonblocking_ok(discipline.version(torch_module)) and \
+            hasattr(options, "config"):
+        options.config.blocking = 0  # set-up and abort never block a thread of ours
     group = cls(store, rank, size, options)
+    with contextlib.suppress(AttributeError, TypeError, RuntimeError):
+        group.bound_device_id = device  # as init_process_group(device_id=...) binds it
     # Eager set-up: the communicator forms now, while every member is known to be here.
     group.eager_connect_single_device(device)
     return Backend("nccl", group, device, abort=group.abort)

@@ -22,17 +22,28 @@ from time import monotonic
 import torch
 import torch.distributed as dist
 
-from mwrun.worlds import failures
+from mwrun.worlds import failures, signals
 from mwrun.worlds.work import Work
 
 # gloo collectives are waited for in slices: gloo can miss the closing of a connection
 # when an operation is posted at that very moment, and would then sit out the timeout.
 # Never nccl's: a timed wait on a NCCL work aborts the communicator (torch >= 2.6).
 _SLICE = timedelta(milliseconds=100)
+# torch's WorkResult, the value of an nccl work's get_future_result().
+_SUCCESS = 0
+_RESULTS = {1: "timed out (past the world's timeout)", 2: "failed (communicator error)"}
+
+
+def _result(work):
+    """The future that completes when the call is done on the GPU (or judged failed):
+    an nccl work's ``get_future()`` completes as soon as the call is queued."""
+    future_result = getattr(work, "get_future_result", None)
+    return future_result() if future_result is not None else work.get_future()
 
 
 class Calls:
-    """Mixed into World, which provides _live, _failed, _error, _generation, _device."""
+    """Mixed into World, which provides _live, _failed, _error, _generation, _device,
+    _closed."""
 
     def _run(self, issue, async_op: bool, nbytes: int = 0):
         """Issue a collective on the live group and wait for it (or hand back a Work)."""
@@ -44,6 +55,8 @@ class Calls:
             if self._worlds_fault(exc, generation, failures.ISSUE):
                 raise self._failed(generation, exc) from None
             raise  # the arguments: torch said why
+        if self.backend == "nccl":
+            self._judged(work, generation)
         if async_op:
             return Work(self, work, generation, False, nbytes)
         self._wait(work, generation, False)
@@ -103,10 +116,11 @@ class Calls:
 
     def _wait_nccl(self, work, generation: int, timeout: float | None) -> None:
         """Never a timed ``work.wait``: it would abort a healthy communicator. A caller's
-        timeout waits on the work's future instead; a break ends any wait by abort()."""
+        timeout is a deadline on the work's result future instead (done once the GPU
+        ran the call, or torch's watchdog judged it); a break ends any wait by abort()."""
         if timeout is not None:
             done = threading.Event()
-            work.get_future().add_done_callback(lambda _: done.set())
+            _result(work).add_done_callback(lambda _: done.set())
             if not done.wait(timeout):
                 raise TimeoutError(f"{self.name}: not done after {timeout:g}s")
         try:
@@ -115,6 +129,27 @@ class Calls:
             if self._worlds_fault(exc, generation, failures.WAIT):
                 raise self._failed(generation, exc) from None
             raise
+
+    def _judged(self, work, generation: int) -> None:
+        """torch's watchdog marks an nccl call's result TIMEOUT once it outlives the
+        world's timeout, or COMM_ERROR: the world breaks then, at once (torch would
+        clean up only after its flight recorder's wait, and never tell this world)."""
+        future = getattr(work, "get_future_result", None)
+        if future is None:  # a torch before 2.6: the world's calls fail when torch aborts
+            return
+
+        def judged(result) -> None:
+            try:
+                value = result.value()
+            except Exception as exc:  # a failed future is a failed call
+                value = exc
+            if value != _SUCCESS and not self._closed:  # the break runs off torch's thread
+                error = dist.DistBackendError(f"the call was judged {_RESULTS.get(value, value)}"
+                                              " by torch's watchdog")
+                signals.start(threading.Thread(target=self._failed, args=(generation, error),
+                                               name=f"mwrun-judged-{self.name}", daemon=True))
+
+        future().add_done_callback(judged)
 
     def _worlds_fault(self, exc: BaseException, generation: int, stage: str) -> bool:
         """Whether ``exc`` breaks the world (see failures.py), or is the caller's."""
@@ -174,6 +209,8 @@ class Calls:
             if self._worlds_fault(exc, generation, failures.ISSUE_P2P):
                 raise self._failed(generation, exc) from None
             raise
+        if self.backend == "nccl":
+            self._judged(work, generation)
         if async_op:
             return Work(self, work, generation, True, tensor.nbytes)
         try:

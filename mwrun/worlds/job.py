@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 
 from mwrun.errors import BrokenWorldError, MwrunError
+from mwrun.worlds import nccl as discipline
 from mwrun.worlds import signals
 from mwrun.worlds.supervisor_link import SupervisorLink
 from mwrun.worlds.world import World, WorldClosed
@@ -89,12 +90,16 @@ def init(worlds: Mapping[str, WorldSpec] | None = None, *, timeout: float | None
         if control:
             interval = beat_interval(min(s.timeout for s in specs.values()),
                                      environ.get("MWRUN_HANG_TIMEOUT"))
-            link = SupervisorLink(control, environ.get("MWRUN_PROCESS", str(os.getpid())), interval)
+            link = SupervisorLink(control, environ.get("MWRUN_PROCESS", str(os.getpid())), interval,
+                                  nccl=discipline.version())
             link.start()
     else:
         specs = _specs(worlds)
     if not specs:
         raise MwrunError("no worlds to join")
+    gpu_timeouts = [s.timeout for s in specs.values() if s.backend == "nccl"]
+    if gpu_timeouts:  # before any group (and torch's threads) exists: see worlds/nccl.py
+        discipline.ensure_env(max(gpu_timeouts))
     local_addr = environ.get("MWRUN_HOST_ADDR") if worlds is None else None
     joined = {name: World(name, spec, link=link, local_addr=local_addr)
               for name, spec in specs.items()}

@@ -2,9 +2,12 @@
 
 Under ``mwrun launch``, ``MWRUN_CONTROL`` names the supervisor's control socket. The
 library keeps one connection to it and writes JSON lines that need no reply:
-``hello`` once, ``heartbeat`` from one thread at a steady pace (so the supervisor can
+``hello`` once (with ``nccl``: this process's NCCL version, or null; worlds/nccl.py),
+``heartbeat`` from one thread at a steady pace (so the supervisor can
 tell a stopped or wedged process from a quiet one), and ``world`` events (a
-generation formed, or broke as seen from here). If the supervisor goes away the link
+generation formed, or broke as seen from here; or ``abort_hung``: aborting a broken
+world's communicator did not return in time, and the supervisor must kill this
+process, see worlds/aborts.py). If the supervisor goes away the link
 falls silent; the job's worlds do not depend on it. ``bye`` ends the beating when the
 process leaves its worlds (``job.close()``).
 
@@ -53,8 +56,10 @@ def beat_due(now: float, sent_at: float, moved_at: float, interval: float,
 
 
 class SupervisorLink:
-    def __init__(self, path: str, process: str, interval: float, *, stderr=None):
+    def __init__(self, path: str, process: str, interval: float, *, stderr=None,
+                 nccl: str | None = None):
         self._path = path
+        self._nccl = nccl  # this process's NCCL version, told in the hello (None: no NCCL)
         self._process = process
         self._interval = interval
         self._stderr = stderr
@@ -89,7 +94,7 @@ class SupervisorLink:
             sock.close()
             return False
         hello = {"verb": "hello", "process": self._process, "pid": os.getpid(),
-                 "interval": self._interval}
+                 "interval": self._interval, "nccl": self._nccl}
         with self._lock:
             self._sock = sock
             held, self._held = list(self._held), collections.deque(maxlen=HELD_EVENTS)

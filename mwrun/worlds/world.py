@@ -16,7 +16,8 @@ import torch.distributed as dist
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
-from mwrun.worlds import backends, failures, signals, storehost
+from mwrun.worlds import aborts, backends, failures, signals, storehost
+from mwrun.worlds import nccl as discipline
 from mwrun.worlds.calls import Calls
 from mwrun.worlds.failures import summarize
 from mwrun.worlds.interruptible import Waits, finish, interruptible, release
@@ -234,7 +235,7 @@ class World(Calls):
             self._broke_at = generation
             group = self._group
         if group is not None:
-            group.abort()  # every blocked call of this world, in any thread, fails now
+            self._abort(group, generation)  # every blocked call, in any thread, fails now
         log.debug("%s: generation %d broke: %s", self.name, generation, reason)
         store = self._store
         if publish and store is not None:
@@ -252,6 +253,14 @@ class World(Calls):
         if self._link is not None:
             self._link.world_event(self.name, generation, "broken", reason)
         return error
+
+    def _abort(self, group: backends.Backend, generation: int) -> None:
+        """Abort ``group`` within its deadline (see aborts.py); one that does not return
+        is told to the supervisor, which ends this process (its restart policy applies)."""
+        hung = aborts.bounded(group.abort, discipline.ABORT_DEADLINE,
+                              f"{self.name}'s {group.name} group (generation {generation})")
+        if hung is not None and self._link is not None:
+            self._link.world_event(self.name, generation, protocol.ABORT_HUNG, hung)
 
     def _failed(self, generation: int, exc: BaseException) -> BrokenWorldError:
         """A call of ``generation`` failed in the backend: the world is broken."""
@@ -338,7 +347,7 @@ class World(Calls):
             with self._lock:
                 group, self._group = self._group, None
             if group is not None:
-                group.abort()
+                self._abort(group, self._generation)  # at once if it was aborted already
                 release(group)
 
     def close(self) -> None:

@@ -103,6 +103,14 @@ def test_protocol_generations_and_breaks():
     assert protocol.pg_prefix(4) == "mwrun/g4/pg/"
 
 
+@pytest.fixture(autouse=True)
+def _own_environment(monkeypatch):
+    """backends.nccl sets torch's NCCL variables in os.environ: undone after each test."""
+    import os
+
+    monkeypatch.setattr(os, "environ", os.environ.copy())
+
+
 class FakeNCCL:
     made: ClassVar[list] = []
 

@@ -1,0 +1,86 @@
+"""One process in a one-rank nccl world ``solo`` and a two-rank gloo world ``pair``.
+
+Role ``gpu``: keeps calling all_reduce in ``pair`` from a thread; then queues an nccl
+all_reduce in ``solo`` behind a long kernel (``torch.cuda._sleep``) that outlasts the
+world's timeout, and reports when ``solo`` broke and how fast ``pair`` went before and
+after. ``--hang-abort``: the first incarnation's abort of ``solo`` is replaced by one
+that never returns (a stand-in for a hung ncclCommAbort). Role ``cpu``: the other
+member of ``pair``, calling until the world ends.
+"""
+
+import argparse
+import json
+import os
+import threading
+import time
+
+import torch
+
+import mwrun
+from mwrun.worlds import nccl
+
+parser = argparse.ArgumentParser()
+parser.add_argument("role", choices=["gpu", "cpu"])
+parser.add_argument("--kernel", type=float, default=20.0, help="seconds of GPU sleep")
+parser.add_argument("--hang-abort", action="store_true")
+args = parser.parse_args()
+
+
+def say(**fields):
+    print(json.dumps(fields), flush=True)
+
+
+job = mwrun.init()
+restart = int(os.environ.get("MWRUN_RESTART_COUNT", "0"))
+say(event="formed", restart=restart, worlds=sorted(job.worlds))
+pair = job.worlds.get("pair")
+if args.role == "cpu":
+    try:
+        while True:
+            pair.all_reduce(torch.ones(1))
+    except mwrun.BrokenWorldError as error:
+        say(event="pair_ended", reason=error.reason)
+    job.close()
+    raise SystemExit(0)
+
+solo = job.world("solo")
+if args.hang_abort and restart > 0:  # the restarted member: healthy, done
+    say(event="restarted", restart=restart)
+    job.close()
+    raise SystemExit(0)
+if args.hang_abort:
+    nccl.ABORT_DEADLINE = 2.0
+    solo._group._abort = threading.Event().wait  # never returns
+
+calls, stop = [0], threading.Event()
+
+
+def gloo_loop():
+    while not stop.is_set():
+        try:
+            pair.all_reduce(torch.ones(1))
+        except mwrun.BrokenWorldError:
+            return
+        calls[0] += 1
+        time.sleep(0.01)
+
+
+if pair is not None:
+    threading.Thread(target=gloo_loop, daemon=True).start()
+time.sleep(2.0)
+before = calls[0] / 2.0
+cycles = int(torch.cuda.get_device_properties(0).clock_rate * 1000 * args.kernel)
+torch.cuda._sleep(cycles)  # the current stream is busy for args.kernel seconds
+t = torch.ones(1, device=solo.device)
+began = time.monotonic()
+solo.all_reduce(t)  # queued behind the kernel: it outlives the world's timeout
+while not solo.broken and time.monotonic() - began < 120:
+    time.sleep(0.05)
+say(event="solo_broken" if solo.broken else "solo_not_broken",
+    after=round(time.monotonic() - began, 2), reason=solo.reason)
+start = calls[0]
+time.sleep(3.0)
+say(event="pair_pace", before=before, after=(calls[0] - start) / 3.0, alive=True)
+stop.set()
+job.close()
+say(event="done")
