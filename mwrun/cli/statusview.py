@@ -54,8 +54,13 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
                      "-" if p["exit_code"] is None else str(p["exit_code"]), str(p["restarts"]),
                      uptime, cpu, size(p.get("rss_bytes")),
                      " ".join(f"{w}:{r}" for w, r in p["worlds"].items())])
-    procs = table(["PROCESS", "HOST", "PID", "STATE", "EXIT", "RESTARTS", "UPTIME", "CPU%",
-                   "MEMORY", "WORLDS:RANK"], rows)
+    headers = ["PROCESS", "HOST", "PID", "STATE", "EXIT", "RESTARTS", "UPTIME", "CPU%",
+               "MEMORY", "WORLDS:RANK"]
+    if any(p.get("nccl") for p in doc["processes"]):  # a GPU job: which NCCL each runs
+        headers.append("NCCL")
+        for row, p in zip(rows, doc["processes"], strict=True):
+            row.append(p.get("nccl") or "-")
+    procs = table(headers, rows)
     worlds = table(["WORLD", "STATE", "GENERATION", "BREAKS", "CALLS/S", "MB/S", "LAST CALL",
                     "HEALTHY FOR", "BACKEND", "PORT", "MEMBERS"],
                    [[w["name"], state(w["state"]), str(w["generation"]), str(w["breaks"]),

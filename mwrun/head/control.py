@@ -75,8 +75,10 @@ def handle_stop(loop, request: dict) -> dict:
 
 
 def handle_hello(loop, request: dict) -> None:
+    nccl = request.get("nccl")
     loop.supervisor.on_hello(request.get("process"), request.get("pid"),
-                               float(request.get("interval", 1.0)))
+                             float(request.get("interval", 1.0)),
+                             nccl if isinstance(nccl, str) else None)
 
 
 def handle_heartbeat(loop, request: dict) -> None:
@@ -92,21 +94,12 @@ def handle_bye(loop, request: dict) -> None:
 
 def handle_world(loop, request: dict) -> None:
     if request.get("event") == protocol.ABORT_HUNG:
-        kill_hung_abort(loop.supervisor, request)
+        loop.supervisor.on_abort_hung(request.get("process"), request.get("pid"),
+                                      str(request.get("reason") or ""))
         return
     loop.supervisor.on_world_event(request.get("process"), request.get("pid"),
                                      request.get("world"), request.get("generation"),
                                      request.get("event"), request.get("reason", ""))
-
-
-def kill_hung_abort(supervisor, request: dict) -> None:
-    """A member whose abort of a broken world's communicator did not return in time
-    (worlds/aborts.py) is stuck in NCCL for good: killed as hung, so its restart
-    policy applies. (To become ``Supervisor.on_abort_hung`` where it is rewritten.)"""
-    rec = supervisor.procs.get(request.get("process"))
-    if rec is not None and rec.pid == request.get("pid") and rec.state.alive \
-            and rec.hung is None:
-        supervisor._hang(rec, request.get("reason") or "a communicator abort did not return")
 
 
 HANDLERS = {"status": handle_status, "kill_world": handle_kill_world, "stop": handle_stop,

@@ -43,7 +43,7 @@ def build(loop, fresh_usage: bool = False) -> dict:
             "gpus": [int(g) if g.isdigit() else g for g in rec.plan.gpus],
             "cpus": list(rec.plan.cpus) if rec.plan.cpus is not None else [],
             "started_at": rec.started_at, "cpu_percent": cpu, "rss_bytes": rss,
-            "start": loop.starts.get(name),
+            "start": loop.starts.get(name), "nccl": rec.nccl,
             "last_event": rec.why or None,
             "traffic": loop.traffic.per_member(name, rec.pid, rec.plan.worlds, now)})
     worlds = [{"name": name, "backend": w.plan.backend, "size": w.plan.size,

@@ -31,6 +31,7 @@ class ProcessRecord:
     stopped_since: float | None = None
     suspect_since: float | None = None  # awake time it was first silent past its deadline
     hung: str | None = None
+    nccl: str | None = None  # the NCCL version its library reported (None: none, or plain)
     why: str = ""  # the last thing that happened to it, for status
     joined_at: float | None = None  # monotonic; when it last went STARTING -> RUNNING
     loop: int = 0  # restarts of its current crash loop (policy.crash_loop)

@@ -24,6 +24,7 @@ from mwrun.head.states import ProcessState as P
 from mwrun.head.states import RunState as R
 from mwrun.head.states import WorldState as W
 from mwrun.head.worldbook import Stores, Worlds
+from mwrun.plan import nccl as nccl_rules
 from mwrun.plan.placement import Plan
 
 TICK = 0.5  # seconds between checks for hung processes and due restarts
@@ -61,6 +62,7 @@ class Supervisor:
         self.kill_at: float | None = None
         self.give_up_at: float | None = None
         self.restarts_due = Deadlines()  # process -> when its restart is due
+        self.nccl_warned: set[str] = set()  # known-bad NCCL versions warned of once
         self.clock = hangs.AwakeClock(host.now(), TICK)  # what heartbeats are judged on
 
     # -- life cycle -----------------------------------------------------------------------
@@ -201,12 +203,22 @@ class Supervisor:
                 return
             self.book.close_if_hopeless(world)
 
-    def on_hello(self, name: str, pid: int, interval: float) -> None:
+    def on_hello(self, name: str, pid: int, interval: float, nccl: str | None = None) -> None:
         rec = self.procs.get(name)
         if rec is None or rec.pid != pid:
             return  # a message from an earlier incarnation
         rec.said_hello, rec.beat_every, rec.last_beat = True, interval, self._awake()
+        rec.nccl, warning = nccl, nccl_rules.warning(name, nccl, self.nccl_warned)
+        if warning is not None:  # once per known-bad version, at its first hello
+            self.nccl_warned.add(str(nccl))
+            self._say(warning)
         self._settle(rec)
+
+    def on_abort_hung(self, name: str, pid: int, reason: str) -> None:
+        """Its communicator's abort never returned (worlds/aborts.py): killed as hung."""
+        rec = self.procs.get(name)
+        if rec is not None and rec.pid == pid and rec.state.alive and rec.hung is None:
+            self._hang(rec, reason or "a communicator abort did not return")
 
     def on_heartbeat(self, name: str, pid: int) -> None:
         rec = self.procs.get(name)

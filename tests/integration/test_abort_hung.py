@@ -1,5 +1,5 @@
 """An abort that does not return within its deadline ends in the member being killed
-and restarted, never in a hung process (worlds/aborts.py, head/control.kill_hung_abort).
+and restarted, never in a hung process (worlds/aborts.py, Supervisor.on_abort_hung).
 
 On gloo, with the abort replaced by one that never returns, so it runs without a GPU;
 tests/gpu has the same on an nccl world."""

@@ -9,6 +9,7 @@ communicator where a nonblocking one works, a timed wait on nccl work.
 import io
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -257,29 +258,37 @@ def test_an_abort_that_returns_is_not_told():
 
 
 def test_the_head_kills_a_member_whose_abort_hung():
-    killed = []
+    """An abort_hung from the library reaches the supervisor (not as a world's state
+    change): the member is killed as hung, so its restart policy applies; one from an
+    earlier incarnation (another pid) is ignored."""
+    from tests.unit.test_supervisor import join_all, make
 
-    class Rec:
-        pid, hung = 42, None
-        state = type("S", (), {"alive": True})()
-
-    class Supervisor:
-        def __init__(self):
-            self.procs = {"leader": Rec()}
-
-        def _hang(self, rec, why):
-            killed.append(why)
-
-        def on_world_event(self, *args):
-            raise AssertionError("an abort_hung is not a world's state change")
-
-    loop = type("Loop", (), {"supervisor": Supervisor()})()
-    request = {"verb": "world", "process": "leader", "pid": 42, "world": "w", "generation": 0,
-               "event": protocol.ABORT_HUNG, "reason": "aborting w did not return within 10s"}
+    sup, host = make()
+    join_all(sup)
+    leader = sup.procs["leader"]
+    loop = type("Loop", (), {"supervisor": sup})()
+    request = {"verb": "world", "process": "leader", "pid": leader.pid, "world": "world1",
+               "generation": 0, "event": protocol.ABORT_HUNG,
+               "reason": "aborting world1's nccl group did not return within 10s"}
     assert requests.problem(request) is None
+    control.dispatch(loop, {**request, "pid": leader.pid + 100})  # an earlier incarnation
+    assert host.of("signal") == []
     control.dispatch(loop, request)
-    control.dispatch(loop, {**request, "pid": 41})  # an earlier incarnation: ignored
-    assert killed == ["aborting w did not return within 10s"]
+    assert host.of("signal") == [("leader", signal.SIGKILL)]
+    assert leader.hung == "aborting world1's nccl group did not return within 10s"
+    assert all(w.state.value == "healthy" for w in sup.worlds.values())  # the break is
+    # the library's to report (it came as "broken"), not this message's
+
+
+def test_a_known_bad_nccl_is_warned_of_once_and_shown():
+    from tests.unit.test_supervisor import make
+
+    sup, host = make()
+    for name, rec in sup.procs.items():
+        sup.on_hello(name, rec.pid, 1.0, "2.25.1")
+    said = [c[0] for c in host.of("say") if "NCCL 2.25.1" in c[0]]
+    assert len(said) == 1 and said[0].startswith("warning: ")
+    assert {rec.nccl for rec in sup.procs.values()} == {"2.25.1"}
 
 
 # -- 3. nonblocking where it works; the timeout a deadline on the future --------------------

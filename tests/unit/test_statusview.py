@@ -30,6 +30,21 @@ def test_the_worlds_table_shows_traffic_and_healthy_time():
     assert "812.5" not in render({**DOC, "state": "finished"}, live=False, now=200.0)
 
 
+PROC = {"name": "leader", "host": "localhost", "pid": 7, "state": "running", "exit_code": None,
+        "restarts": 0, "worlds": {"world1": 0}, "started_at": 150.0, "cpu_percent": 1.0,
+        "rss_bytes": 2**20, "nccl": None}
+
+
+def test_the_nccl_column_shows_only_where_a_process_runs_nccl():
+    plain = render({**DOC, "processes": [PROC]}, live=True, now=200.0)
+    assert "NCCL" not in plain.split("\n\n")[1]
+    gpu = render({**DOC, "processes": [PROC, {**PROC, "name": "gpu", "nccl": "2.21.5"}]},
+                 live=True, now=200.0)
+    table = gpu.split("\n\n")[1].splitlines()
+    assert table[0].split()[-1] == "NCCL"
+    assert table[1].split()[-1] == "-" and table[2].split()[-1] == "2.21.5"
+
+
 def test_watch_draws_over_the_last_frame_on_a_terminal_and_plain_lines_when_piped(tmp_path):
     frame = in_place("a\nbb", first=False)
     assert frame == "\033[Ha\033[K\nbb\033[K\n\033[J"
