@@ -9,14 +9,32 @@ exactly that):
 ``mwrun/gen``
     The generation members should join. The store's host writes it: 0 when it
     creates the store, N+1 when it opens the next generation.
+``mwrun/gN/admit/R``
+    The incarnation of rank R's process that generation N admits (fencing; written
+    only under the launcher). Every start of a process has an incarnation, the head's
+    count of its starts, handed to it as ``MWRUN_INCARNATION``. The host writes every
+    admit key of a generation *before* it names that generation in ``mwrun/gen``
+    (and for generation 0 before the store is served), so a member that can see a
+    generation can see whom it admits. The host knows them when it opens the
+    generation: a member that is alive is admitted as it is, one being restarted as
+    its next start (the head's count plus one): no generation waits on a start.
+    A member whose own incarnation is not the one admitted is a stale copy (its host
+    stalled and was replaced while it kept running): it is refused before it sets its
+    arrival key, says so on stderr and ends. Its calls in the generation are impossible
+    by construction all the same: the group's key space (``pg``) is named after the
+    admitted incarnations, and each member names it with its *own* incarnation in its
+    rank's place, so a stale copy could only ever meet itself. Only the store's host
+    (the head) writes these keys; members only read them. By hand there are none, and
+    nothing is fenced.
 ``mwrun/gN/arrive/R``
     Each member sets its own arrival key, then waits for all of them before it
     builds its process group, so the (slow, uninterruptible) rendezvous of the group
     starts only when every member is there. Setting a key is idempotent, so a member
     that gave up waiting can simply come again. Breaking or closing a generation sets
     every arrival key too, so no one waits for a member that will not come.
-``mwrun/gN/pg/``
-    The key space the generation's torch process group rendezvouses in.
+``mwrun/gN/pg/`` (or ``mwrun/gN/pg/I0.I1.../`` under the launcher)
+    The key space the generation's torch process group rendezvouses in, named after
+    the incarnations it admits (see ``admit``).
 ``mwrun/gN/broken``
     Why generation N broke. Written once (compare-and-set) by whoever notices
     first: the supervisor when a member exits or hangs, a member whose call failed, or
@@ -49,6 +67,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 PREFIX = "mwrun/"
+FIRST_INCARNATION = 1  # a process's first start; each start after it counts one more
 GEN = PREFIX + "gen"
 OPEN = "open"
 CLOSED = "closed: "
@@ -59,8 +78,28 @@ def key(generation: int, name: str) -> str:
     return f"{PREFIX}g{generation}/{name}"
 
 
-def pg_prefix(generation: int) -> str:
-    return key(generation, "pg/")
+def pg_prefix(generation: int, incarnations: list[int] | None = None) -> str:
+    if incarnations is None:
+        return key(generation, "pg/")
+    return key(generation, "pg/" + ".".join(str(i) for i in incarnations) + "/")
+
+
+def admit_keys(generation: int, size: int) -> list[str]:
+    return [key(generation, f"admit/{r}") for r in range(size)]
+
+
+def admit(store, generation: int, incarnations: list[int]) -> None:
+    """Host: generation ``generation`` admits exactly these incarnations, by rank."""
+    store.multi_set(admit_keys(generation, len(incarnations)),
+                    [str(i) for i in incarnations])
+
+
+def admitted(store, generation: int, size: int) -> list[int] | None:
+    """The incarnations a generation admits, or None where none were written (by hand)."""
+    keys = admit_keys(generation, size)
+    if not store.check(keys):
+        return None
+    return [int(text(v)) for v in store.multi_get(keys)]
 
 
 def wake_key(generation: int, rank: int) -> str:
@@ -71,8 +110,11 @@ def text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def start(store) -> None:
-    """The host's first act: generation 0 is the one to join."""
+def start(store, incarnations: list[int] | None = None) -> None:
+    """The host's first act: generation 0 is the one to join (admitting these
+    incarnations, under the launcher: every process's first start)."""
+    if incarnations is not None:
+        admit(store, 0, incarnations)
     store.set(GEN, "0")
 
 
@@ -101,8 +143,10 @@ def broken_reason(store, generation: int) -> str | None:
     return text(store.get(k)) if store.check([k]) else None
 
 
-def open_next(store, generation: int) -> None:
-    """Host: after generation N broke, let N+1 form."""
+def open_next(store, generation: int, incarnations: list[int] | None = None) -> None:
+    """Host: after generation N broke, let N+1 form (admitting these incarnations)."""
+    if incarnations is not None:
+        admit(store, generation + 1, incarnations)
     store.set(GEN, str(generation + 1))
     store.set(key(generation, "next"), OPEN)
 

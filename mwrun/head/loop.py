@@ -20,6 +20,7 @@ import socket
 import time
 from typing import Protocol
 
+from mwrun import protocol
 from mwrun.head import control, document
 from mwrun.head.agents import Agents
 from mwrun.head.console import Printer
@@ -100,19 +101,23 @@ class Loop:
             return self.agents
         return self.hands
 
-    def _spec(self, name: str, generations: dict, restarts: int) -> LaunchSpec:
+    def _spec(self, name: str, generations: dict, restarts: int,
+              incarnation: int = protocol.FIRST_INCARNATION) -> LaunchSpec:
         host = self.plan.processes[name].host
         control = self.control_path
         if self.agents is not None and host in self.agents.hosts():
             control = self.agents.control_path(host)
         return environment.launch_spec(self.plan, name, run_id=self.run_id, control=control,
-                                       generations=generations, restart_count=restarts)
+                                       generations=generations, restart_count=restarts,
+                                       incarnation=incarnation)
 
-    def spawn(self, name: str, generations: dict, restarts: int) -> int | None:
+    def spawn(self, name: str, generations: dict, restarts: int,
+              incarnation: int) -> int | None:
         """Its pid; or None when its host answers later (a remote host, a zygote still
         importing): the supervisor then hears of it with on_spawned."""
         self.starts.pop(name, None)
-        pid = self._hands_of(name).start(self._spec(name, generations, restarts))
+        spec = self._spec(name, generations, restarts, incarnation)
+        pid = self._hands_of(name).start(spec)
         if pid is not None:
             self.starts[name] = "warm" if self.hands.was_warm(name) else "cold"
         return pid
@@ -174,8 +179,8 @@ class Loop:
     def mark_broken(self, world: str, generation: int, reason: str) -> None:
         self.stores.mark_broken(world, generation, reason)
 
-    def open_next(self, world: str, generation: int) -> None:
-        self.stores.open_next(world, generation)
+    def open_next(self, world: str, generation: int, incarnations: list[int]) -> None:
+        self.stores.open_next(world, generation, incarnations)
 
     def close_world(self, world: str, generation: int, reason: str) -> None:
         self.stores.close_world(world, generation, reason)

@@ -84,8 +84,8 @@ class PendingStores:
     def mark_broken(self, world: str, generation: int, reason: str) -> None:
         self._write("mark_broken", world, generation, reason)
 
-    def open_next(self, world: str, generation: int) -> None:
-        self._write("open_next", world, generation)
+    def open_next(self, world: str, generation: int, incarnations: list[int]) -> None:
+        self._write("open_next", world, generation, incarnations)
 
     def close_world(self, world: str, generation: int, reason: str) -> None:
         self._write("close_world", world, generation, reason)

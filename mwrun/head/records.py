@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mwrun import protocol
 from mwrun.head.states import ProcessState as P
 from mwrun.head.states import WorldState as W
 from mwrun.plan.placement import ProcessPlan, WorldPlan
@@ -31,6 +32,7 @@ class ProcessRecord:
     stopped_since: float | None = None
     suspect_since: float | None = None  # awake time it was first silent past its deadline
     hung: str | None = None
+    incarnation: int = 0  # starts made so far: the last one's number (protocol: admit)
     nccl: str | None = None  # the NCCL version its library reported (None: none, or plain)
     why: str = ""  # the last thing that happened to it, for status
     joined_at: float | None = None  # monotonic; when it last went STARTING -> RUNNING
@@ -46,3 +48,10 @@ class WorldRecord:
     reason: str | None = None
     healthy_since: float | None = None  # monotonic, when it last became HEALTHY
     opaque: str | None = None  # why mwrun cannot tell whether its plain members joined
+    # The incarnation of each member, by rank, that its current generation admits
+    # (protocol.py, ``admit``); generation 0 admits every first start.
+    admitted: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.admitted:
+            self.admitted = [protocol.FIRST_INCARNATION] * self.plan.size

@@ -42,7 +42,7 @@ class WorldStores:
         store = dist.TCPStore(world.addr, world.port, None, True,
                               timeout=timedelta(seconds=max(world.timeout, 5.0)),
                               wait_for_workers=False, master_listen_fd=fd)
-        protocol.start(store)
+        protocol.start(store, [protocol.FIRST_INCARNATION] * self._sizes[name])
         self._stores[name] = store  # one assignment: another thread may look
 
     def has(self, name: str) -> bool:
@@ -54,14 +54,14 @@ class WorldStores:
     def mark_broken(self, world: str, generation: int, reason: str) -> None:
         protocol.mark_broken(self._stores[world], generation, self._sizes[world], reason)
 
-    def open_next(self, world: str, generation: int) -> None:
+    def open_next(self, world: str, generation: int, incarnations: list[int]) -> None:
         store = self._stores[world]
         if hasattr(store, "list_keys"):
             for key in store.list_keys():
                 if not key.startswith(protocol.PREFIX):
                     with contextlib.suppress(RuntimeError):
                         store.delete_key(key)
-        protocol.open_next(store, generation)
+        protocol.open_next(store, generation, incarnations)
 
     def plain_ranks(self, world: str) -> set[int] | None:
         """The ranks of a plain torch.distributed gloo group that have met in the world's

@@ -37,7 +37,8 @@ class Host(Stores, Protocol):
 
     def now(self) -> float: ...  # monotonic: every decision is timed on it
     def wall(self) -> float: ...
-    def spawn(self, name: str, generations: dict[str, int], restarts: int) -> int | None: ...
+    def spawn(self, name: str, generations: dict[str, int], restarts: int,
+              incarnation: int) -> int | None: ...
     def signal(self, name: str, sig: int, why: Why) -> None: ...
     def probe(self, name: str) -> str | None: ...
     def reachable(self, name: str) -> bool: ...
@@ -96,14 +97,14 @@ class Supervisor:
         name = rec.plan.name
         generations = {w: self.worlds[w].generation for w in rec.plan.worlds}
         try:
-            pid = self.host.spawn(name, generations, rec.restarts)
+            pid = self.host.spawn(name, generations, rec.restarts, rec.incarnation + 1)
         except StartError as exc:
             self._move(rec, P.STARTING)
             self._ended(rec, policy.Exit(None, start_error=str(exc)))
             return
         now = self.host.now()
         self._move(rec, P.STARTING)  # RESTARTING -> STARTING, or a first start
-        rec.pid, rec.exit_code = pid, None
+        rec.pid, rec.exit_code, rec.incarnation = pid, None, rec.incarnation + 1
         rec.started, rec.started_at = now, self.host.wall()
         rec.generations, rec.ready, rec.left = generations, set(), set()
         rec.said_hello, rec.beat_every, rec.stopped_since, rec.hung = False, None, None, None
@@ -194,9 +195,8 @@ class Supervisor:
             world = self.worlds[world_name]
             # A member that finished for good closes its worlds; anything else breaks them.
             finished = exit.clean and not decision.restart
-            if world.state in (W.FORMING, W.HEALTHY) and not finished and \
-                    rec.generations.get(world_name) == world.generation:
-                self.book.broke(world, what)
+            if not finished and self.book.in_play(world, rec):
+                self.book.lost_member(world, what)
             if policy.stops_the_job(world.plan.on_failure, exit) and not self.stopping:
                 self.failed_stop = True
                 self.request_stop(f"world {world_name} has on_failure: stop, and {what}")

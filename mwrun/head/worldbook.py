@@ -25,7 +25,7 @@ class Stores(Protocol):
     """Where a world's members watch: the part of the host this needs."""
 
     def mark_broken(self, world: str, generation: int, reason: str) -> None: ...
-    def open_next(self, world: str, generation: int) -> None: ...
+    def open_next(self, world: str, generation: int, incarnations: list[int]) -> None: ...
     def close_world(self, world: str, generation: int, reason: str) -> None: ...
 
 
@@ -55,6 +55,18 @@ class Worlds:
             world.healthy_since, world.opaque = now, None
             self.emit(WorldFormed(world.plan.name, world.generation))
 
+    def lost_member(self, world: WorldRecord, reason: str) -> None:
+        """A member in the world's current generation ended: the world breaks; or, when
+        it was broken already (that generation open for the members' return), the
+        generation is spent and the next one admits the member's next start (fencing:
+        an admitted incarnation never changes)."""
+        if world.state in (W.FORMING, W.HEALTHY):
+            self.broke(world, reason)
+        elif world.state is W.BROKEN:
+            generation = world.generation
+            self.stores.mark_broken(world.plan.name, generation, reason)
+            self._open_next(world, generation)
+
     def broke(self, world: WorldRecord, reason: str, written: bool = False) -> None:
         """``written``: a member wrote the break to the world's store itself."""
         generation = world.generation
@@ -62,10 +74,27 @@ class Worlds:
         world.breaks += 1
         if not written:
             self.stores.mark_broken(world.plan.name, generation, reason)
-        if self.can_reform(world):
-            world.generation += 1
-            self.stores.open_next(world.plan.name, generation)
+        self._open_next(world, generation)
         self.emit(WorldBroken(world.plan.name, generation, reason))
+
+    def _open_next(self, world: WorldRecord, generation: int) -> None:
+        """After ``generation`` broke, the next one, if every member is coming back: it
+        admits (fencing, protocol.py ``admit``) each live member as it is, and one to
+        be restarted as its next start. Known now, so no generation waits on a start."""
+        if self.can_reform(world):
+            members = [self.procs[m] for m in world.plan.members]
+            world.admitted = [rec.incarnation + (0 if rec.state.alive else 1)
+                              for rec in members]
+            world.generation = generation + 1
+            self.stores.open_next(world.plan.name, generation, world.admitted)
+
+    def in_play(self, world: WorldRecord, rec: ProcessRecord) -> bool:
+        """Whether the world's current generation counts on this start of ``rec``: it
+        is in it, or it is the incarnation that generation admits (a member that was
+        alive when it opened, then died: the generation can never form without it)."""
+        rank = world.plan.members.index(rec.plan.name)
+        return rec.generations.get(world.plan.name) == world.generation or \
+            world.admitted[rank] == rec.incarnation
 
     def nothing_to_join(self, rec: ProcessRecord) -> bool:
         return all(self.records[w].state is W.CLOSED for w in rec.plan.worlds)

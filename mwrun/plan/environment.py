@@ -34,6 +34,7 @@ from mwrun.plan.placement import Plan, ProcessPlan
 # user's settings (MWRUN_HOME, MWRUN_GRACE) do pass, so a job can drive mwrun itself.
 OWNED_PREFIXES = ("TORCHELASTIC_",)
 OWNED_MWRUN = ("MWRUN_WORLDS", "MWRUN_PROCESS", "MWRUN_RUN_ID", "MWRUN_RESTART_COUNT",
+               "MWRUN_INCARNATION",
                "MWRUN_CONTROL", "MWRUN_HOST_ADDR", "MWRUN_HANG_TIMEOUT")
 # torch warns "Failed to initialize NumPy" at import wherever numpy is missing (a CPU
 # install has none), once in every process. numpy would cost each start about 0.4 s of
@@ -56,7 +57,8 @@ def worlds_json(plan: Plan, proc: ProcessPlan, generations: Mapping[str, int]) -
 
 
 def mwrun_env(plan: Plan, name: str, *, run_id: str, control: str,
-              generations: Mapping[str, int] | None = None, restart_count: int = 0) -> dict:
+              generations: Mapping[str, int] | None = None, restart_count: int = 0,
+              incarnation: int = 1) -> dict:
     """Every variable mwrun gives process ``name`` (without the inherited ones)."""
     generations = generations or {}
     proc = plan.processes[name]
@@ -83,6 +85,9 @@ def mwrun_env(plan: Plan, name: str, *, run_id: str, control: str,
         "MWRUN_PROCESS": proc.name,
         "MWRUN_RUN_ID": run_id,
         "MWRUN_RESTART_COUNT": str(restart_count),
+        # Which start of it this is: a generation admits one incarnation per rank, so
+        # a stale copy (its host stalled and was replaced) is refused (protocol.py).
+        "MWRUN_INCARNATION": str(incarnation),
         "MWRUN_CONTROL": control,
         "MWRUN_HOST_ADDR": proc.addr,
         # The library beats often enough for this deadline.

@@ -101,8 +101,9 @@ def init(worlds: Mapping[str, WorldSpec] | None = None, *, timeout: float | None
     if gpu_timeouts:  # before any group (and torch's threads) exists: see worlds/nccl.py
         discipline.ensure_env(max(gpu_timeouts))
     local_addr = environ.get("MWRUN_HOST_ADDR") if worlds is None else None
-    joined = {name: World(name, spec, link=link, local_addr=local_addr)
-              for name, spec in specs.items()}
+    incarnation = _incarnation(environ) if worlds is None else None
+    joined = {name: World(name, spec, link=link, local_addr=local_addr,
+                          incarnation=incarnation) for name, spec in specs.items()}
     if link is not None:
         link.worlds = joined  # its heartbeats carry their traffic
     deadline = time.monotonic() + (FORM_TIMEOUT if timeout is None else timeout)
@@ -118,6 +119,14 @@ def init(worlds: Mapping[str, WorldSpec] | None = None, *, timeout: float | None
         why = error.reason if isinstance(error, BrokenWorldError) else error
         print(f"mwrun: world {name!r} did not form: {why}", file=sys.stderr)
     return Job(joined, link)
+
+
+def _incarnation(environ) -> int | None:
+    """Which start of this process the launcher made (MWRUN_INCARNATION), if it said."""
+    try:
+        return int(environ["MWRUN_INCARNATION"])
+    except (KeyError, ValueError):
+        return None
 
 
 def _form_all(worlds: dict[str, World], deadline: float) -> dict[str, BaseException]:

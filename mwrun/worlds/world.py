@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
-from mwrun.worlds import aborts, backends, failures, signals, storehost
+from mwrun.worlds import aborts, backends, failures, fencing, signals, storehost
 from mwrun.worlds import nccl as discipline
 from mwrun.worlds.calls import Calls
 from mwrun.worlds.failures import summarize
@@ -34,7 +34,8 @@ class WorldClosed(BrokenWorldError):
 class World(Calls):
     """A world as one of its members uses it. Made by ``mwrun.init``."""
 
-    def __init__(self, name: str, spec: WorldSpec, *, link=None, local_addr: str | None = None):
+    def __init__(self, name: str, spec: WorldSpec, *, link=None, local_addr: str | None = None,
+                 incarnation: int | None = None):
         self.name = name
         self.rank = spec.rank
         self.size = spec.size
@@ -43,6 +44,7 @@ class World(Calls):
         self._spec = spec
         self._link = link
         self._local_addr = local_addr or backends.local_address(spec.addr)
+        self._incarnation = incarnation  # which start of this process (fencing.py)
         self._lock = threading.Lock()  # state below changes under it; calls read it bare
         self._rejoin_lock = threading.Lock()
         self._retiring = threading.Lock()  # held while a rejoin lets a group go: close() waits
@@ -124,6 +126,8 @@ class World(Calls):
             if decision.startswith(protocol.CLOSED):
                 raise WorldClosed(self.name, generation, decision[len(protocol.CLOSED):])
             generation += 1
+        incarnations = fencing.admitted(store, self.name, generation, self.rank, self.size,
+                                        self._incarnation)  # a stale copy ends here
         arrivals = protocol.arrival_keys(generation, self.size)
         log.debug("%s: rank %d joins generation %d", self.name, self.rank, generation)
         store.set(arrivals[self.rank], "here")
@@ -131,7 +135,7 @@ class World(Calls):
         reason = protocol.broken_reason(store, generation)
         if reason is not None:
             raise BrokenWorldError(self.name, generation, reason)
-        prefixed = dist.PrefixStore(protocol.pg_prefix(generation), store)
+        prefixed = dist.PrefixStore(protocol.pg_prefix(generation, incarnations), store)
         try:
             group = backends.create(self.backend, prefixed, self.rank, self.size, self.timeout,
                                     local_addr=self._local_addr, device=None)

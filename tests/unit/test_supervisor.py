@@ -55,7 +55,7 @@ class FakeHost:
     def wall(self):
         return 1_800_000_000.0 + self.t
 
-    def spawn(self, name, generations, restarts):
+    def spawn(self, name, generations, restarts, incarnation=1):
         if name in self.fail_start:
             raise StartError("No such file or directory: 'x'")
         self.next_pid += 1
@@ -69,7 +69,7 @@ class FakeHost:
     def mark_broken(self, world, generation, reason):
         self.calls.append(("broken", world, generation, reason))
 
-    def open_next(self, world, generation):
+    def open_next(self, world, generation, incarnations=None):
         self.calls.append(("open", world, generation))
 
     def close_world(self, world, generation, reason):
@@ -268,7 +268,7 @@ def test_the_supervisors_own_stall_is_forgiven():
 
 def test_a_slow_start_is_not_taken_for_a_stall():
     class SlowSpawns(FakeHost):
-        def spawn(self, name, generations, restarts):
+        def spawn(self, name, generations, restarts, incarnation=1):
             self.t += 3.0  # a loaded machine: every spawn takes seconds
             return super().spawn(name, generations, restarts)
 
