@@ -14,6 +14,8 @@
 
 Its size is bounded: past HISTORY_BYTES the file becomes ``history.1.jsonl`` (the one
 before that is dropped) and a fresh file starts, so a run keeps its most recent two.
+The names (files, record kinds, states) are ``mwrun.schema``'s: ``mwrun report``
+reads them back with the same.
 Events are found by comparing the supervisor's states after each step, so the
 supervisor's decisions carry no bookkeeping.
 """
@@ -27,12 +29,12 @@ import signal
 import time
 from pathlib import Path
 
-from mwrun.head.states import ProcessState as P
-from mwrun.head.states import RunState as R
-from mwrun.head.states import WorldState as W
+from mwrun.schema import HISTORY, HISTORY_ROTATED, RATES
+from mwrun.schema import Event as E
+from mwrun.schema import ProcessState as P
+from mwrun.schema import RunState as R
+from mwrun.schema import WorldState as W
 
-HISTORY = "history.jsonl"
-ROTATED = "history.1.jsonl"
 HISTORY_BYTES = 4 * 2**20
 SAMPLE_EVERY = 1.0
 
@@ -40,13 +42,13 @@ SAMPLE_EVERY = 1.0
 class History:
     def __init__(self, run_dir: Path, head: dict, clock=time.time, limit: int = HISTORY_BYTES):
         self.path = Path(run_dir) / HISTORY
-        self.rotated = Path(run_dir) / ROTATED
+        self.rotated = Path(run_dir) / HISTORY_ROTATED
         self.head = head  # the start record: run_id, name, worlds
         self.clock = clock
         self.limit = limit
         self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept for the run
         self.seen: dict | None = None
-        self._write({"event": "start", **head})
+        self._write({"event": E.START, **head})
 
     def _write(self, record: dict) -> None:
         if self.file is None:
@@ -64,17 +66,17 @@ class History:
         self.file.close()
         os.replace(self.path, self.rotated)
         self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
-        self.file.write(json.dumps({"t": round(self.clock(), 4), "event": "start",
+        self.file.write(json.dumps({"t": round(self.clock(), 4), "event": E.START,
                                     "continued": True, **self.head}) + "\n")
 
     def event(self, kind: str, **fields) -> None:
         self._write({"event": kind, **fields})
 
     def sample(self, rates: dict[str, list]) -> None:
-        self._write({"rates": rates})
+        self._write({RATES: rates})
 
     def signalled(self, process: str, sig: int, why: str) -> None:
-        self.event("signal", process=process, signal=signal.Signals(sig).name, why=why)
+        self.event(E.SIGNAL, process=process, signal=signal.Signals(sig).name, why=why)
 
     def observe(self, sup) -> None:
         """Write what changed in the supervisor's states since the last look."""
@@ -109,28 +111,28 @@ def changes(before: dict | None, now: dict, sup) -> list[dict]:
         old_state, old_pid, _ = before["procs"][name]
         rec = sup.procs[name]
         if state is P.HUNG and old_state is not P.HUNG:
-            out.append({"event": "hang", "process": name, "why": rec.hung})
+            out.append({"event": E.HANG, "process": name, "why": rec.hung})
         # An exit is a pid gone or replaced; a live state change (unresponsive, hung)
         # is none.
         if old_pid is not None and (pid != old_pid or not state.alive):
-            out.append({"event": "exit", "process": name, "pid": old_pid,
+            out.append({"event": E.EXIT, "process": name, "pid": old_pid,
                         "code": rec.exit_code, "state": state.value, "why": rec.why})
     for name, (_, _, breaks) in now["worlds"].items():
         _, old_generation, old_breaks = before["worlds"][name]
         if breaks > old_breaks:
-            out.append({"event": "break", "world": name, "generation": old_generation,
+            out.append({"event": E.BREAK, "world": name, "generation": old_generation,
                         "reason": sup.worlds[name].reason})
     if now["run"] is R.STOPPING and before["run"] is not R.STOPPING:
-        out.append({"event": "stop"})
+        out.append({"event": E.STOP})
     for name, (_, pid, restarts) in now["procs"].items():
         if pid is not None and pid != before["procs"][name][1]:
-            out.append({"event": "spawn", "process": name, "pid": pid, "restarts": restarts})
+            out.append({"event": E.SPAWN, "process": name, "pid": pid, "restarts": restarts})
     for name, (state, generation, _) in now["worlds"].items():
         old_state, old_generation, _ = before["worlds"][name]
         if state is W.HEALTHY and (old_state is not W.HEALTHY or generation != old_generation):
-            out.append({"event": "form", "world": name, "generation": generation})
+            out.append({"event": E.FORM, "world": name, "generation": generation})
         elif state is W.CLOSED and old_state is not W.CLOSED:
-            out.append({"event": "close", "world": name, "reason": sup.worlds[name].reason})
+            out.append({"event": E.CLOSE, "world": name, "reason": sup.worlds[name].reason})
     if now["run"].final and before["run"] is not now["run"]:
-        out.append({"event": "end", "state": now["run"].value})
+        out.append({"event": E.END, "state": now["run"].value})
     return out

@@ -22,7 +22,6 @@ from mwrun.errors import StartError
 from mwrun.head import control, document
 from mwrun.head.console import Printer
 from mwrun.head.history import SAMPLE_EVERY, History
-from mwrun.head.states import WorldState
 from mwrun.head.supervisor import TICK, Supervisor
 from mwrun.head.traffic import Traffic
 from mwrun.host import sockets
@@ -31,6 +30,7 @@ from mwrun.host.process import ProcessHandle
 from mwrun.host.warm import reap_orphans
 from mwrun.host.warmstarts import WarmStarts
 from mwrun.plan import environment, preload
+from mwrun.schema import WorldState
 
 OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
 OUTPUT_SLICE_MIN = 4096

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from mwrun.head.states import ProcessState as P
-from mwrun.head.states import WorldState as W
 from mwrun.plan.placement import ProcessPlan, WorldPlan
+from mwrun.schema import ProcessState as P
+from mwrun.schema import WorldState as W
 
 # The fields of either record that the status document or the history shows.
 SHOWN = frozenset({"state", "pid", "restarts", "exit_code", "started_at", "why",

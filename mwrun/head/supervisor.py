@@ -15,10 +15,10 @@ from mwrun.errors import StartError
 from mwrun.head import drills, hangs, policy, records
 from mwrun.head.deadlines import Deadlines
 from mwrun.head.records import ProcessRecord, WorldRecord
-from mwrun.head.states import ProcessState as P
-from mwrun.head.states import RunState as R
-from mwrun.head.states import WorldState as W
 from mwrun.plan.placement import Plan
+from mwrun.schema import ProcessState as P
+from mwrun.schema import RunState as R
+from mwrun.schema import WorldState as W
 
 TICK = 0.5  # seconds between checks for hung processes and due restarts
 KILL_WAIT = 5.0  # after SIGKILL, how long to wait for processes stuck in the kernel
