@@ -1,8 +1,12 @@
 """The command line: thin click commands (``commands``) and the views they print
-(``planview``, ``statusview``, ``logview``).
+(``planview``, ``statusview``, ``logview``; ``timeline`` and ``report`` for
+``mwrun report``). A run is read through ``mwrun.runs``, with ``mwrun.schema``'s names.
 
-May import anything in mwrun, lazily inside each command, so that ``mwrun --help``,
-``validate`` and ``status`` never import torch.
+May import: ``mwrun.errors``, ``mwrun.schema``, ``mwrun.runs``, ``mwrun.terminal``,
+``plan``, ``host`` (``mwrun agent``), and ``head`` only inside ``launch``; lazily inside
+each command, so that ``mwrun --help``, ``validate`` and ``status`` never import torch,
+and ``status``, ``logs``, ``report``, ``kill-world`` and ``stop`` never the head.
+Never ``worlds``.
 """
 
 from mwrun.cli.commands import main

@@ -10,6 +10,7 @@ import click
 
 from mwrun import __version__
 from mwrun.errors import MwrunError, RunError, TopologyError
+from mwrun.schema import FINAL, LOGS, REPORT, log_name
 
 EPILOG = """\b
 Examples:
@@ -154,13 +155,13 @@ def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):
 
 
 def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:
+    from mwrun import runs
     from mwrun.cli import planview
-    from mwrun.head import rundir
     from mwrun.plan import environment
 
     _, plan = _plan(topology)
-    run_id = run_id or rundir.new_run_id(plan.name)
-    control = str(rundir.control_path(run_id))
+    run_id = run_id or runs.new_run_id(plan.name)
+    control = str(runs.control_path(run_id))
     envs = {name: environment.mwrun_env(plan, name, run_id=run_id, control=control)
             for name in plan.processes}
     click.echo(planview.plan_json(plan, envs) if as_json else planview.plan_text(plan, envs))
@@ -172,12 +173,12 @@ def _warn(text: str) -> None:
 
 def _live_status(run: str | None) -> tuple[str, dict, bool]:
     """(run id, status document, whether its supervisor answered)."""
-    from mwrun.head import control, rundir
+    from mwrun import runs
 
-    run_id, state = rundir.find(run, live_only=False, warn=_warn)
-    if rundir.is_live(state):
+    run_id, state = runs.find(run, live_only=False, warn=_warn)
+    if runs.is_live(state):
         try:
-            reply = control.request(state["control"], {"verb": "status"})
+            reply = runs.request(state["control"], {"verb": "status"})
             return run_id, reply["status"], True
         except RunError:
             pass
@@ -205,8 +206,8 @@ def status(run, as_json, watch):
     """
     import json
 
+    from mwrun import runs
     from mwrun.cli.statusview import in_place, render
-    from mwrun.head import rundir
     from mwrun.terminal import use_colour
 
     first = True
@@ -218,9 +219,9 @@ def status(run, as_json, watch):
             click.echo(in_place(render(doc, live, use_colour()), first), nl=False)
         else:
             click.echo(("" if first else "\n") + render(doc, live, use_colour(),
-                                                 events=rundir.recent_events(run_id)))
+                                                 events=runs.recent_events(run_id)))
         first = False
-        if not watch or doc["state"] in ("finished", "failed") or not live:
+        if not watch or doc["state"] in FINAL or not live:
             return
         run = run_id
         time.sleep(1.0)
@@ -244,15 +245,15 @@ def kill_world(world, run, rank, sig):
       mwrun kill-world world1 --signal STOP      # a hang: declared hung after the timeout
       mwrun kill-world world2 --rank 0 --signal TERM
     """
-    from mwrun.head import control, rundir
+    from mwrun import runs
 
     try:
-        control.signal_number(sig)
+        runs.signal_number(sig)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--signal") from None
-    run_id, state = rundir.find(run, warn=_warn)
+    run_id, state = runs.find(run, warn=_warn)
     _require_live(run_id, state)
-    reply = control.request(state["control"], {"verb": "kill_world", "world": world,
+    reply = runs.request(state["control"], {"verb": "kill_world", "world": world,
                                                 "rank": rank, "signal": sig})
     for hit in reply["signalled"]:
         click.echo(f"sent SIG{sig.upper().removeprefix('SIG')} to {hit['process']}"
@@ -260,9 +261,9 @@ def kill_world(world, run, rank, sig):
 
 
 def _require_live(run_id: str, state: dict) -> None:
-    from mwrun.head import rundir
+    from mwrun import runs
 
-    if not rundir.is_live(state):
+    if not runs.is_live(state):
         raise RunError(f"run {run_id} is not running (it is {state.get('state')});"
                        " see mwrun status " + run_id)
 
@@ -278,17 +279,17 @@ def stop(run, no_wait):
       mwrun stop
       mwrun stop star-20261122-101500
     """
-    from mwrun.head import control, rundir
+    from mwrun import runs
 
-    run_id, state = rundir.find(run, warn=_warn)
+    run_id, state = runs.find(run, warn=_warn)
     _require_live(run_id, state)
-    control.request(state["control"], {"verb": "stop"})
+    runs.request(state["control"], {"verb": "stop"})
     click.echo(f"stopping {run_id}...")
     if no_wait:
         return
     while True:
-        state = rundir.read_state(run_id) or state
-        if state.get("state") in rundir.FINAL or not rundir.supervisor_alive(state):
+        state = runs.read_state(run_id) or state
+        if state.get("state") in FINAL or not runs.supervisor_alive(state):
             break
         time.sleep(0.2)  # the state file is the other process's; nothing to block on
     click.echo(f"run {run_id} {state.get('state')}")
@@ -306,15 +307,15 @@ def logs(process, run, follow):
       mwrun logs leader
       mwrun logs worker-0 star-20261122-101500 -f
     """
+    from mwrun import runs
     from mwrun.cli import logview
-    from mwrun.head import rundir
 
-    run_id, state = rundir.find(run, live_only=False, warn=_warn)
+    run_id, state = runs.find(run, live_only=False, warn=_warn)
     names = [p["name"] for p in state["processes"]]
     if process not in names:
         raise RunError(f"run {run_id} has no process {process!r}; it has: {', '.join(names)}")
-    path = rundir.run_path(run_id) / "logs" / f"{process}.log"
-    logview.show(path, follow, lambda: rundir.is_live(rundir.read_state(run_id) or {}),
+    path = runs.run_path(run_id) / LOGS / log_name(process)
+    logview.show(path, follow, lambda: runs.is_live(runs.read_state(run_id) or {}),
                  click.echo)
 
 
@@ -338,27 +339,27 @@ def report(run, output):
     """
     from pathlib import Path
 
+    from mwrun import runs
     from mwrun.cli import timeline
     from mwrun.cli.report import draw
-    from mwrun.head import rundir
 
     run_id = run or _newest_run()
-    rundir.find(run_id)  # a clear error for a run that is not there
-    records, notes = timeline.load(rundir.run_path(run_id), run_id)
+    runs.find(run_id)  # a clear error for a run that is not there
+    records, notes = timeline.load(runs.run_path(run_id), run_id)
     tl = timeline.build(records, notes, run_id)
-    out = Path(output) if output else rundir.run_path(run_id) / "report.png"
+    out = Path(output) if output else runs.run_path(run_id) / REPORT
     for line in draw(tl, out):
         click.echo(line)
     click.echo(f"picture: {out}")
 
 
 def _newest_run() -> str:
-    from mwrun.head import rundir
+    from mwrun import runs
 
-    runs = rundir.all_runs()
-    if not runs:
-        raise RunError(f"no runs under {rundir.runs_root()}")
-    return runs[0][0]
+    found = runs.all_runs()
+    if not found:
+        raise RunError(f"no runs under {runs.runs_root()}")
+    return found[0][0]
 
 
 if __name__ == "__main__":  # pragma: no cover

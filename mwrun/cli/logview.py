@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from mwrun.head.console import LOG_BACKUPS
+from mwrun.schema import LOG_BACKUPS
 
 FOLLOW_EVERY = 0.2  # seconds between looks at a growing file
 

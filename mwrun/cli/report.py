@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mwrun.cli.timeline import Timeline, summary
 from mwrun.errors import MwrunError, UsageError
+from mwrun.schema import Event as E
 
 FORMATS = (".png", ".svg", ".pdf")
 MARKS = {  # event -> (colour, line style, legend label)
@@ -109,12 +110,12 @@ def _lane(ax, tl: Timeline, world: str) -> None:
 
 def _mark(e: dict, world: str, members: list[str]) -> str | None:
     kind = e["event"]
-    if kind == "signal" and e.get("why") == "drill" and e.get("process") in members:
+    if kind == E.SIGNAL and e.get("why") == "drill" and e.get("process") in members:
         return "kill"
-    if kind == "break" and e.get("world") == world:
+    if kind == E.BREAK and e.get("world") == world:
         return "break"
-    if kind == "spawn" and e.get("restarts", 0) > 0 and e.get("process") in members:
+    if kind == E.SPAWN and e.get("restarts", 0) > 0 and e.get("process") in members:
         return "restart"
-    if kind == "form" and e.get("world") == world and e.get("generation", 0) > 0:
+    if kind == E.FORM and e.get("world") == world and e.get("generation", 0) > 0:
         return "form"
     return None

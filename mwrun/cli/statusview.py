@@ -1,15 +1,24 @@
-"""The status document as tables (``mwrun status``); no torch, no supervisor imports."""
+"""The status document as tables (``mwrun status``); no torch, no head: only
+``mwrun.schema``'s names."""
 
 from __future__ import annotations
 
 import time
 
+from mwrun.schema import FINAL
+from mwrun.schema import ProcessState as P
+from mwrun.schema import RunState as R
+from mwrun.schema import WorldState as W
 from mwrun.terminal import paint, seconds, size, table
 
-STATE_COLOURS = {"running": 32, "healthy": 32, "finished": 32, "exited": 32, "starting": 33,
-                 "forming": 33, "restarting": 33, "stopping": 33, "hung": 31, "failed": 31,
-                 "broken": 31, "stopped": 35, "closed": 35, "unknown": 35,
-                 "unresponsive": 33}
+_GREEN, _YELLOW, _RED, _MAGENTA = 32, 33, 31, 35
+STATE_COLOURS = {
+    **dict.fromkeys((P.RUNNING, W.HEALTHY, R.FINISHED, P.EXITED), _GREEN),
+    **dict.fromkeys((P.STARTING, W.FORMING, P.RESTARTING, R.STOPPING, P.UNRESPONSIVE), _YELLOW),
+    **dict.fromkeys((P.HUNG, P.FAILED, W.BROKEN), _RED),
+    **dict.fromkeys((P.STOPPED, W.CLOSED, W.UNKNOWN), _MAGENTA),
+}
+_ALIVE = tuple(s.value for s in P if s.alive)
 
 
 def traffic_cells(w: dict, live: bool) -> list[str]:
@@ -40,14 +49,14 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
     age = seconds(max(now - doc.get("started_at", now), 0))
     head = (f"run {doc['run_id']} ({doc['name']}): {state(doc['state'])}, started {age} ago,"
             f" supervisor pid {doc['supervisor_pid']}")
-    if not doc["processes"] and (doc["state"] == "failed" or
-                                 (not live and doc["state"] == "starting")):
+    if not doc["processes"] and (doc["state"] == R.FAILED or
+                                 (not live and doc["state"] == R.STARTING)):
         head += "\n  it ended before it started any process (interrupted, or it failed)"
-    elif not live and doc["state"] not in ("finished", "failed"):
+    elif not live and doc["state"] not in FINAL:
         head += "\n  the supervisor has gone without finishing; this is its last word"
     rows = []
     for p in doc["processes"]:
-        alive = p["state"] in ("starting", "running", "unresponsive", "hung")
+        alive = p["state"] in _ALIVE
         uptime = seconds(now - p["started_at"]) if alive and p.get("started_at") else "-"
         cpu = f"{p['cpu_percent']:.1f}" if p.get("cpu_percent") is not None else "-"
         rows.append([p["name"], p["host"], str(p["pid"] or "-"), state(p["state"]),
@@ -68,9 +77,9 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
                      ", ".join(w["members"])]
                     for w in doc["worlds"]])
     notes = [f"  {p['name']}: {p['last_event']}" for p in doc["processes"]
-             if p.get("last_event") and p["state"] != "running"]
+             if p.get("last_event") and p["state"] != P.RUNNING]
     notes += [f"  {w['name']}: {w['reason']}" for w in doc["worlds"]
-              if w.get("reason") and w["state"] != "healthy"]
+              if w.get("reason") and w["state"] != W.HEALTHY]
     if events is not None:
         notes = [f"  {line}" for line in events]
     out = [head, "", procs, "", worlds]

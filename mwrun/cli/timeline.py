@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mwrun.errors import RunError
+from mwrun.schema import HISTORY, HISTORY_ROTATED, RATES
+from mwrun.schema import Event as E
 from mwrun.terminal import size
 
 AROUND = 10.0  # seconds before and after a fault that "before" and "after" average over
@@ -58,7 +60,7 @@ class Timeline:
 
 def load(run_dir: Path, run_id: str) -> tuple[list[dict], list[str]]:
     """The history's records (rotated part first) and notes on what could not be read."""
-    paths = [run_dir / "history.1.jsonl", run_dir / "history.jsonl"]
+    paths = [run_dir / HISTORY_ROTATED, run_dir / HISTORY]
     if not paths[1].exists():
         raise RunError(f"run {run_id} has no history ({paths[1]} is missing): it was"
                        " started by an mwrun without history, or the file was removed")
@@ -91,20 +93,20 @@ def load(run_dir: Path, run_id: str) -> tuple[list[dict], list[str]]:
 
 def build(records: list[dict], notes: list[str], run_id: str) -> Timeline:
     """The timeline of a run from its history records (see load)."""
-    starts = [r for r in records if r.get("event") == "start"]
+    starts = [r for r in records if r.get("event") == E.START]
     if not starts or not isinstance(starts[0].get("worlds"), dict):
         raise RunError(f"the history of run {run_id} has no start record (it was cut short"
                        " or is not mwrun's); nothing to draw")
     head = starts[-1]
     records = sorted(records, key=lambda r: r["t"])
-    events = [r for r in records if "event" in r and r["event"] != "start"]
+    events = [r for r in records if "event" in r and r["event"] != E.START]
     worlds = {str(k): list(v) for k, v in head["worlds"].items()}
     samples: dict[str, list] = {w: [] for w in worlds}
     for r in records:
-        for world, rate in (r.get("rates") or {}).items():
+        for world, rate in (r.get(RATES) or {}).items():
             if world in samples and isinstance(rate, list) and len(rate) == 2:
                 samples[world].append((r["t"], float(rate[0]), float(rate[1])))
-    ended = next((e["state"] for e in events if e["event"] == "end"), None)
+    ended = next((e["state"] for e in events if e["event"] == E.END), None)
     tl = Timeline(run_id, head.get("name", run_id), worlds, records[0]["t"], records[-1]["t"],
                   samples, events, notes=list(notes), ended=ended)
     tl.faults = faults(tl)
@@ -121,7 +123,7 @@ def faults(tl: Timeline) -> list[Fault]:
     formed = {w: tl.start for w in tl.worlds}  # when each world last formed
     for e in tl.events:
         kind, world = e["event"], e.get("world")
-        if kind == "break" and world in tl.worlds:
+        if kind == E.BREAK and world in tl.worlds:
             if world in open_:
                 open_[world].breaks += 1  # broke again before it re-formed
                 continue
@@ -131,24 +133,24 @@ def faults(tl: Timeline) -> list[Fault]:
             if cause is not None:
                 fault.kill, fault.killed = cause["t"], f"{cause['signal']} to {cause['process']}"
             found.append(fault)
-        elif kind == "spawn" and e.get("restarts", 0) > 0:
+        elif kind == E.SPAWN and e.get("restarts", 0) > 0:
             for w, fault in open_.items():
                 if e["process"] in tl.worlds[w] and fault.restart is None:
                     fault.restart = e["t"]
-        elif kind == "form" and world in tl.worlds:
+        elif kind == E.FORM and world in tl.worlds:
             formed[world] = e["t"]
             if world in open_:
                 fault = open_.pop(world)
                 fault.end, fault.outcome = e["t"], "re-formed"
-        elif kind == "close" and world in open_:
-            stopping = any(x["event"] == "stop" and x["t"] <= e["t"] for x in tl.events)
+        elif kind == E.CLOSE and world in open_:
+            stopping = any(x["event"] == E.STOP and x["t"] <= e["t"] for x in tl.events)
             open_.pop(world).outcome = "not re-formed before the run stopped" if stopping \
                 else f"closed for good ({e.get('reason')})"
     return found
 
 
 def _drill_before(tl: Timeline, world: str, broke: float, since: float) -> dict | None:
-    drills = [e for e in tl.events if e["event"] == "signal" and e.get("why") == "drill"
+    drills = [e for e in tl.events if e["event"] == E.SIGNAL and e.get("why") == "drill"
               and e.get("process") in tl.worlds[world] and since <= e["t"] <= broke
               and broke - e["t"] <= KILL_LEADS]
     return drills[-1] if drills else None
@@ -174,7 +176,7 @@ def summary(tl: Timeline) -> list[str]:
     """The text under the picture: per world, its breaks, downtime, and pace."""
     took = tl.last - tl.start
     state = tl.ended or "live, or cut short"
-    restarts = sum(1 for e in tl.events if e["event"] == "spawn" and e.get("restarts", 0) > 0)
+    restarts = sum(1 for e in tl.events if e["event"] == E.SPAWN and e.get("restarts", 0) > 0)
     lines = [f"run {tl.run_id} ({tl.name}): {took:.1f} s of history, {state};"
              f" {len(tl.faults)} fault(s), {restarts} restart(s)"]
     calm = [w for w in tl.worlds if not any(f.world == w for f in tl.faults)]

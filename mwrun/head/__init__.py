@@ -1,6 +1,6 @@
 """The head: the supervisor of a running job, inside ``mwrun launch``.
 
-``supervisor`` is the only place that decides (moves the ``states``, applies
+``supervisor`` is the only place that decides (moves the states of ``mwrun.schema``, applies
 ``policy``, with ``worldbook`` for the worlds' states, ``hangs`` for hang detection and
 ``deadlines`` for its timers; the work of an event is what it touches) and tells what it
 does as typed ``events``, to which the console, ``history`` and ``document``'s state.json
@@ -11,9 +11,11 @@ serves ``control`` with ``requests`` checked; never waits for a remote host: a r
 start, probe or lost link is answered later, as an event);
 ``bringup`` takes a topology file to a running loop (or a detached one); ``document``
 is the status document, ``traffic`` the worlds' rates, ``history`` the run's timeline;
-``rundir`` is the run folder; ``console`` shows and logs output.
+``rundir`` writes the run folder; ``console`` shows and logs output. What a run
+writes is named in ``mwrun.schema``; reading it back, and the control socket's
+client, is ``mwrun.runs``, so the command line reads a run without importing this.
 
 May import: ``mwrun.errors``, ``mwrun.protocol``, ``mwrun.terminal``, ``mwrun.machine``,
-``plan``, ``host``. Never ``worlds`` or ``cli``. Only ``stores`` imports torch, and
-only once a launch is under way.
+``mwrun.schema``, ``mwrun.runs``, ``mwrun.launchspec``, ``plan``, ``host``. Never
+``worlds`` or ``cli``. Only ``stores`` imports torch, and only once a launch is under way.
 """

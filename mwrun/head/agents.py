@@ -25,6 +25,7 @@ from mwrun.head import control
 from mwrun.head.remote import AgentLink, check_hello
 from mwrun.host import frames
 from mwrun.launchspec import LaunchSpec
+from mwrun.schema import HostState as H
 
 ANSWER_WAIT = 10.0  # seconds a connecting agent has to say hello
 RECONNECT_FIRST, RECONNECT_CAP = 1.0, 30.0
@@ -92,13 +93,13 @@ class Agents:
             self.selector.register(link.err_fd, selectors.EVENT_READ, (self._stderr, link))
 
     def up(self, host: str) -> bool:
-        return self.links[host].state == "up"
+        return self.links[host].state == H.UP
 
     # -- requests ------------------------------------------------------------------------
 
     def send(self, host: str, kind: str, **fields) -> None:
         link = self.links[host]
-        if link.state == "up":
+        if link.state == H.UP:
             link.send(kind, **fields)
 
     def control_path(self, host: str) -> str:
@@ -119,7 +120,7 @@ class Agents:
         stays pending; a lost host fails it like any of its processes."""
         host = self.host_of[spec.name]
         link = self.links[host]
-        if link.state != "up":
+        if link.state != H.UP:
             raise StartError(f"host {host} is not reachable")
         link.send("spawn", **spec.to_fields())
         self.handles[spec.name] = RemoteHandle(self, host, spec.name, None)
@@ -136,7 +137,7 @@ class Agents:
         if handle is None:
             return None
         link = self.links[handle.host]
-        if link.state == "up" and handle.code is None and handle.pid is not None \
+        if link.state == H.UP and handle.code is None and handle.pid is not None \
                 and not handle.probing:
             handle.probing = True
             link.send("probe", name=handle.name)
@@ -167,11 +168,11 @@ class Agents:
     def handle_pending(self) -> None:
         while self.pending:
             link, msg = self.pending.pop(0)
-            if link.state == "connecting":
+            if link.state == H.CONNECTING:
                 self._hello(link, msg)
             elif msg["kind"] == "closed":
                 self._lost(link, "its link closed")
-            elif link.state == "up":
+            elif link.state == H.UP:
                 self._dispatch(link, msg)
 
     def _dispatch(self, link: AgentLink, msg: dict) -> None:
@@ -205,7 +206,7 @@ class Agents:
             self.loop.say(f"host {link.name}: {why}")
             self._drop(link)
             return
-        link.hello, link.state = msg, "up"
+        link.hello, link.state = msg, H.UP
         self.retries.pop(link.name, None)
         self.loop.say(f"host {link.name} is reachable again")
 
@@ -216,18 +217,18 @@ class Agents:
                 del self.rejoins[name]
                 self._rejoined(self.links[name], attempt)
         for link in self.links.values():
-            if link.state == "up":
+            if link.state == H.UP:
                 if now - link.sent_at >= frames.BEAT:  # any frame is a beat
                     link.send("beat")
                 if time.monotonic() - link.heard > frames.SILENCE:
                     self._lost(link, f"silent for {frames.SILENCE:g}s")
-            elif link.state == "lost" and self.retry_at.get(link.name, 0) <= now:
+            elif link.state == H.LOST and self.retry_at.get(link.name, 0) <= now:
                 self._reconnect(link)
-            elif link.state == "connecting" and now - link.heard > ANSWER_WAIT:
+            elif link.state == H.CONNECTING and now - link.heard > ANSWER_WAIT:
                 self._drop(link)
 
     def _lost(self, link: AgentLink, why: str) -> None:
-        if link.state == "up":
+        if link.state == H.UP:
             self.loop.say(f"host {link.name} lost: {why}")
         self._drop(link)
         for name, handle in list(self.handles.items()):
@@ -240,7 +241,7 @@ class Agents:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(fd)
         link.close(wait=0.0)  # a stalled agent must not stall the head
-        link.state = "lost"
+        link.state = H.LOST
         tries = self.retries.get(link.name, 0)
         self.retries[link.name] = tries + 1
         self.retry_at[link.name] = time.monotonic() + min(RECONNECT_FIRST * 2 ** tries,
@@ -260,7 +261,7 @@ class Agents:
         attempt.link.heard = time.monotonic()
         self.links[old.name] = attempt.link
         self._watch(attempt.link)
-        if attempt.link.state == "up":  # checked by its transport (a connect-back)
+        if attempt.link.state == H.UP:  # checked by its transport (a connect-back)
             self.retries.pop(old.name, None)
             self.loop.say(f"host {old.name} is reachable again")
 
@@ -271,7 +272,7 @@ class Agents:
 
     def pids(self) -> dict[str, int | None]:
         return {name: link.hello.get("pid") for name, link in self.links.items()
-                if link.hello and link.state == "up"}
+                if link.hello and link.state == H.UP}
 
     def states(self) -> dict[str, str]:
         return {name: link.state for name, link in self.links.items()}

@@ -24,6 +24,9 @@ from mwrun.errors import RunError, TopologyError
 from mwrun.head import remote, rundir, slurm
 from mwrun.head.console import Printer, RotatedOutput
 from mwrun.plan import inventory, placement, ports, topology
+from mwrun.schema import PLAN, SUPERVISOR_LOG, TOPOLOGY
+from mwrun.schema import ProcessState as P
+from mwrun.schema import RunState as R
 from mwrun.terminal import seconds, use_colour
 
 DETACH_WAIT = 120.0  # seconds --detach waits for its supervisor to run
@@ -154,7 +157,7 @@ def run_detached(path: str, run_id: str, grace: float) -> int:
     _more_descriptors()
     plan, fds = pickle.load(sys.stdin.buffer)
     listeners = {name: socket.socket(fileno=fd) for name, fd in fds.items()}
-    log = RotatedOutput(rundir.run_path(run_id) / "supervisor.log")
+    log = RotatedOutput(rundir.run_path(run_id) / SUPERVISOR_LOG)
     try:
         topo, mapping = _hosts_of(topology.load(path))
         agents = _reach(topo, mapping, run_id, _progress(log))
@@ -181,8 +184,8 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
     try:
         run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id, plan.name)
         run_id = run_dir.name
-        shutil.copyfile(path, run_dir / "topology.yaml")
-        rundir.write_json(run_dir / "plan.json", asdict(plan))
+        shutil.copyfile(path, run_dir / TOPOLOGY)
+        rundir.write_json(run_dir / PLAN, asdict(plan))
         printer = Printer(list(plan.processes), stream, use_colour(stream), run_dir)
         printer.event(f"run {run_id}: {len(plan.processes)} processes in {len(plan.worlds)}"
                       f" worlds; logs in {run_dir}; Ctrl-C stops it")
@@ -236,7 +239,7 @@ def _more_descriptors() -> None:
 def _summary(printer: Printer, loop) -> None:
     sup = loop.supervisor
     took = seconds(time.time() - loop.started_at)
-    failed = [r for r in sup.procs.values() if r.state.value == "failed"]
+    failed = [r for r in sup.procs.values() if r.state is P.FAILED]
     restarts = sum(r.restarts for r in sup.procs.values())
     printer.event(f"run {loop.run_id} {sup.state.value} after {took}:"
                   f" {restarts} restart{'s' * (restarts != 1)},"
@@ -272,7 +275,7 @@ def detach(path: str, run_id: str | None, grace: float) -> str:
 def _start_detached(path: str, run_id: str, grace: float, run_dir, plan,
                     listeners: dict) -> subprocess.Popen:
     fds = {name: sock.fileno() for name, sock in listeners.items()}
-    with open(run_dir / "supervisor.log", "ab") as log:
+    with open(run_dir / SUPERVISOR_LOG, "ab") as log:
         child = subprocess.Popen(
             [sys.executable, "-m", "mwrun", "launch", os.path.abspath(path), "--run-id",
              run_id, "--grace", str(grace), "--detached-child"],
@@ -287,16 +290,16 @@ def _wait_running(child: subprocess.Popen, run_id: str, run_dir) -> None:
     deadline = time.monotonic() + DETACH_WAIT
     while time.monotonic() < deadline:
         state = rundir.read_state(run_id)
-        if state and state.get("state") != "starting":
+        if state and state.get("state") != R.STARTING:
             return
         if child.poll() is not None:
             break
         time.sleep(0.1)  # waiting for another process's file; nothing to block on
     else:
         raise RunError(f"the supervisor did not start within {DETACH_WAIT:g}s; it was"
-                       f" stopped (see {run_dir / 'supervisor.log'})")
+                       f" stopped (see {run_dir / SUPERVISOR_LOG})")
     with contextlib.suppress(OSError):
-        tail = (run_dir / "supervisor.log").read_text().strip().splitlines()[-5:]
+        tail = (run_dir / SUPERVISOR_LOG).read_text().strip().splitlines()[-5:]
         raise RunError("the supervisor did not start:\n  " + "\n  ".join(tail))
     raise RunError("the supervisor did not start")
 

@@ -24,10 +24,10 @@ import time
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
+from mwrun.schema import LOG_BACKUPS
 from mwrun.terminal import colour_for, paint
 
 LOG_BYTES = 10 * 2**20
-LOG_BACKUPS = 3
 CONSOLE_BYTES = 1 << 20  # what may wait for a slow terminal before lines are dropped
 CLOSE_WAIT = 1.0  # seconds the last lines may take to reach the terminal at the end
 

@@ -11,7 +11,9 @@ whose docstring is its protocol:
 - ``hello``, ``heartbeat``, ``world``, ``bye`` -> no reply: what the library tells the
   supervisor (see mwrun/worlds/supervisor_link.py)
 
-The handlers only translate requests into calls on the supervisor.
+The handlers only translate requests into calls on the supervisor. This is the
+server; the client (``request``) is ``mwrun.runs``'s, so the command line asks a
+supervisor without importing the head.
 """
 
 from __future__ import annotations
@@ -19,35 +21,18 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
-import os
 import selectors
-import signal
 import socket
-import struct
 
-from mwrun import protocol
-from mwrun.errors import RunError
+from mwrun import protocol, runs
 from mwrun.head import requests
 from mwrun.host import sockets
+from mwrun.runs import peer_uid, same_user, signal_number  # noqa: F401 - shared with the client
 
 MAX_LINE = 1 << 20
 MAX_PENDING = 1000  # requests read but not yet served, per client
 MAX_UNSENT = 1 << 20  # bytes of replies a client may leave unread before it is dropped
 REQUESTS_PER_TURN = 16  # requests served per client in one turn of the loop
-
-
-def signal_number(value) -> int:
-    """'KILL', 'SIGSTOP', 'term', 9 -> a signal number; ValueError otherwise."""
-    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
-        number = int(value)
-        signal.Signals(number)
-        return number
-    name = str(value).upper()
-    name = name if name.startswith("SIG") else f"SIG{name}"
-    try:
-        return int(signal.Signals[name])
-    except KeyError:
-        raise ValueError(f"unknown signal {value!r}") from None
 
 
 def handle_status(loop, request: dict) -> dict:
@@ -254,40 +239,6 @@ def dispatch(loop, request: dict) -> dict | None:
 listen = sockets.listen  # in the run folder, or a private folder under /tmp
 
 
-def peer_uid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
-
-
-def same_user(sock: socket.socket) -> bool:
-    return peer_uid(sock) == os.getuid()
-
-
-def request(path: str, message: dict, timeout: float = 10.0) -> dict:
-    """Send one request to a run's supervisor and return its reply (RunError if none)."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
-            sock.connect(path)
-            if not same_user(sock):  # a socket put in the supervisor's place
-                raise RunError(f"refusing {path}: it is answered by uid {peer_uid(sock)},"
-                               f" not by this user's supervisor (uid {os.getuid()})")
-            sock.sendall(json.dumps(message).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-    except (FileNotFoundError, ConnectionRefusedError):
-        raise RunError("its supervisor is not running (no one answers on"
-                       f" {path})") from None
-    except OSError as exc:
-        raise RunError(f"cannot reach its supervisor at {path}: {exc}") from None
-    try:
-        reply = json.loads(data)
-    except ValueError:
-        raise RunError("its supervisor closed the connection without answering") from None
-    if not reply.get("ok"):
-        raise RunError(reply.get("error", "the supervisor refused"))
-    return reply
+# The client's side is the reader's (mwrun.runs): the command line asks a supervisor
+# without importing the head.
+request = runs.request

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from mwrun.head import events as ev
 from mwrun.head import rundir
+from mwrun.schema import TOPOLOGY, HostState
+from mwrun.schema import WorldState as W
 
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
 USAGE_FRESH = 1.0  # a status request reuses readings younger than this
@@ -48,16 +50,16 @@ def build(loop, fresh_usage: bool = False) -> dict:
             "traffic": loop.traffic.per_member(name, rec.pid, rec.plan.worlds, now)})
     worlds = [{"name": name, "backend": w.plan.backend, "size": w.plan.size,
                "members": list(w.plan.members), "generation": w.generation,
-               "state": "unknown" if w.opaque and w.state.value == "forming"
+               "state": W.UNKNOWN.value if w.opaque and w.state is W.FORMING
                else w.state.value, "breaks": w.breaks, "port": w.plan.port,
                "reason": w.reason or w.opaque,
                **loop.traffic.view(_pids(loop, w), name, now),
                "healthy_for_s": round(now - w.healthy_since, 3)
-               if w.state.value == "healthy" and w.healthy_since is not None else None}
+               if w.state is W.HEALTHY and w.healthy_since is not None else None}
               for name, w in sup.worlds.items()]
     return {"run_id": loop.run_id, "name": loop.plan.name, "state": sup.state.value,
             "supervisor_pid": os.getpid(), "started_at": loop.started_at,
-            "topology": str(loop.run_dir / "topology.yaml"), "control": loop.control_path,
+            "topology": str(loop.run_dir / TOPOLOGY), "control": loop.control_path,
             "exit_code": sup.exit_code if sup.finished else None,
             "processes": processes, "worlds": worlds, "hosts": _hosts(loop)}
 
@@ -65,7 +67,7 @@ def build(loop, fresh_usage: bool = False) -> dict:
 def _hosts(loop) -> list[dict]:
     states = loop.agents.states() if loop.agents is not None else {}
     pids = loop.agents.pids() if loop.agents is not None else {}
-    return [{"name": name, "addr": addr, "state": states.get(name, "local"),
+    return [{"name": name, "addr": addr, "state": states.get(name, HostState.LOCAL.value),
              "agent_pid": pids.get(name)} for name, addr in loop.hosts]
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from mwrun.head.states import ProcessState, RunState, WorldState
+from mwrun.schema import ProcessState, RunState, WorldState
 
 
 class Why(str, Enum):

@@ -16,6 +16,8 @@ Its size is bounded: past HISTORY_BYTES the file becomes ``history.1.jsonl`` (th
 before that is dropped) and a fresh file starts, so a run keeps its most recent two.
 The history subscribes to the supervisor's events (events.py): one record per event
 that has one, written when it is emitted (so ``t`` is when it happened).
+The names (files, record kinds, states) are ``mwrun.schema``'s: ``mwrun report``
+reads them back with the same.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ import time
 from pathlib import Path
 
 from mwrun.head import events as ev
-from mwrun.head.states import ProcessState as P
+from mwrun.schema import HISTORY, HISTORY_ROTATED, RATES
+from mwrun.schema import Event as E
+from mwrun.schema import ProcessState as P
 
-HISTORY = "history.jsonl"
-ROTATED = "history.1.jsonl"
 HISTORY_BYTES = 4 * 2**20
 SAMPLE_EVERY = 1.0
 
@@ -38,12 +40,12 @@ SAMPLE_EVERY = 1.0
 class History:
     def __init__(self, run_dir: Path, head: dict, clock=time.time, limit: int = HISTORY_BYTES):
         self.path = Path(run_dir) / HISTORY
-        self.rotated = Path(run_dir) / ROTATED
+        self.rotated = Path(run_dir) / HISTORY_ROTATED
         self.head = head  # the start record: run_id, name, worlds
         self.clock = clock
         self.limit = limit
         self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept for the run
-        self._write({"event": "start", **head})
+        self._write({"event": E.START, **head})
 
     def _write(self, record: dict) -> None:
         if self.file is None:
@@ -61,7 +63,7 @@ class History:
         self.file.close()
         os.replace(self.path, self.rotated)
         self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
-        self.file.write(json.dumps({"t": round(self.clock(), 4), "event": "start",
+        self.file.write(json.dumps({"t": round(self.clock(), 4), "event": E.START,
                                     "continued": True, **self.head}) + "\n")
 
     def __call__(self, event: ev.Event) -> None:
@@ -71,7 +73,7 @@ class History:
             self._write(found)
 
     def sample(self, rates: dict[str, list]) -> None:
-        self._write({"rates": rates})
+        self._write({RATES: rates})
 
     def close(self) -> None:
         if self.file is not None:
@@ -86,27 +88,27 @@ def record(event: ev.Event) -> dict | None:
     they had no pid)."""
     match event:
         case ev.Spawned(process, pid, restarts):
-            return {"event": "spawn", "process": process, "pid": pid, "restarts": restarts}
+            return {"event": E.SPAWN, "process": process, "pid": pid, "restarts": restarts}
         case ev.Signalled(process, sig, why):
-            return {"event": "signal", "process": process, "signal": sig.name,
+            return {"event": E.SIGNAL, "process": process, "signal": sig.name,
                     "why": why.value}
         case ev.Hung(process, why):
-            return {"event": "hang", "process": process, "why": why}
+            return {"event": E.HANG, "process": process, "why": why}
         case ev.Exited(process, pid, code, state, why) if pid is not None:
-            return {"event": "exit", "process": process, "pid": pid, "code": code,
+            return {"event": E.EXIT, "process": process, "pid": pid, "code": code,
                     "state": state.value, "why": why}
         case ev.Abandoned(process, pid, why):  # given up as failed: its last word
-            return {"event": "exit", "process": process, "pid": pid, "code": None,
+            return {"event": E.EXIT, "process": process, "pid": pid, "code": None,
                     "state": P.FAILED.value, "why": why}
         case ev.WorldBroken(world, generation, reason):
-            return {"event": "break", "world": world, "generation": generation,
+            return {"event": E.BREAK, "world": world, "generation": generation,
                     "reason": reason}
         case ev.WorldFormed(world, generation):
-            return {"event": "form", "world": world, "generation": generation}
+            return {"event": E.FORM, "world": world, "generation": generation}
         case ev.WorldClosed(world, reason):
-            return {"event": "close", "world": world, "reason": reason}
+            return {"event": E.CLOSE, "world": world, "reason": reason}
         case ev.Stopping():
-            return {"event": "stop"}
+            return {"event": E.STOP}
         case ev.RunEnded(state):
-            return {"event": "end", "state": state.value}
+            return {"event": E.END, "state": state.value}
     return None

@@ -32,6 +32,7 @@ from mwrun.host import sockets
 from mwrun.host.hands import Hands
 from mwrun.launchspec import LaunchSpec
 from mwrun.plan import environment
+from mwrun.schema import STATE, ZYGOTE_LOG
 
 OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
 OUTPUT_SLICE_MIN = 4096
@@ -77,14 +78,14 @@ class Loop:
         self.agents = Agents(links, self, reach, {n: p.host for n, p in plan.processes.items()},
                              self.selector) if links else None
         self.hosts = hosts or []  # the status document's host entries (name, addr)
-        self.writer = document.Writer(run_dir / "state.json", lambda: document.build(self),
+        self.writer = document.Writer(run_dir / STATE, lambda: document.build(self),
                                       lambda: document.outside(self))
         # Who hears it: the console and events.log, the history, state.json (behind).
         self.events = Events((lines(printer.event), self.history, self.writer, self._formed))
         self.supervisor = Supervisor(plan, self, self.events, grace)
         self.unformed = set(plan.worlds)  # worlds not formed yet since launch
         self.starts: dict[str, str] = {}  # process -> "warm" | "cold", as last started
-        self.hands = Hands(self.selector, self, run_dir / "zygote.log",
+        self.hands = Hands(self.selector, self, run_dir / ZYGOTE_LOG,
                            lambda: self.supervisor.stopping)
 
     # -- the host interface the Supervisor uses ------------------------------------------

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mwrun import protocol
-from mwrun.head.states import ProcessState as P
-from mwrun.head.states import WorldState as W
 from mwrun.plan.placement import ProcessPlan, WorldPlan
+from mwrun.schema import ProcessState as P
+from mwrun.schema import WorldState as W
 
 
 @dataclass

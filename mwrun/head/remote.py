@@ -23,6 +23,7 @@ from mwrun import __version__
 from mwrun.errors import RunError, TopologyError
 from mwrun.host import frames
 from mwrun.plan.inventory import HostInventory
+from mwrun.schema import HostState as H
 
 CONNECT_TIMEOUT = 30.0  # seconds for ssh and the agent's hello, per host (in parallel)
 READ_SLICE = 1 << 20
@@ -49,7 +50,7 @@ class AgentLink:
         self.name = name
         self.argv = argv
         self.python = python
-        self.state = "connecting"
+        self.state = H.CONNECTING
         self.hello: dict | None = None
         self.decoder = frames.Decoder()
         self.outbox = frames.Outbox()
@@ -122,7 +123,7 @@ class AgentLink:
                 self.popen.wait()
         for pipe in (self.popen.stdout, self.popen.stderr):
             pipe.close()
-        self.state = "lost" if self.state == "up" else self.state
+        self.state = H.LOST if self.state == H.UP else self.state
 
     def _kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -211,7 +212,7 @@ def connect_all(links: list[AgentLink], timeout: float = CONNECT_TIMEOUT,
                     problems[link.name] = why
                 else:
                     link.hello = messages[0]
-                    link.state = "up"
+                    link.state = H.UP
                 waiting.discard(link.name)
     selector.close()
     for name in waiting:

@@ -24,6 +24,7 @@ import time
 from mwrun.errors import RunError, TopologyError, UsageError
 from mwrun.head.remote import CONNECT_TIMEOUT, AgentLink, check_hello, control_path
 from mwrun.host import frames
+from mwrun.schema import HostState as H
 
 
 def allocation(environ=os.environ) -> list[str]:
@@ -103,7 +104,7 @@ class SocketLink(AgentLink):
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_WR)
         self.sock.close()
-        self.state = "lost" if self.state == "up" else self.state
+        self.state = H.LOST if self.state == H.UP else self.state
 
     def failure(self) -> str:
         return "its agent did not connect"
@@ -189,7 +190,7 @@ def _accept(listener, secret, by_node, python, srun, progress, timeout):
             if why:
                 sock.close()
                 raise RunError(f"host {host}: {why}")
-            link.hello, link.state = hello, "up"
+            link.hello, link.state = hello, H.UP
             links[host] = link
         for sock, (_, _, expires) in list(pending.items()):
             if time.monotonic() > expires:

@@ -20,12 +20,12 @@ from mwrun.head import events as ev
 from mwrun.head.deadlines import Deadlines
 from mwrun.head.events import Event, Events, Why
 from mwrun.head.records import ProcessRecord
-from mwrun.head.states import ProcessState as P
-from mwrun.head.states import RunState as R
-from mwrun.head.states import WorldState as W
 from mwrun.head.worldbook import Stores, Worlds
 from mwrun.plan import nccl as nccl_rules
 from mwrun.plan.placement import Plan
+from mwrun.schema import ProcessState as P
+from mwrun.schema import RunState as R
+from mwrun.schema import WorldState as W
 
 TICK = 0.5  # seconds between checks for hung processes and due restarts
 KILL_WAIT = 5.0  # after SIGKILL, how long to wait for processes stuck in the kernel

@@ -14,9 +14,9 @@ from typing import Protocol
 
 from mwrun.head.events import Event, WorldBroken, WorldChanged, WorldClosed, WorldFormed
 from mwrun.head.records import ProcessRecord, WorldRecord
-from mwrun.head.states import ProcessState as P
-from mwrun.head.states import WorldState as W
 from mwrun.plan.placement import Plan
+from mwrun.schema import ProcessState as P
+from mwrun.schema import WorldState as W
 
 OPAQUE = "mwrun cannot see this world's process group form in its store"
 

@@ -6,6 +6,6 @@ what each host offers; ``placement`` assigns hosts, GPUs, CPUs and ports;
 ``environment`` is each process's environment; ``ports`` finds free ports. Pure
 functions over frozen dataclasses, the machine's facts passed in.
 
-May import: ``mwrun.errors``, ``mwrun.machine``. Never ``worlds``, ``host``, ``head``,
-``cli``, or torch.
+May import: ``mwrun.errors``, ``mwrun.machine``, ``mwrun.launchspec``. Never ``worlds``,
+``host``, ``head``, ``cli``, or torch.
 """

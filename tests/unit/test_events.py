@@ -11,9 +11,9 @@ from mwrun.head import events as ev
 from mwrun.head.document import SAVE_GAP, Writer
 from mwrun.head.events import Why
 from mwrun.head.history import History
-from mwrun.head.states import ProcessState as P
-from mwrun.head.states import RunState as R
-from mwrun.head.states import WorldState as W
+from mwrun.schema import ProcessState as P
+from mwrun.schema import RunState as R
+from mwrun.schema import WorldState as W
 from tests.unit.test_supervisor import HANGS, STAR, FakeHost, join_all, make, run_for
 
 

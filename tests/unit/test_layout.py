@@ -2,8 +2,12 @@
 
 ``worlds`` (inside the user's process) carries nothing of the launcher; ``plan`` is pure
 and knows nothing that runs; ``host`` only does; ``head`` decides but never reaches into
-the library or the command line; and whatever ``mwrun --help``, ``validate`` or
-``status`` imports stays free of torch.
+the library or the command line; ``schema`` (what a run writes) and ``runs`` (a run
+folder read back, its supervisor asked) are shared by the head and the command line,
+which imports the head only to launch; whatever ``mwrun --help``, ``validate`` or
+``status`` imports stays free of torch, and ``status``, ``logs``, ``report``,
+``kill-world`` and ``stop`` free of the head; no state name is spelled as a string
+outside ``schema``.
 """
 
 import ast
@@ -15,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import mwrun
+from mwrun import schema
 
 PACKAGE = Path(mwrun.__file__).parent
 STAR = str(Path(__file__).parents[2] / "configs" / "star.yaml")
@@ -26,10 +31,14 @@ FORBIDDEN = {
     "plan": ("mwrun.worlds", "mwrun.host", "mwrun.head", "mwrun.cli", "torch"),
     "host": ("mwrun.worlds", "mwrun.plan", "mwrun.head", "mwrun.cli", "torch"),
     "head": ("mwrun.worlds", "mwrun.cli"),
+    "cli": ("mwrun.worlds",),
     "shared": ("mwrun.worlds", "mwrun.plan", "mwrun.host", "mwrun.head", "mwrun.cli",
                "torch"),
 }
-SHARED = ("errors.py", "launchspec.py", "machine.py", "protocol.py", "terminal.py")
+SHARED = ("errors.py", "launchspec.py", "machine.py", "protocol.py", "terminal.py", "schema.py",
+          "runs.py")
+# The shared modules that the others build on import fewer still.
+SHARED_IMPORTS = {"schema.py": set(), "runs.py": {"mwrun", "mwrun.schema", "mwrun.errors"}}
 LONGEST_MODULE = 400
 
 
@@ -62,10 +71,104 @@ def part_files(part: str) -> list[Path]:
     return sorted((PACKAGE / part).glob("*.py"))
 
 
-@pytest.mark.parametrize("part", [*SUBPACKAGES[:-1], "shared"])
+@pytest.mark.parametrize("part", [*SUBPACKAGES, "shared"])
 def test_each_part_imports_only_what_it_may(part):
     assert part_files(part), f"no modules found for {part}"
     assert violations(part, part_files(part)) == []
+
+
+def test_the_schema_imports_nothing_and_the_reader_only_the_schema():
+    for name, allowed in SHARED_IMPORTS.items():
+        found = {".".join(n.split(".")[:2]) for n in imported_names(PACKAGE / name)
+                 if n.split(".")[0] == "mwrun"}
+        assert found - allowed == set(), name
+
+
+def test_the_command_line_imports_the_head_only_to_launch():
+    found = []
+    for path in part_files("cli"):
+        tree = ast.parse(path.read_text(), str(path))
+        allowed = {id(node) for fn in ast.walk(tree)
+                   if isinstance(fn, ast.FunctionDef) and fn.name == "launch"
+                   for node in ast.walk(fn)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in allowed:
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) \
+                    else [node.module or ""]
+                found += [f"{path.name}:{node.lineno} imports {n}" for n in names
+                          if n == "mwrun.head" or n.startswith("mwrun.head.")]
+    assert found == []
+
+
+def may_import(part: str) -> str:
+    """The "May import: ..." sentence of a part's package docstring."""
+    doc = ast.get_docstring(ast.parse((PACKAGE / part / "__init__.py").read_text())) or ""
+    assert "May import:" in doc, f"mwrun/{part}/__init__.py must say what it may import"
+    return doc.split("May import:", 1)[1].split("Never", 1)[0]
+
+
+@pytest.mark.parametrize("part", SUBPACKAGES)
+def test_each_part_says_what_it_imports(part):
+    """Every part of mwrun a part imports is named in its docstring's "May import"."""
+    said = may_import(part)
+    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    unsaid = set()
+    for path in part_files(part):
+        for name in imported_names(path):
+            top = name.split(".")
+            if top[0] != "mwrun" or len(top) < 2 or top[1] in (part, "__version__"):
+                continue
+            spelled = f"``mwrun.{top[1]}``" if top[1] in modules else f"``{top[1]}``"
+            if spelled not in said:
+                unsaid.add(f"{path.name}: {spelled}")
+    assert sorted(unsaid) == []
+
+
+STATE_NAMES = {s.value for enum in (schema.ProcessState, schema.WorldState, schema.RunState,
+                                    schema.HostState) for s in enum}
+
+
+def _stateful(node: ast.AST) -> bool:
+    """Whether an expression reads a state: ``x.state``, ``x["state"]``, ``x.get("state")``."""
+    return any((isinstance(n, ast.Attribute) and n.attr == "state")
+               or (isinstance(n, ast.Constant) and n.value == "state") for n in ast.walk(node))
+
+
+def _names(node: ast.AST) -> list[str]:
+    items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+    return [n.value for n in items if isinstance(n, ast.Constant) and n.value in STATE_NAMES]
+
+
+def state_literals(path: Path) -> list[str]:
+    """State names spelled as strings where a state is compared or written: the side of a
+    comparison facing a state, or the value of a "state" key."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_stateful(side) for side in sides):
+                found += [f"{path.name}:{node.lineno}: {name!r}" for side in sides
+                          for name in _names(side)]
+        elif isinstance(node, ast.Dict):
+            found += [f"{path.name}:{node.lineno}: {name!r}"
+                      for key, value in zip(node.keys, node.values, strict=True)
+                      if isinstance(key, ast.Constant) and key.value == "state"
+                      for name in _names(value)]
+    return sorted(found)
+
+
+@pytest.mark.parametrize("part", ["head", "cli"])
+def test_no_state_name_is_spelled_outside_the_schema(part):
+    assert [hit for path in part_files(part) for hit in state_literals(path)] == []
+
+
+def test_the_check_sees_a_state_name_spelled(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("if link.state == 'up' or doc['state'] in ('finished', 'other'):\n"
+                   "    write({'state': 'failed', 'kind': 'failed'})\n"
+                   "if kind == 'failed' or doc.get('state') != 'starting':\n    pass\n")
+    assert state_literals(bad) == ["bad.py:1: 'finished'", "bad.py:1: 'up'",
+                                   "bad.py:2: 'failed'", "bad.py:3: 'starting'"]
 
 
 def test_the_check_sees_a_forbidden_import(tmp_path):
@@ -115,12 +218,23 @@ def test_every_module_sits_in_a_part_and_is_short():
         assert doc and "import" in doc, f"mwrun/{part}/__init__.py must say what it may import"
 
 
-def test_help_validate_and_status_do_not_import_torch_or_matplotlib(tmp_path):
+def test_help_validate_and_status_do_not_import_torch_or_matplotlib_nor_the_head(tmp_path):
+    """--help, validate and status stay free of torch and matplotlib; status, logs,
+    report, kill-world and stop read a run folder without the head."""
     run = tmp_path / "runs" / "done-1"
-    run.mkdir(parents=True)
+    (run / "logs").mkdir(parents=True)
     (run / "state.json").write_text(json.dumps({
         "run_id": "done-1", "name": "done", "state": "finished", "supervisor_pid": None,
-        "started_at": 1.0, "exit_code": 0, "processes": [], "worlds": []}))
+        "started_at": 1.0, "exit_code": 0,
+        "processes": [{"name": "p", "host": "localhost", "pid": None, "state": "exited",
+                       "exit_code": 0, "restarts": 0, "worlds": {"w": 0}}],
+        "worlds": [{"name": "w", "state": "closed", "generation": 0, "breaks": 0,
+                    "backend": "gloo", "port": 29501, "members": ["p"]}]}))
+    (run / "logs" / "p.log").write_text("hello from p\n")
+    (run / "history.jsonl").write_text(
+        '{"t": 1.0, "event": "start", "run_id": "done-1", "name": "done",'
+        ' "worlds": {"w": ["p"]}}\n'
+        '{"t": 2.0, "event": "end", "state": "finished"}\n')
     code = ("import sys\nfrom click.testing import CliRunner\nfrom mwrun.cli import main\n"
             f"r = CliRunner().invoke(main, ['validate', {STAR!r}])\n"
             "assert r.exit_code == 0, r.output\n"
@@ -131,11 +245,20 @@ def test_help_validate_and_status_do_not_import_torch_or_matplotlib(tmp_path):
             "r = CliRunner().invoke(main, ['status', 'done-1', '--json'])\n"
             "assert r.exit_code == 0, r.output\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch',"
-            " 'matplotlib')))\n")
+            " 'matplotlib')))\n"
+            "r = CliRunner().invoke(main, ['logs', 'p', 'done-1'])\n"
+            "assert r.exit_code == 0 and 'hello from p' in r.output, r.output\n"
+            "for verb in (['kill-world', 'w', 'done-1'], ['stop', 'done-1']):\n"
+            "    r = CliRunner().invoke(main, verb)\n"
+            "    assert r.exit_code == 1 and 'is not running' in r.output, r.output\n"
+            "r = CliRunner().invoke(main, ['report', 'done-1'])\n"
+            "assert r.exit_code == 0, r.output\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'"
+            " or m.startswith('mwrun.head')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, env={"MWRUN_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+                         timeout=120, env={"MWRUN_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert out.stdout.split() == ["[]", "[]"]
 
 
 def test_the_public_api_is_unchanged():

@@ -7,14 +7,14 @@ import pytest
 from mwrun.errors import StartError
 from mwrun.head import events as ev
 from mwrun.head.policy import STABLE_AFTER
-from mwrun.head.states import ProcessState as P
-from mwrun.head.states import RunState as R
-from mwrun.head.states import WorldState as W
 from mwrun.head.supervisor import TICK, Supervisor
 from mwrun.head.worldbook import Worlds
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import place
 from mwrun.plan.topology import parse
+from mwrun.schema import ProcessState as P
+from mwrun.schema import RunState as R
+from mwrun.schema import WorldState as W
 
 STAR = """\
 timeout: 10

@@ -1,6 +1,6 @@
 """A process whose heartbeats are late shows as unresponsive at once, hung only later."""
 
-from mwrun.head.states import ProcessState as P
+from mwrun.schema import ProcessState as P
 from tests.unit.test_supervisor import HANGS, join_all, make, run_for
 
 

@@ -1,0 +1,268 @@
+"""A run folder read back, and its supervisor asked: what the command line needs, with
+no import of the head (so ``mwrun status``, ``logs``, ``report``, ``kill-world`` and
+``stop`` stay light). The head writes the folder (mwrun/head/rundir.py) and serves the
+control socket (mwrun/head/control.py) with the same names, from ``mwrun.schema``.
+
+``state.json`` is replaced atomically by its writer, so a reader never sees half a
+document; what is read is checked (``problem``) before it is used: run folders outlive
+the processes that wrote them (a disk filled up, a hand edited one, an older mwrun
+wrote it), and a damaged one is named and skipped rather than crashing a command.
+
+May import: ``mwrun.errors``, ``mwrun.schema``, psutil. Never torch or the head.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import time
+from pathlib import Path
+
+import psutil
+
+from mwrun import schema
+from mwrun.errors import RunError
+
+RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+FINAL = schema.FINAL
+# sun_path holds 108 bytes; deep $MWRUN_HOME folders (test temp dirs) go past that.
+_SUN_PATH_MAX = 100
+
+
+def home() -> Path:
+    return Path(os.environ.get("MWRUN_HOME") or Path.home() / ".mwrun")
+
+
+def runs_root() -> Path:
+    return home() / schema.RUNS
+
+
+def new_run_id(name: str, now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
+    return f"{name}-{stamp}"
+
+
+def run_path(run_id: str) -> Path:
+    return runs_root() / run_id
+
+
+def control_path(run_id: str) -> Path:
+    """The control socket: in the run folder, or under /tmp when that path is too long."""
+    path = run_path(run_id) / schema.CONTROL
+    if len(os.fsencode(path)) <= _SUN_PATH_MAX:
+        return path
+    digest = hashlib.sha1(os.fsencode(path)).hexdigest()[:20]
+    return Path(f"/tmp/mwrun-{os.getuid()}") / f"{digest}.sock"
+
+
+def read_state(run_id: str) -> dict | None:
+    """The run's state, or None if it cannot be had (use load_state to learn why)."""
+    try:
+        return load_state(run_id)
+    except RunError:
+        return None
+
+
+def load_state(run_id: str) -> dict:
+    """The run's state; RunError saying why not (missing, unreadable, damaged)."""
+    path = run_path(run_id) / schema.STATE
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if run_path(run_id).is_dir():
+            raise RunError(f"run {run_id!r} has no state.json ({path.parent});"
+                           " it never started") from None
+        raise RunError(f"no run {run_id!r} under {runs_root()}" + _recent_hint()) from None
+    except PermissionError as exc:
+        raise RunError(f"run {run_id!r}: cannot read {path}: {exc.strerror}"
+                       " (another user's run?)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunError(f"run {run_id!r}: cannot read {path}: {exc}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise RunError(f"run {run_id!r}: its state.json is damaged (not complete JSON);"
+                       " the run is not running: no supervisor keeps it") from None
+    found = problem(doc)
+    if found:
+        raise RunError(f"run {run_id!r}: its state.json is damaged ({found})")
+    return doc
+
+
+def recent_events(run_id: str, count: int = 6) -> list[str]:
+    """The last ``count`` lines of the run's events.log ("HH:MM:SS what happened"),
+    oldest first: the order they happened in."""
+    try:
+        with open(run_path(run_id) / schema.EVENTS, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(log.tell() - 16384, 0))
+            lines = log.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    return lines[-count:] if count else []
+
+
+def supervisor_alive(state: dict) -> bool:
+    pid = state.get("supervisor_pid")
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and \
+            proc.create_time() <= state.get("started_at", time.time()) + 1
+    except psutil.Error:
+        return False
+
+
+def is_live(state: dict) -> bool:
+    return state.get("state") not in FINAL and "control" in state and supervisor_alive(state)
+
+
+def scan() -> tuple[list[tuple[str, dict]], list[tuple[str, float, str]]]:
+    """Every run: (run id, state) of the readable ones, newest first, and (run id,
+    folder time, why) of those whose state cannot be used."""
+    runs, damaged = [], []
+    with contextlib.suppress(OSError):
+        for entry in runs_root().iterdir():
+            try:
+                runs.append((entry.name, load_state(entry.name)))
+            except RunError as exc:
+                with contextlib.suppress(OSError):
+                    damaged.append((entry.name, entry.stat().st_mtime, str(exc)))
+    runs.sort(key=lambda r: r[1]["started_at"], reverse=True)
+    return runs, damaged
+
+
+def all_runs() -> list[tuple[str, dict]]:
+    """(run id, state) of every run with a usable state file, newest first."""
+    return scan()[0]
+
+
+def find(run_id: str | None, live_only: bool = True, warn=None) -> tuple[str, dict]:
+    """The run named, or else the newest run (the newest live one with ``live_only``).
+
+    Raises RunError with what exists when there is none. Runs whose state is damaged
+    are skipped; ``warn(text)`` is told of each one newer than the run found.
+    """
+    if run_id is not None:
+        return run_id, load_state(run_id)
+    runs, damaged = scan()
+    found = next(((r, s) for r, s in runs if not live_only or is_live(s)), None)
+    since = found[1]["started_at"] if found else 0.0
+    for _, mtime, why in sorted(damaged, key=lambda d: d[1]):
+        if warn is not None and mtime >= since:
+            warn(f"skipped: {why}")
+    if found is None:
+        raise RunError(("no live run" if live_only else "no run") + _recent_hint(runs))
+    return found
+
+
+def _recent_hint(runs=None) -> str:
+    runs = (all_runs() if runs is None else runs)[:3]
+    if not runs:
+        return f"; none at all under {runs_root()}"
+    listed = ", ".join(f"{r} ({s.get('state', '?')})" for r, s in runs)
+    return f"; recent runs: {listed}"
+
+
+def signal_number(value) -> int:
+    """'KILL', 'SIGSTOP', 'term', 9 -> a signal number; ValueError otherwise."""
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        number = int(value)
+        signal.Signals(number)
+        return number
+    name = str(value).upper()
+    name = name if name.startswith("SIG") else f"SIG{name}"
+    try:
+        return int(signal.Signals[name])
+    except KeyError:
+        raise ValueError(f"unknown signal {value!r}") from None
+
+
+def peer_uid(sock: socket.socket) -> int:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def same_user(sock: socket.socket) -> bool:
+    return peer_uid(sock) == os.getuid()
+
+
+def request(path: str, message: dict, timeout: float = 10.0) -> dict:
+    """Send one request to a run's supervisor and return its reply (RunError if none)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(path)
+            if not same_user(sock):  # a socket put in the supervisor's place
+                raise RunError(f"refusing {path}: it is answered by uid {peer_uid(sock)},"
+                               f" not by this user's supervisor (uid {os.getuid()})")
+            sock.sendall(json.dumps(message).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    except (FileNotFoundError, ConnectionRefusedError):
+        raise RunError("its supervisor is not running (no one answers on"
+                       f" {path})") from None
+    except OSError as exc:
+        raise RunError(f"cannot reach its supervisor at {path}: {exc}") from None
+    try:
+        reply = json.loads(data)
+    except ValueError:
+        raise RunError("its supervisor closed the connection without answering") from None
+    if not reply.get("ok"):
+        raise RunError(reply.get("error", "the supervisor refused"))
+    return reply
+
+
+# The status document's shape: what every reader checks before using one.
+_NUMBER = (int, float)
+_RUN = {"run_id": str, "name": str, "state": str, "supervisor_pid": (int, type(None)),
+        "started_at": _NUMBER, "processes": list, "worlds": list}
+_RUN_OPTIONAL = {"control": str}  # a run that never started has no control socket
+_PROCESS = {"name": str, "host": str, "pid": (int, type(None)), "state": str,
+            "exit_code": (int, type(None)), "restarts": int, "worlds": dict}
+_WORLD = {"name": str, "state": str, "generation": int, "breaks": int, "backend": str,
+          "port": int, "members": list}
+_POSITIVE = ("supervisor_pid", "pid")
+
+
+def _fields(doc, fields: dict, what: str, optional: dict | None = None) -> str | None:
+    if not isinstance(doc, dict):
+        return f"{what} is {type(doc).__name__}, not an object"
+    for key, kind in {**fields, **(optional or {})}.items():
+        if key not in doc:
+            if key in fields:
+                return f"{what} has no '{key}'"
+            continue
+        value = doc[key]
+        if isinstance(value, bool) or not isinstance(value, kind):
+            return f"{what}: '{key}' is {value!r}"
+        if key in _POSITIVE and value is not None and value <= 0:
+            return f"{what}: '{key}' is {value!r}, not a process id"
+    return None
+
+
+def problem(doc) -> str | None:
+    """What makes ``doc`` unusable as a status document, or None if nothing does."""
+    found = _fields(doc, _RUN, "the state", _RUN_OPTIONAL)
+    if found:
+        return found
+    for index, proc in enumerate(doc["processes"]):
+        found = _fields(proc, _PROCESS, f"process {index}")
+        if found:
+            return found
+    for index, world in enumerate(doc["worlds"]):
+        found = _fields(world, _WORLD, f"world {index}")
+        if found:
+            return found
+    return None

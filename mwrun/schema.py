@@ -1,0 +1,135 @@
+"""What a run writes, in one place: the state names, the run folder's file names and
+the history's record kinds. The head writes with these names and the command line
+reads with them; no state name is spelled as a string anywhere else. The values are
+what the status document (``state.json``, ``mwrun status --json``) and
+``history.jsonl`` carry, so they never change. No imports: the supervisor moves the
+states, ``mwrun.runs`` reads them back.
+
+Process::
+
+    STARTING --joined its worlds--> RUNNING
+    RUNNING --heartbeats late, or stopped (seen in /proc)--> UNRESPONSIVE --beats again--> RUNNING
+    STARTING | RUNNING | UNRESPONSIVE --stopped or silent past its hang_timeout--> HUNG
+    HUNG --killed--> (exit)
+    (exit) --restart policy says yes--> RESTARTING --backoff over--> STARTING
+    (exit) --code 0, no restart--> EXITED
+    (exit) --failed, no restart left--> FAILED
+    RESTARTING --its worlds closed: nothing to rejoin--> FAILED (EXITED if it had exited 0)
+    any live state --did not die after SIGKILL--> FAILED
+    any live state --the job is being stopped--> STOPPED
+
+World::
+
+    FORMING --every member joined this generation--> HEALTHY
+    FORMING | HEALTHY --a member exited, hung or was killed--> BROKEN
+    BROKEN --its members are back, next generation--> FORMING
+    any --cannot form again, or the job ended--> CLOSED
+    (a plain torch.distributed world mwrun cannot read shows as UNKNOWN while it forms)
+
+Run::
+
+    STARTING --every process spawned--> RUNNING --stop asked, or on_failure: stop-->
+    STOPPING --nothing left--> FINISHED | FAILED
+    RUNNING --nothing left to run or restart--> FINISHED | FAILED
+
+Host (a remote host's agent link; the head's own machine is LOCAL)::
+
+    CONNECTING --the agent said hello--> UP --link closed or silent--> LOST
+    LOST --retry--> CONNECTING
+"""
+
+from enum import Enum
+
+
+class ProcessState(str, Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    UNRESPONSIVE = "unresponsive"
+    RESTARTING = "restarting"
+    HUNG = "hung"
+    EXITED = "exited"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def alive(self) -> bool:
+        return self in (ProcessState.STARTING, ProcessState.RUNNING, ProcessState.UNRESPONSIVE,
+                        ProcessState.HUNG)
+
+    @property
+    def final(self) -> bool:
+        return self in (ProcessState.EXITED, ProcessState.FAILED, ProcessState.STOPPED)
+
+    @property
+    def expected(self) -> bool:
+        """Alive, or about to be again (a restart is due)."""
+        return self.alive or self is ProcessState.RESTARTING
+
+
+class WorldState(str, Enum):
+    FORMING = "forming"
+    HEALTHY = "healthy"
+    BROKEN = "broken"
+    CLOSED = "closed"
+    UNKNOWN = "unknown"  # only in the document: a plain torch world, FORMING to the supervisor
+
+
+class RunState(str, Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    UNRESPONSIVE = "unresponsive"
+    STOPPING = "stopping"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+    @property
+    def final(self) -> bool:
+        return self in (RunState.FINISHED, RunState.FAILED)
+
+
+FINAL = tuple(s.value for s in RunState if s.final)  # run states a document ends in
+
+
+class HostState(str, Enum):
+    LOCAL = "local"
+    CONNECTING = "connecting"
+    UP = "up"
+    LOST = "lost"
+
+
+class Event(str, Enum):
+    """The ``event`` of a history record (see mwrun/head/history.py for their fields)."""
+
+    START = "start"
+    SPAWN = "spawn"
+    SIGNAL = "signal"
+    HANG = "hang"
+    EXIT = "exit"
+    BREAK = "break"
+    FORM = "form"
+    CLOSE = "close"
+    STOP = "stop"
+    END = "end"
+
+
+RATES = "rates"  # the key of a history's rate samples: {world: [calls/s, bytes/s]}
+
+# The run folder, $MWRUN_HOME/runs/RUN_ID/:
+RUNS = "runs"  # under $MWRUN_HOME
+STATE = "state.json"  # the status document, kept current, final after the run
+HISTORY = "history.jsonl"  # events and rates over time
+HISTORY_ROTATED = "history.1.jsonl"  # the part before, once HISTORY grew past its cap
+EVENTS = "events.log"  # mwrun's own events, as the console showed them
+TOPOLOGY = "topology.yaml"  # the topology as launched
+PLAN = "plan.json"  # the plan it was launched with
+LOGS = "logs"  # the folder of every process's output, LOGS/NAME.log
+LOG_BACKUPS = 3  # rotated logs kept beside each: NAME.log.1 ... NAME.log.3
+SUPERVISOR_LOG = "supervisor.log"  # a detached head's console
+ZYGOTE_LOG = "zygote.log"  # the head's zygote's own output
+CONTROL = "control.sock"  # the supervisor's control socket (owner only)
+REPORT = "report.png"  # where ``mwrun report`` draws by default
+
+
+def log_name(process: str) -> str:
+    """The file of a process's output inside LOGS."""
+    return f"{process}.log"
