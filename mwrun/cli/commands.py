@@ -159,11 +159,19 @@ def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:
     from mwrun.cli import planview
     from mwrun.plan import environment
 
-    _, plan = _plan(topology)
+    topo, plan = _plan(topology)
     run_id = run_id or runs.new_run_id(plan.name)
-    control = str(runs.control_path(run_id))
-    envs = {name: environment.mwrun_env(plan, name, run_id=run_id, control=control)
-            for name in plan.processes}
+    here = str(runs.control_path(run_id))
+
+    def control(host: str) -> str:
+        # A process on a host reached through an agent talks to that agent, on a socket
+        # the agent makes when it starts (its pid in the name): said, not invented.
+        if not topo.hosts[host].remote:
+            return here
+        return f"/tmp/mwrun-agent-<run and host>/control-<{host}'s agent pid>.sock"
+
+    envs = {name: environment.mwrun_env(plan, name, run_id=run_id, control=control(p.host))
+            for name, p in plan.processes.items()}
     click.echo(planview.plan_json(plan, envs) if as_json else planview.plan_text(plan, envs))
 
 

@@ -18,6 +18,8 @@ parser.add_argument("--crash-code", type=int, default=3)
 parser.add_argument("--crash-restarts", type=int, default=1,
                     help="crash only while MWRUN_RESTART_COUNT is below this")
 parser.add_argument("--numel", type=int, default=1, help="float32 elements per message")
+parser.add_argument("--send-pid", action="store_true", help="send its pid, not a counter")
+parser.add_argument("--rejoin", action="store_true", help="rejoin a broken world, go on")
 args = parser.parse_args()
 
 print(json.dumps({"event": "init", "t": time.time()}), flush=True)
@@ -31,7 +33,13 @@ while args.count == 0 or step < args.count:
             time.monotonic() - started >= args.crash_after:
         print(f"crashing with code {args.crash_code}", flush=True)
         os._exit(args.crash_code)
-    world.send(torch.full((args.numel,), float(step)), 0)
+    value = float(os.getpid() if args.send_pid else step)
+    try:
+        world.send(torch.full((args.numel,), value), 0)
+    except mwrun.BrokenWorldError:
+        if not args.rejoin:
+            raise
+        world.rejoin()
     step += 1
     time.sleep(max(started + step * args.interval - time.monotonic(), 0))
 job.close()

@@ -344,3 +344,56 @@ def test_a_short_agent_stall_during_a_restart_ends_in_a_started_shown_process(
         cli(home, "stop", check=True)
         assert job.wait(timeout=60) == 0
         wait_for(lambda: not n1.leftovers(), timeout=20, what="a clean node")
+
+
+def test_a_stalled_host_never_leaves_two_copies_of_a_rank_in_a_generation(
+        procs, home, tmp_path):
+    """The agent is stopped past the link's silence limit while its worker keeps running
+    in a busy world: the host is lost, the world breaks, the rank is started again on a
+    new agent. The old copy (its agent frozen, so nobody kills it) tries to rejoin the
+    next generation and is refused; when its agent wakes, it finds itself replaced and
+    ends what it started. From the leader's side, each generation heard one copy."""
+    with testbed.node(tmp_path) as n1:
+        path = Path(star_topology(tmp_path, n1.head_addr, [n1], restart="on-failure"))
+        path.write_text(path.read_text().replace(
+            f"{BIN / 'spoke.py'}]", f"{BIN / 'spoke.py'}, --send-pid, --rejoin,"
+                                    " --interval, '0.1']"))
+        job = launch(procs, home, path)
+        expect(job, "leader", "recv", world="world1", timeout=90)
+        doc = status(home)
+        old_agent = next(h for h in doc["hosts"] if h["name"] == "node1")["agent_pid"]
+        old_worker = proc_state(doc, "worker-1")["pid"]
+        os.kill(old_agent, signal.SIGSTOP)
+        try:
+            wait_for(lambda: "host node1 lost" in job.output(), timeout=40, what="the loss")
+            doc = wait_status(home, lambda d: proc_state(d, "worker-1")["state"] == "running"
+                              and proc_state(d, "worker-1")["pid"] != old_worker,
+                              "worker-1 started again on a new agent", timeout=90)
+            new_worker = proc_state(doc, "worker-1")["pid"]
+            assert on_node(new_worker, n1)
+            expect(job, "leader", "rejoined", world="world1", timeout=60)
+            expect(job, "leader", "recv", world="world1", timeout=30)
+            # The old copy, refused, has ended by itself while its agent still sleeps.
+            wait_for(lambda: gone(old_worker), timeout=30, what="the stale copy ended")
+        finally:
+            os.kill(old_agent, signal.SIGCONT)
+        wait_for(lambda: gone(old_agent), timeout=30, what="the old agent ended")
+        heard: dict[int, set[float]] = {}
+        for line in job.output().splitlines():
+            if line.startswith("leader") and '"recv"' in line and '"world1"' in line:
+                said = json.loads(line.split("|", 1)[1])
+                heard.setdefault(said["generation"], set()).add(said["value"])
+        assert heard[0] == {float(old_worker)}
+        assert all(len(pids) == 1 for pids in heard.values()), heard
+        assert all(float(old_worker) not in heard[g] for g in heard if g > 0), heard
+        assert any(float(new_worker) in pids for pids in heard.values())
+        cli(home, "stop", check=True)
+        assert job.wait(timeout=60) in (0, 1)
+        wait_for(lambda: not n1.leftovers(), timeout=20, what="a clean node")
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -96,3 +96,18 @@ def test_launch_refuses_a_topology_without_this_machine_before_reaching_out(tmp_
     assert result.exit_code == 2
     assert "none of the hosts is this machine" in result.output
     assert "waiting for the agent" not in result.output  # no ssh was tried
+
+
+def test_dry_run_shows_remote_processes_their_agents_socket():
+    """A process on an ssh host reaches its supervisor through that host's agent, never
+    through the head's control socket (which is on another machine)."""
+    result = run("launch", str(Path(STAR).parent / "star_ssh.yaml"), "--dry-run", "--json",
+                 "--run-id", "demo-2")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    envs = {name: p["environment"]["MWRUN_CONTROL"] for name, p in plan["processes"].items()}
+    hosts = {name: p["host"] for name, p in plan["processes"].items()}
+    remote = [n for n in envs if hosts[n] != "head"]
+    assert remote and all("agent" in envs[n] and hosts[n] in envs[n] for n in remote)
+    assert all(envs[n].endswith("/runs/demo-2/control.sock") or "mwrun-" in envs[n]
+               for n in envs if hosts[n] == "head")

@@ -37,6 +37,8 @@ class FakeHost:
         self.unreachable = set()
         self.events = []  # what the supervisor emitted, in order
         self.whys = []  # (process, signal, why) as the supervisor told the host
+        self.starts = []  # (process, incarnation) of every start asked
+        self.admits = []  # (world, generation, incarnations) of every generation opened
 
     def bus(self):
         return ev.Events((self.hear,))
@@ -56,6 +58,7 @@ class FakeHost:
         return 1_800_000_000.0 + self.t
 
     def spawn(self, name, generations, restarts, incarnation=1):
+        self.starts.append((name, incarnation))
         if name in self.fail_start:
             raise StartError("No such file or directory: 'x'")
         self.next_pid += 1
@@ -71,6 +74,7 @@ class FakeHost:
 
     def open_next(self, world, generation, incarnations=None):
         self.calls.append(("open", world, generation))
+        self.admits.append((world, generation + 1, incarnations))
 
     def close_world(self, world, generation, reason):
         self.calls.append(("close", world, generation, reason))
@@ -132,6 +136,38 @@ def test_crash_isolates_the_world_and_restarts_only_the_failed_process():
     assert sup.worlds["world1"].state is W.HEALTHY
     assert sup.worlds["world1"].breaks == 1
     assert [s for s in host.of("signal")] == []  # nobody else was touched
+
+
+def test_each_generation_admits_one_incarnation_per_rank():
+    """Fencing: every start counts one more; a generation opened after a crash admits the
+    live members as they are and the crashed one as its next start, which is the start
+    that comes."""
+    sup, host = make()
+    join_all(sup)
+    assert host.starts == [("leader", 1), ("worker-0", 1), ("worker-1", 1)]
+    assert [w.admitted for w in sup.worlds.values()] == [[1, 1], [1, 1]]  # generation 0
+    sup.on_exit("worker-0", -9)
+    assert host.admits == [("world1", 1, [1, 2])]
+    sup.on_tick()
+    assert host.starts[-1] == ("worker-0", 2) and sup.procs["worker-0"].incarnation == 2
+
+
+def test_a_generation_that_counts_on_a_start_that_died_is_spent():
+    """A member broke the world while its peer was alive but stopped; the next generation
+    admitted that peer as it was. Killed as hung, it will never join it: that
+    generation is spent, and the one after admits its next start (never a generation
+    that refuses every copy of a rank)."""
+    sup, host = make()
+    join_all(sup)
+    leader, worker = sup.procs["leader"], sup.procs["worker-0"]
+    sup.on_world_event("leader", leader.pid, "world1", 0, "broken", "a call timed out")
+    assert host.admits == [("world1", 1, [1, 1])]  # the worker lives: as it is
+    sup.on_exit("worker-0", -9)  # then it was killed (a hang)
+    assert ("broken", "world1", 1, "worker-0 was killed by SIGKILL") in host.calls
+    assert host.admits[-1] == ("world1", 2, [1, 2])
+    sup.on_tick()
+    assert host.starts[-1] == ("worker-0", 2)
+    assert sup.worlds["world1"].generation == 2 and worker.generations == {"world1": 2}
 
 
 def test_backoff_doubles_in_a_crash_loop_and_resets_once_stable():
