@@ -67,3 +67,47 @@ def test_the_client_refuses_a_socket_that_another_user_answers(procs, tmp_path):
     with pytest.raises(RunError, match=f"refusing {path}: it is answered by uid {NOBODY}"):
         control.request(path, {"verb": "status"}, timeout=5)
     impostor.kill_group()
+
+
+FAKE_SRUN = """#!{python}
+# srun's stand-in: before the real agent starts, clients that know no secret connect
+# back during the window and send hellos of every wrong shape.
+import json, os, socket, struct, sys
+argv = sys.argv[1:]
+agent = argv[argv.index("--overlap") + 1:]
+addr, port = agent[agent.index("--connect") + 1].rsplit(":", 1)
+for hello in ({{"kind": "hello", "node": ["n1", "n2"], "proof": ["x"]}}, ["hello"],
+              {{"kind": "hello", "node": "n1", "proof": "0" * 64}}, "garbage"):
+    with socket.create_connection((addr, int(port))) as sock:
+        sock.recv(65536)  # the challenge
+        body = json.dumps(hello).encode()
+        sock.sendall(struct.pack(">I", len(body)) + body)
+        assert sock.recv(65536) == b"", "a client that proved nothing was answered"
+os.environ["SLURMD_NODENAME"] = "n1"
+os.execv(agent[0], agent)
+"""
+
+
+def test_a_malformed_unauthenticated_hello_in_the_connect_window_changes_nothing(
+        tmp_path, monkeypatch):
+    """Under Slurm, agents connect back to the head; whatever a client that knows no
+    secret sends there is dropped without a trace (no traceback, no aborted launch) and
+    the real agent that follows is taken as usual."""
+    from mwrun.head import slurm
+    from mwrun.plan.topology import parse
+
+    srun = tmp_path / "srun"
+    srun.write_text(FAKE_SRUN.format(python=sys.executable))
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    topo = parse("version: 1\nlauncher: slurm\nhosts:\n  node1: {addr: 127.0.0.1}\n"
+                 "processes:\n  p: {cmd: x}\nworlds:\n  w: {members: [p]}\n", "t.yaml")
+    links, step = slurm.connect(topo, {"node1": "n1"}, "fence-test", timeout=60)
+    try:
+        assert list(links) == ["node1"]
+        hello = links["node1"].hello
+        assert hello["node"] == "n1" and hello["pid"] == step.pid  # the real one: exec'd
+    finally:
+        for link in links.values():
+            link.close()
+        slurm.end(step, wait=5.0)
