@@ -77,6 +77,7 @@ class Agents:
         self.retry_at: dict[str, float] = {}
         self.retries: dict[str, int] = {}
         self.rejoins: dict[str, Attempt] = {}  # host -> its agent being started again
+        self.moves = 0  # host state changes so far: state.json compares this, not them all
 
     def hosts(self) -> set[str]:
         return set(self.links)
@@ -207,6 +208,7 @@ class Agents:
             self._drop(link)
             return
         link.hello, link.state = msg, H.UP
+        self.moves += 1
         self.retries.pop(link.name, None)
         self.loop.say(f"host {link.name} is reachable again")
 
@@ -242,6 +244,7 @@ class Agents:
                 self.selector.unregister(fd)
         link.close(wait=0.0)  # a stalled agent must not stall the head
         link.state = H.LOST
+        self.moves += 1
         tries = self.retries.get(link.name, 0)
         self.retries[link.name] = tries + 1
         self.retry_at[link.name] = time.monotonic() + min(RECONNECT_FIRST * 2 ** tries,
@@ -260,6 +263,7 @@ class Agents:
             return
         attempt.link.heard = time.monotonic()
         self.links[old.name] = attempt.link
+        self.moves += 1
         self._watch(attempt.link)
         if attempt.link.state == H.UP:  # checked by its transport (a connect-back)
             self.retries.pop(old.name, None)

@@ -116,25 +116,28 @@ class World(Calls):
                                         _left(deadline, 300.0))
         store = self._store  # close() may drop self._store meanwhile
         generation = int(self._store_wait(store, protocol.GEN, deadline, 0))
-        # Never join a generation again once it broke, even if the store does not say
-        # so yet (a peer that left publishes nothing): its key space holds the old
-        # group's addresses. Wait for the host's word on it instead.
-        while generation <= self._broke_at or \
-                protocol.broken_reason(store, generation) is not None:
-            decision = self._store_wait(store, protocol.key(generation, "next"), deadline,
-                                        generation)
-            if decision.startswith(protocol.CLOSED):
-                raise WorldClosed(self.name, generation, decision[len(protocol.CLOSED):])
-            generation += 1
-        incarnations = fencing.admitted(store, self.name, generation, self.rank, self.size,
-                                        self._incarnation)  # a stale copy ends here
-        arrivals = protocol.arrival_keys(generation, self.size)
-        log.debug("%s: rank %d joins generation %d", self.name, self.rank, generation)
-        store.set(arrivals[self.rank], "here")
-        self._wait_arrivals(store, arrivals, deadline, generation)
-        reason = protocol.broken_reason(store, generation)
-        if reason is not None:
-            raise BrokenWorldError(self.name, generation, reason)
+        while True:
+            # Never join a generation again once it broke, even if the store does not
+            # say so yet (a peer that left publishes nothing): its key space holds the
+            # old group's addresses. Wait for the host's word on it instead.
+            while generation <= self._broke_at or \
+                    protocol.broken_reason(store, generation) is not None:
+                decision = self._store_wait(store, protocol.key(generation, "next"),
+                                            deadline, generation)
+                if decision.startswith(protocol.CLOSED):
+                    raise WorldClosed(self.name, generation, decision[len(protocol.CLOSED):])
+                generation += 1
+            incarnations = fencing.admitted(store, self.name, generation, self.rank,
+                                            self.size, self._incarnation)  # a stale copy ends
+            arrivals = protocol.arrival_keys(generation, self.size)
+            log.debug("%s: rank %d joins generation %d", self.name, self.rank, generation)
+            store.set(arrivals[self.rank], "here")
+            self._wait_arrivals(store, arrivals, deadline, generation)
+            if protocol.broken_reason(store, generation) is None:
+                break
+            # It broke before it formed (a member it counted on died meanwhile): that
+            # is no end of the world, whose host opens the next one or closes it.
+            self._broke_at = max(self._broke_at, generation)
         prefixed = dist.PrefixStore(protocol.pg_prefix(generation, incarnations), store)
         try:
             group = backends.create(self.backend, prefixed, self.rank, self.size, self.timeout,
