@@ -15,12 +15,14 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from mwrun.head.stores import WorldStores  # no torch until one is built
 
 # The store's server threads copy the mask of the thread that builds them: blocked
 # here, a Ctrl-C always reaches the loop's main thread.
 _BLOCKED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD}
+BUILDERS = 32  # stores built at once (each mostly waits: see _build)
 CLOSE_WAIT = 60.0  # at the end, for a build still under way (an import never ends sooner)
 
 
@@ -41,10 +43,20 @@ class PendingStores:
         try:
             import torch.distributed  # noqa: F401 - the slow part, off the loop
 
-            for name in self._worlds:
-                self._stores.build(name)
-                if self._queued.get(name):
-                    self._wake_loop()  # a write waits for this one
+            # Side by side: building a store connects a client to it, and torch names
+            # that connection by a reverse lookup of its address (::ffff:127.0.0.1),
+            # which a busy or unreachable resolver answers only after its timeout (5 s
+            # here while a hundred processes start: the worlds formed in 5 s waves).
+            with ThreadPoolExecutor(min(len(self._worlds), BUILDERS) or 1,
+                                    thread_name_prefix="mwrun-stores",
+                                    initializer=signal.pthread_sigmask,
+                                    initargs=(signal.SIG_BLOCK, _BLOCKED)) as builders:
+                built = {builders.submit(self._stores.build, name): name
+                         for name in self._worlds}
+                for done in as_completed(built):
+                    done.result()  # what a build raised, raised here
+                    if self._queued.get(built[done]):
+                        self._wake_loop()  # a write waits for this one
         except BaseException as exc:  # handed to the loop, which ends the run with it
             self._error = exc
         finally:
