@@ -36,6 +36,12 @@ def send(kind: str, **fields) -> None:
     last_sent = time.monotonic()
 
 
+def beat_after(now: float, every: float) -> float:
+    """When the library beats next: it checks on the wall clock's whole seconds
+    (supervisor_link.aligned) and beats once ``every`` has nearly passed."""
+    return float(int(now + every - 0.5) + 1)
+
+
 def interval(worlds: dict, env: dict) -> float:  # as the library's job.beat_interval
     hang = float(env.get("MWRUN_HANG_TIMEOUT") or "inf")
     return max(0.05, min(5.0, min(w["timeout"] for w in worlds.values()) / 5, hang / 5))
@@ -45,7 +51,7 @@ def spawn(msg: dict) -> None:
     env = msg["env"]
     worlds = json.loads(env["MWRUN_WORLDS"])
     name, pid, every = msg["name"], next(pids), interval(worlds, env)
-    procs[name] = {"pid": pid, "interval": every, "due": time.monotonic() + every}
+    procs[name] = {"pid": pid, "interval": every, "due": beat_after(time.time(), every)}
     send("spawned", name=name, pid=pid, warm=True)
     ready = [{"verb": "world", "process": name, "pid": pid, "world": w, "event": "ready",
               "generation": spec["generation"], "reason": ""} for w, spec in worlds.items()]
@@ -74,17 +80,18 @@ send("hello", protocol=frames.PROTOCOL, version=__version__, host=args.host, pid
 decoder = frames.Decoder()
 running = True
 while running:
-    now = time.monotonic()
+    now = time.time()  # the beats' schedule is the wall clock's, as the library's
     beats = [p for p in procs.values() if p["due"] <= now]
     if beats:
         send("control", requests=[{"verb": "heartbeat", "process": n, "pid": p["pid"]}
                                   for n, p in procs.items() if p["due"] <= now])
         for p in beats:
-            p["due"] = now + p["interval"]
-    elif now - last_sent >= frames.BEAT:
+            p["due"] = beat_after(now, p["interval"])
+    elif time.monotonic() - last_sent >= frames.BEAT:
         send("beat")
-    due = min([p["due"] for p in procs.values()] + [last_sent + frames.BEAT])
-    ready, _, _ = select.select([0], [], [], max(0.0, min(due - time.monotonic(), 1.0)))
+    due = min([p["due"] - now for p in procs.values()]
+              + [last_sent + frames.BEAT - time.monotonic()])
+    ready, _, _ = select.select([0], [], [], max(0.0, min(due, 1.0)))
     if ready:
         data = os.read(0, 1 << 20)
         if not data:
