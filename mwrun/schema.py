@@ -110,6 +110,22 @@ class Event(str, Enum):
     CLOSE = "close"
     STOP = "stop"
     END = "end"
+    FAULT = "fault"  # one fault of a world, measured phase by phase (see Phase)
+    DRILL = "drill"  # a ``mwrun drill``'s summary, written when it ends
+
+
+class Phase(str, Enum):
+    """The phases of one fault of a world, in order; the same names in ``status``
+    (``last_fault``), ``history.jsonl`` (``fault`` records), ``report`` and ``drill``.
+    Each is a wall-clock time on the head's clock (a remote host's times corrected by
+    its measured offset), or null when it did not happen (never guessed)."""
+
+    T_FAULT = "t_fault"  # the signal sent, or the exit seen when nobody sent one
+    EXIT_SEEN = "exit_seen"  # the supervisor (or the member's agent) saw the exit
+    SURVIVORS_TOLD = "survivors_told"  # the break written where the members watch
+    RESTARTED = "restarted"  # the new process exists
+    REFORMED = "reformed"  # every member joined the next generation
+    FIRST_CALL = "first_call"  # the world's first completed call after it
 
 
 RATES = "rates"  # the key of a history's rate samples: {world: [calls/s, bytes/s]}
