@@ -7,8 +7,8 @@ A two-rank gloo world (bin/drill_hub.py, bin/drill_member.py), warm starts
 (``preload: [torch]``); ``mwrun kill-world w --rank 1`` SIGKILLs the member,
 ``--every`` seconds apart, each after the last fault's record is in history.jsonl.
 Each phase's median and max is printed as the time after ``t_fault`` (the signal
-sent), from the ``fault`` records the head wrote (goals: kill -> survivors_told <= 50 ms, kill -> reformed
-<= 0.3 s median).
+sent), from the ``fault`` records the head wrote (goals: kill -> survivors_told
+<= 50 ms, kill -> reformed <= 0.3 s median).
 """
 
 from __future__ import annotations
