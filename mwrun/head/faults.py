@@ -106,7 +106,8 @@ class Faults:
     def __call__(self, event: ev.Event) -> None:
         match event:
             case ev.Signalled(process, sig, why) if why in FAULT_SIGNALS:
-                self.signalled[process] = (self.clock(), sig.name)
+                # The first one counts: a drill's SIGSTOP, not the hang's kill it led to.
+                self.signalled.setdefault(process, (self.clock(), sig.name))
             case ev.Exited(pid=pid) if pid is not None:
                 self._exited(event, self._at(event.at))
             case ev.Abandoned(process):

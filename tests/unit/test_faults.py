@@ -172,3 +172,16 @@ def test_the_clock_offset_keeps_the_shortest_round_trip():
     offset.add(102.0, 150.0, 103.0)  # a slow trip is ignored
     assert round(offset.offset, 6) == 5.0 and offset.wanted
     assert round(offset.to_head(206.0), 6) == 201.0
+
+
+def test_a_stop_drill_is_timed_from_the_stop_not_the_hang_kill_it_led_to():
+    sup, host, faults, _written = tracked()
+    sup.kill_world("world1", 1, signal.SIGSTOP)
+    t_stop = host.wall()
+    host.t += 90.0
+    sup._hang(sup.procs["worker-0"], "stopped for 90s")
+    host.t += 0.01
+    sup.on_exit("worker-0", -9)
+    fault = faults.last_fault("world1")
+    assert fault["signal"] == "SIGSTOP" and fault["at"] == round(t_stop, 4)
+    assert fault["phases"]["exit_seen"] == 90.01
