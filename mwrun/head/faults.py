@@ -15,7 +15,9 @@ read when the event arrives, which is when the head saw it happen.
   just before it says the world broke; a member that saw the break first wrote it
   itself, at the time it says).
 - ``restarted``: the member at fault (any member, when none is known) exists again.
-- ``reformed``: every member joined the next generation (the last one's own time).
+- ``reformed``: every member joined the next generation (the last one's own time, as
+  the library says it; when a member says nothing, a plain torch script, the moment
+  the supervisor saw the world form).
 - ``first_call``: the first call of that generation that completed, in any member.
 
 A world has at most one fault open. It is closed, and handed to ``write`` (the
@@ -95,7 +97,8 @@ class Faults:
         self.last: dict[str, Fault] = {}  # world -> its latest fault, open or closed
         self.signalled: dict[str, tuple[float, str]] = {}  # process -> (when, signal)
         self.exits: dict[str, Exit] = {}  # world -> the failure its next break is of
-        self.joins: dict[tuple[str, int], float] = {}  # (world, generation) -> last join
+        # (world, generation) -> (the last join, how many members said they joined)
+        self.joins: dict[tuple[str, int], tuple[float, int]] = {}
         self.firsts: dict[tuple[str, int], float] = {}  # (world, generation) -> first call
         self.told: dict[tuple[str, int], float] = {}  # a member wrote the break itself
         self.down: set[str] = set()  # worlds broken, not all their members back yet
@@ -153,6 +156,8 @@ class Faults:
         self._close(world)  # a fault still waiting for its first call ends here
         failure = self.exits.pop(world, None)
         told = self.told.pop((world, generation), None)
+        for key in [k for k in self.told if k[0] == world and k[1] <= generation]:
+            del self.told[key]  # what other members said of it afterwards
         if failure is None:  # a member saw the break first (a timeout, a drill by hand)
             failure = Exit(None, None, None, None, reason)
         self._open(world, generation, failure, self.clock() if told is None else told,
@@ -180,7 +185,11 @@ class Faults:
         fault = self.open.get(world)
         if fault is None or generation <= fault.generation:
             return
-        fault.phases[Phase.REFORMED] = self.joins.pop((world, generation), None) or self.clock()
+        last, count = self.joins.pop((world, generation), (None, 0))
+        # Each member's own time of joining, when all said it (a plain torch script's
+        # member says nothing: then when the supervisor saw the group form).
+        fault.phases[Phase.REFORMED] = last if count >= len(self.members[world]) and \
+            last is not None else self.clock()
         fault.formed = generation
         self.changes += 1
         first = self.firsts.pop((world, generation), None)
@@ -207,7 +216,8 @@ class Faults:
         if world not in self.members:
             return  # not this run's: nothing kept
         key = (world, generation)
-        self.joins[key] = max(self.joins.get(key, at), at)
+        last, count = self.joins.get(key, (at, 0))
+        self.joins[key] = (max(last, at), count + 1)
 
     def broken(self, world: str, generation: int, at: float) -> None:
         """A member saw ``generation`` break and wrote so to the store itself at ``at``."""
