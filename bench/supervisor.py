@@ -36,8 +36,8 @@ PY = sys.executable
 class Launched:
     """``mwrun launch`` in a subprocess, its prefixed JSON lines in a queue."""
 
-    def __init__(self, topology: Path, home: Path):
-        self.popen = subprocess.Popen([PY, "-m", "mwrun", "launch", str(topology)],
+    def __init__(self, topology: Path, home: Path, *extra: str):
+        self.popen = subprocess.Popen([PY, "-m", "mwrun", "launch", str(topology), *extra],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, env={**os.environ, "MWRUN_HOME": str(home),
                                                       "NO_COLOR": "1"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from mwrun.schema import FINAL
+from mwrun.schema import FINAL, Phase
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
 from mwrun.schema import WorldState as W
@@ -35,6 +35,29 @@ def traffic_cells(w: dict, live: bool) -> list[str]:
             else f"{seconds(age)} ago"
     up = w.get("healthy_for_s")
     return [calls, rate, last, "-" if up is None or not live else seconds(up)]
+
+
+def fault_line(w: dict) -> str | None:
+    """A world's last fault, phase by phase after its first known one (schema.Phase's
+    names, as in history.jsonl and the report): None if it never had one."""
+    fault = w.get("last_fault")
+    if not fault:
+        return None
+    phases = fault.get("phases") or {}
+    who = ", ".join(str(x) for x in (fault.get("process"), fault.get("signal")) if x)
+    steps = []
+    for phase in Phase:
+        offset = phases.get(phase.value)
+        if phase is Phase.T_FAULT and offset == 0:
+            continue  # what the others count from
+        steps.append(f"{phase.value} " + ("-" if offset is None else _offset(offset)))
+    state = " (open)" if fault.get("open") else ""
+    return f"  {w['name']} generation {fault.get('generation')}" + \
+        (f" ({who})" if who else "") + f"{state}: " + ", ".join(steps)
+
+
+def _offset(value: float) -> str:
+    return f"+{value * 1000:.0f} ms" if value < 1 else f"+{value:.2f} s"
 
 
 def render(doc: dict, live: bool, colour: bool = False, now: float | None = None,
@@ -83,6 +106,9 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
     if events is not None:
         notes = [f"  {line}" for line in events]
     out = [head, "", procs, "", worlds]
+    faults = [line for w in doc["worlds"] if (line := fault_line(w)) is not None]
+    if faults:
+        out += ["", "last fault per world (each phase after the first known):", *faults]
     if notes:
         out += ["", "last events:", *notes]
     return "\n".join(out)

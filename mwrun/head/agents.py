@@ -22,6 +22,7 @@ from typing import Protocol
 
 from mwrun.errors import StartError
 from mwrun.head import control
+from mwrun.head.clocks import Offset
 from mwrun.head.remote import AgentLink, check_hello
 from mwrun.host import frames
 from mwrun.launchspec import LaunchSpec
@@ -78,6 +79,7 @@ class Agents:
         self.retries: dict[str, int] = {}
         self.rejoins: dict[str, Attempt] = {}  # host -> its agent being started again
         self.moves = 0  # host state changes so far: state.json compares this, not them all
+        self.offsets: dict[str, Offset] = {}  # host -> its clock's offset (clocks.py)
 
     def hosts(self) -> set[str]:
         return set(self.links)
@@ -87,11 +89,26 @@ class Agents:
         for link in self.links.values():
             link.heard = time.monotonic()  # the bring-up was no silence of theirs
             self._watch(link)
+            if link.state == H.UP:
+                self._measure(link, fresh=True)
 
     def _watch(self, link: AgentLink) -> None:
         self.selector.register(link.out_fd, selectors.EVENT_READ, (self._readable, link))
         if link.err_fd >= 0:  # an ssh link: what ssh and the remote python say
             self.selector.register(link.err_fd, selectors.EVENT_READ, (self._stderr, link))
+
+    def _measure(self, link: AgentLink, fresh: bool = False) -> None:
+        """Ask the agent its clock (a new agent: measured afresh), see clocks.py."""
+        if fresh:
+            self.offsets[link.name] = Offset()
+        link.send("clock", sent=self.loop.wall())
+
+    def to_head(self, host: str, t) -> float | None:
+        """A time on ``host``'s clock (as its agent, or a process there, told it), on the
+        head's; None for what is not a time."""
+        t = _number(t)
+        offset = self.offsets.get(host)
+        return t if t is None or offset is None else offset.to_head(t)
 
     def up(self, host: str) -> bool:
         return self.links[host].state == H.UP
@@ -185,18 +202,26 @@ class Agents:
             self.loop.lines(name, [str(line) for line in msg["lines"]])
         elif kind == "spawned" and handle is not None and handle.pid is None:
             handle.pid, handle.warm = msg.get("pid"), bool(msg.get("warm"))
-            self.loop.spawned(name, handle.pid, handle.warm)
+            self.loop.spawned(name, handle.pid, handle.warm,
+                              at=self.to_head(link.name, msg.get("t")))
         elif kind == "failed" and handle is not None and handle.pid is None:
             del self.handles[handle.name]
             self.loop.failed(handle.name, str(msg.get("error")))
         elif kind == "exited" and handle is not None:
             handle.code = msg["code"]
             del self.handles[handle.name]
-            self.loop.exited(handle.name, msg["code"])
+            self.loop.exited(handle.name, msg["code"], at=self.to_head(link.name, msg.get("t")))
         elif kind == "control":  # the library's messages, one or held together
             requests = [msg.get("request")] if "request" in msg else msg.get("requests")
             for request in requests if isinstance(requests, list) else ():
                 control.relayed(self.loop, request)
+        elif kind == "clock":
+            offset = self.offsets.setdefault(link.name, Offset())
+            sent, at = _number(msg.get("sent")), _number(msg.get("at"))
+            if sent is not None and at is not None:
+                offset.add(sent, at, self.loop.wall())
+                if offset.wanted:
+                    self._measure(link)
         elif kind == "probed" and handle is not None:
             handle.cpu, handle.rss = msg.get("cpu"), msg.get("rss")
             handle.seen, handle.probing = msg.get("status"), False
@@ -210,6 +235,7 @@ class Agents:
         link.hello, link.state = msg, H.UP
         self.moves += 1
         self.retries.pop(link.name, None)
+        self._measure(link, fresh=True)
         self.loop.say(f"host {link.name} is reachable again")
 
     def tick(self, now: float) -> None:
@@ -267,6 +293,7 @@ class Agents:
         self._watch(attempt.link)
         if attempt.link.state == H.UP:  # checked by its transport (a connect-back)
             self.retries.pop(old.name, None)
+            self._measure(attempt.link, fresh=True)
             self.loop.say(f"host {old.name} is reachable again")
 
     def refresh_usage(self) -> None:
@@ -294,3 +321,8 @@ class Agents:
                  for name, h in self.handles.items()}
         self.handles.clear()
         return codes
+
+
+def _number(value) -> float | None:
+    """A time an agent told, or None for anything else (a bool, a string, NaN)."""
+    return float(value) if type(value) in (int, float) and value == value else None

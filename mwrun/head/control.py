@@ -71,6 +71,8 @@ def handle_heartbeat(loop, request: dict) -> None:
     if isinstance(request.get("traffic"), dict):  # see mwrun/head/traffic.py
         loop.traffic.beat(request.get("process"), request.get("pid"), float(request["t"]),
                           request["traffic"], loop.now())
+    for world, (generation, t) in request.get("first_calls", {}).items():  # faults.py
+        loop.faults.first_call(world, generation, loop.host_time(request["process"], t))
 
 
 def handle_bye(loop, request: dict) -> None:
@@ -82,6 +84,13 @@ def handle_world(loop, request: dict) -> None:
         loop.supervisor.on_abort_hung(request.get("process"), request.get("pid"),
                                       str(request.get("reason") or ""))
         return
+    if "t" in request:
+        # Before the supervisor hears it: the re-form (or break) it makes is then timed.
+        at = loop.host_time(request["process"], request["t"])
+        if request["event"] == "ready":
+            loop.faults.joined(request["world"], request["generation"], at)
+        elif request["event"] == "broken":
+            loop.faults.broken(request["world"], request["generation"], at)
     loop.supervisor.on_world_event(request.get("process"), request.get("pid"),
                                      request.get("world"), request.get("generation"),
                                      request.get("event"), request.get("reason", ""))

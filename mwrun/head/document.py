@@ -1,6 +1,8 @@
 """The status document (``mwrun status --json`` and ``state.json``), built from the
 supervisor's records and the loop's readings: processes, worlds with their traffic,
-hosts. ``state.json`` is written by a ``Writer`` that subscribes to the supervisor's
+hosts; per world its ``last_fault`` (faults.py: ``at``, the wall-clock time of its first
+known phase, and each phase as seconds after ``at``, null when it did not happen).
+``state.json`` is written by a ``Writer`` that subscribes to the supervisor's
 events: rewritten only when something in it changed (a heartbeat emits nothing) or
 the usage readings are due, and then behind, at most once per SAVE_GAP: building the
 document for every event would cost the supervisor more than everything else it does.
@@ -55,7 +57,8 @@ def build(loop, fresh_usage: bool = False) -> dict:
                "reason": w.reason or w.opaque,
                **loop.traffic.view(_pids(loop, w), name, now),
                "healthy_for_s": round(now - w.healthy_since, 3)
-               if w.state is W.HEALTHY and w.healthy_since is not None else None}
+               if w.state is W.HEALTHY and w.healthy_since is not None else None,
+               "last_fault": loop.faults.last_fault(name)}
               for name, w in sup.worlds.items()]
     return {"run_id": loop.run_id, "name": loop.plan.name, "state": sup.state.value,
             "supervisor_pid": os.getpid(), "started_at": loop.started_at,
@@ -90,7 +93,9 @@ def outside(loop) -> tuple:
     """What state.json shows that no supervisor event tells: the hosts' states, when
     usage was read, and whether a reading is due."""
     hosts = loop.agents.moves if loop.agents else 0  # a count: O(1) after every turn
-    return hosts, loop.usage_at, time.monotonic() - loop.usage_at >= USAGE_EVERY
+    # The faults' phases the library tells (first calls) come with no event.
+    return (hosts, loop.faults.changes, loop.usage_at,
+            time.monotonic() - loop.usage_at >= USAGE_EVERY)
 
 
 class Writer:

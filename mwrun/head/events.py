@@ -31,23 +31,31 @@ class Why(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Spawned:
-    """A process exists (again): its pid, and how many restarts it is."""
+    """A process exists (again): its pid, and how many restarts it is; ``at``: when
+    its host started it, on the head's clock, if the host said (a remote agent), else
+    it is now."""
 
     process: str
     pid: int
     restarts: int
+    at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Exited:
     """A process ended (or could not start: pid None); ``state`` is where that left it
-    (restarting, exited, failed, stopped), ``why`` says what happened and what next."""
+    (restarting, exited, failed, stopped), ``why`` says what happened and what next;
+    ``at``: when its host saw it end, on the head's clock, if the host said (a remote
+    agent), else it is now; ``lost``: its host was lost (when it really ended is not
+    known)."""
 
     process: str
     pid: int | None
     code: int | None
     state: ProcessState
     why: str
+    at: float | None = None
+    lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)

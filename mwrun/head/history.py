@@ -9,6 +9,15 @@
   hang or stop), ``hang`` (process, why), ``exit`` (process, pid, code, state, why),
   ``break`` (world, generation, reason), ``form`` (world, generation; a re-form when
   generation > 0), ``close`` (world, reason), ``stop``, ``end`` (state);
+- ``{"event": "fault", "world", "generation", "process", "signal", "cause",
+  "phases": {phase: time | null}}`` once per fault of a world, written when it is
+  closed (its first call after the re-form, or the world broke again, closed, or the
+  run ended): ``generation`` the one that broke, ``process`` the member at fault (null
+  when a member saw the break first), ``signal`` the signal sent to it (a drill's, a
+  hang's) or that ended it (null: none), ``cause`` the break's reason; ``phases`` in
+  ``schema.Phase``'s order (t_fault, exit_seen, survivors_told, restarted, reformed,
+  first_call), each a wall-clock time on the head's clock (a remote host's corrected
+  by its measured offset), null when that phase did not happen (see faults.py);
 - ``{"rates": {world: [calls_per_s, bytes_per_s]}}`` every SAMPLE_EVERY seconds while
   the run lives (each the world's rate over about the last beat interval).
 
@@ -71,6 +80,10 @@ class History:
         found = record(event)
         if found is not None:
             self._write(found)
+
+    def fault(self, record: dict) -> None:
+        """One fault of a world, phase by phase, once it is closed (faults.py)."""
+        self._write(record)
 
     def sample(self, rates: dict[str, list]) -> None:
         self._write({RATES: rates})

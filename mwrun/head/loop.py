@@ -25,6 +25,7 @@ from mwrun.head import control, document
 from mwrun.head.agents import Agents
 from mwrun.head.console import Printer
 from mwrun.head.events import Event, Events, Said, Why, WorldFormed, lines
+from mwrun.head.faults import Faults
 from mwrun.head.history import SAMPLE_EVERY, History
 from mwrun.head.supervisor import TICK, Supervisor
 from mwrun.head.traffic import Traffic
@@ -80,8 +81,16 @@ class Loop:
         self.hosts = hosts or []  # the status document's host entries (name, addr)
         self.writer = document.Writer(run_dir / STATE, lambda: document.build(self),
                                       lambda: document.outside(self))
-        # Who hears it: the console and events.log, the history, state.json (behind).
-        self.events = Events((lines(printer.event), self.history, self.writer, self._formed))
+        # The phases of every fault (after the history: a fault's record follows the
+        # break that ended it).
+        self.faults = Faults({n: list(p.worlds) for n, p in plan.processes.items()},
+                             {n: list(w.members) for n, w in plan.worlds.items()},
+                             lambda world: self.supervisor.worlds[world].generation,
+                             self.history.fault, time.time)
+        # Who hears it: the console and events.log, the history, the faults, state.json
+        # (behind).
+        self.events = Events((lines(printer.event), self.history, self.faults, self.writer,
+                              self._formed))
         self.supervisor = Supervisor(plan, self, self.events, grace)
         self.unformed = set(plan.worlds)  # worlds not formed yet since launch
         self.starts: dict[str, str] = {}  # process -> "warm" | "cold", as last started
@@ -95,6 +104,14 @@ class Loop:
 
     def wall(self) -> float:
         return time.time()
+
+    def host_time(self, name: str, t: float) -> float:
+        """A time process ``name`` told on its host's wall clock, on the head's (the
+        offset to a remote host's agent, clocks.py; this host's as it is)."""
+        host = self.plan.processes[name].host if name in self.plan.processes else None
+        if self.agents is not None and host in self.agents.hosts():
+            return self.agents.to_head(host, t) or float(t)
+        return float(t)
 
     def _hands_of(self, name: str) -> HostHands:
         """Whoever starts and signals the process: this host's hands, or its agent."""
@@ -125,9 +142,10 @@ class Loop:
 
     # -- what the hands (here, or a host's agent) tell: host.hands.Owner ------------------
 
-    def spawned(self, name: str, pid: int, warm: bool) -> None:
+    def spawned(self, name: str, pid: int, warm: bool, at: float | None = None) -> None:
+        """``at``: when its host (a remote agent) made it, on the head's clock."""
         self.starts[name] = "warm" if warm else "cold"
-        self.supervisor.on_spawned(name, pid)
+        self.supervisor.on_spawned(name, pid, at)
 
     def failed(self, name: str, error: str) -> None:
         self.supervisor.on_spawn_failed(name, error)
@@ -135,8 +153,9 @@ class Loop:
     def lines(self, name: str, lines: list[str]) -> None:
         self.printer.lines(name, lines)
 
-    def exited(self, name: str, code: int) -> None:
-        self.supervisor.on_exit(name, code)
+    def exited(self, name: str, code: int, at: float | None = None) -> None:
+        """``at``: when its host (a remote agent) saw the exit, on the head's clock."""
+        self.supervisor.on_exit(name, code, at=at)
 
     def lost(self, name: str, reason: str) -> None:
         self.supervisor.on_exit(name, None, lost=reason)

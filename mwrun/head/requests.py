@@ -48,6 +48,17 @@ def _version(value) -> bool:
     return value is None or (isinstance(value, str) and len(value) <= 64)
 
 
+def _time(value) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and value >= 0
+
+
+def _firsts(value) -> bool:
+    """``{world: [generation, time]}`` (supervisor_link.py)."""
+    return isinstance(value, dict) and all(
+        _name(w) and isinstance(f, list) and len(f) == 2 and _count(f[0]) and _time(f[1])
+        for w, f in value.items())
+
+
 def _event(value) -> bool:
     return value in WORLD_EVENTS
 
@@ -61,10 +72,10 @@ FIELDS = {
     "kill_world": {"world": (_name, True), "rank": (_rank, False),
                    "signal": (_signal, False)},
     "hello": {**PROCESS, "interval": (_interval, False), "nccl": (_version, False)},
-    "heartbeat": PROCESS,
+    "heartbeat": {**PROCESS, "first_calls": (_firsts, False)},
     "bye": PROCESS,
     "world": {**PROCESS, "world": (_name, True), "generation": (_count, True),
-              "event": (_event, True), "reason": (_reason, False)},
+              "event": (_event, True), "reason": (_reason, False), "t": (_time, False)},
 }
 
 

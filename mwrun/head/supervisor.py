@@ -145,20 +145,20 @@ class Supervisor:
 
     # -- events ----------------------------------------------------------------------------
 
-    def on_exit(self, name: str, code: int | None, lost: str | None = None) -> None:
-        """It exited with ``code``; or its host was ``lost`` (the agent kills what it
-        ran, the code is unknown): a failure like a crash."""
+    def on_exit(self, name: str, code: int | None, lost: str | None = None,
+                at: float | None = None) -> None:
+        """Exited with ``code`` (seen ``at``, if its host said); or its host was lost."""
         rec = self.procs[name]
         if rec.state.alive:
-            self._ended(rec, policy.Exit(code, hung=rec.hung, lost=lost))
+            self._ended(rec, policy.Exit(code, hung=rec.hung, lost=lost), at)
             self._settle(rec)
 
-    def on_spawned(self, name: str, pid: int) -> None:
-        """A start its host answered later (a remote host's agent): its pid."""
+    def on_spawned(self, name: str, pid: int, at: float | None = None) -> None:
+        """A start its host answered later (a remote host's agent): its pid, made ``at``."""
         rec = self.procs[name]
         if rec.state is P.STARTING and rec.pid is None:
             rec.pid = pid
-            self._emit(ev.Spawned(name, pid, rec.restarts))
+            self._emit(ev.Spawned(name, pid, rec.restarts, at))
 
     def on_spawn_failed(self, name: str, error: str) -> None:
         """A start its host answered later could not be made: as a start error."""
@@ -167,14 +167,14 @@ class Supervisor:
             self._ended(rec, policy.Exit(None, start_error=error))
             self._settle(rec)
 
-    def _ended(self, rec: ProcessRecord, exit: policy.Exit) -> None:
+    def _ended(self, rec: ProcessRecord, exit: policy.Exit, at: float | None = None) -> None:
         name, pid = rec.plan.name, rec.pid
         rec.pid, rec.exit_code = None, exit.code
         what = exit.describe(name)
         if self.stopping:
             self._move(rec, P.EXITED if exit.code == 0 else P.STOPPED)  # live -> EXITED|STOPPED
             rec.why = what
-            self._emit(ev.Exited(name, pid, exit.code, rec.state, what))
+            self._emit(ev.Exited(name, pid, exit.code, rec.state, what, at, bool(exit.lost)))
             return
         rec.loop = policy.crash_loop(rec.loop, rec.joined_at, self.host.now())
         decision = policy.after_exit(rec.plan.restart, rec.plan.max_restarts,
@@ -189,7 +189,7 @@ class Supervisor:
         else:
             self._move(rec, P.EXITED if exit.clean else P.FAILED)  # live -> EXITED|FAILED
             rec.why = what if exit.clean else f"{what}; {decision.why}"
-        self._emit(ev.Exited(name, pid, exit.code, rec.state, rec.why))
+        self._emit(ev.Exited(name, pid, exit.code, rec.state, rec.why, at, bool(exit.lost)))
         self._say(rec.why)
         for world_name in rec.plan.worlds:
             world = self.worlds[world_name]

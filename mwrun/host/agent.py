@@ -43,12 +43,13 @@ HOLD_SHARE = 0.25
 
 class Agent:
     def __init__(self, link_in: int, link_out: int, control_path: str, *,
-                 silence: float = frames.SILENCE, clock=time.monotonic):
+                 silence: float = frames.SILENCE, clock=time.monotonic, wall=time.time):
         self.link_in = link_in
         self.link_out = link_out
         self.control_path = control_path
         self.silence = silence
         self.clock = clock
+        self.wall = wall  # this host's wall clock: the times told to the head (frames.py)
         self.decoder = frames.Decoder()
         self.outbox = frames.Outbox()
         self.selector = selectors.DefaultSelector()
@@ -149,10 +150,14 @@ class Agent:
     def on_stop(self, msg: dict) -> None:
         self.done = True
 
+    def on_clock(self, msg: dict) -> None:
+        """At once: the head measures our clock's offset from its own (head/clocks.py)."""
+        self.send("clock", sent=msg.get("sent"), at=self.wall())
+
     # -- what the hands tell (host.hands.Owner): over the link ----------------------------
 
     def spawned(self, name: str, pid: int, warm: bool) -> None:
-        self.send("spawned", name=name, pid=pid, warm=warm)
+        self.send("spawned", name=name, pid=pid, warm=warm, t=self.wall())
 
     def failed(self, name: str, error: str) -> None:
         self.send("failed", name=name, error=error)
@@ -161,7 +166,7 @@ class Agent:
         self.send("lines", name=name, lines=lines)
 
     def exited(self, name: str, code: int) -> None:
-        self.send("exited", name=name, code=code)
+        self.send("exited", name=name, code=code, t=self.wall())
 
     def say(self, text: str) -> None:
         self.send("say", text=text)

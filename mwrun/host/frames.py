@@ -6,16 +6,18 @@ connection opened with a per-run secret (Slurm). The agent speaks first, a ``hel
 with ``PROTOCOL`` and its mwrun version; the head refuses a link of another version
 before it sends anything.
 
-Agent -> head: ``hello {protocol, version, host, inventory}``, ``spawned {name, pid}``,
-``failed {name, error}`` (could not start), ``lines {name, lines}``, ``exited {name,
-code}``, ``probed {name, status, cpu, rss}``, ``control {request}`` (one message of the
-library's, relayed) or ``control {requests}`` (heartbeats held a moment and sent
-together), ``say {text}`` (for the user: its zygotes), ``beat``.
+Agent -> head: ``hello {protocol, version, host, inventory}``, ``spawned {name, pid,
+t}``, ``failed {name, error}`` (could not start), ``lines {name, lines}``, ``exited
+{name, code, t}`` (``t``: this host's wall clock when it happened), ``clock {sent, at}``
+(the answer to the head's, ``at`` this host's wall clock), ``probed {name, status,
+cpu, rss}``, ``control {request}`` (one message of the library's, relayed) or
+``control {requests}`` (heartbeats held a moment and sent together), ``say {text}``
+(for the user: its zygotes), ``beat``.
 Head -> agent: ``prepare {LaunchSpec}`` (start its zygote now), ``spawn {LaunchSpec}``
 (the fields of ``mwrun.launchspec.LaunchSpec``: name, argv, cwd, env, unset,
 unset_prefixes, prepend, cpus, netns, preload, warm; checked for shape on arrival),
-``signal {name, signal}``, ``probe {name}``, ``beat``, ``stop`` (kill everything, then
-exit).
+``signal {name, signal}``, ``probe {name}``, ``clock {sent}`` (the head's wall clock:
+answer at once, head/clocks.py), ``beat``, ``stop`` (kill everything, then exit).
 Any frame shows that its sender lives; a side that sent nothing for ``BEAT`` seconds
 sends a ``beat``.
 Either side that hears nothing for ``SILENCE`` seconds takes the other for gone (the
@@ -29,7 +31,9 @@ import hmac
 import json
 import struct
 
-PROTOCOL = 3  # 3: a spawn carries a launchspec.LaunchSpec; 2: heartbeats held together
+# 4: clock exchanges, spawned/exited carry the host's time; 3: a spawn carries a
+# launchspec.LaunchSpec; 2: heartbeats held together
+PROTOCOL = 4
 BEAT = 1.0  # seconds without a frame before a side sends a beat
 # No frame for this long: the other side is gone. A closed link is seen at once; this
 # is for a head or host that is stopped or cut off, and must outlast a busy moment (a

@@ -60,7 +60,7 @@ class Calls:
         if async_op:
             return Work(self, work, generation, False, nbytes)
         self._wait(work, generation, False)
-        self._count(nbytes)
+        self._count(nbytes, generation)
         return None
 
     def _wait(self, work, generation: int, p2p: bool, timeout: float | None = None) -> None:
@@ -101,11 +101,21 @@ class Calls:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError(f"{self.name}: not done after {timeout:g}s") from None
 
-    def _count(self, nbytes: int) -> None:
-        """A call completed (async ones, once their Work was waited for)."""
+    def _count(self, nbytes: int, generation: int) -> None:
+        """A call of ``generation`` completed (async ones, once their Work was waited
+        for); the first of each generation is timed on the wall clock, for the
+        supervisor's phases of a fault (the heartbeat's ``first_calls``)."""
         self._calls += 1
         self._bytes += nbytes
         self._last_call = monotonic()
+        if self._first_call[0] < generation:
+            self._first_call = (generation, time.time())
+
+    def _first(self) -> tuple[int, float] | None:
+        """(generation, wall-clock time) of this generation's first completed call, once
+        there is one (the latest generation's only)."""
+        first = self._first_call
+        return first if first[0] >= 0 else None
 
     def _traffic(self) -> tuple[int, int, int, float | None]:
         """(calls, bytes, failures, seconds since the last completed call) so far, for
@@ -219,7 +229,7 @@ class Calls:
             if self._worlds_fault(exc, generation, failures.WAIT):
                 raise self._failed(generation, exc) from None
             raise
-        self._count(tensor.nbytes)
+        self._count(tensor.nbytes, generation)
         return None
 
     def isend(self, tensor, dst: int) -> Work:

@@ -14,7 +14,11 @@ process leaves its worlds (``job.close()``).
 Each heartbeat carries this process's traffic per world, counted by the calls
 themselves (see calls.py): ``"t"`` (its monotonic clock) and ``"traffic": {world:
 [calls, bytes, failures, seconds since the last completed call or null]}``, counts
-since the process joined. The supervisor turns them into rates, so while the counts
+since the process joined; and ``"first_calls": {world: [generation, wall-clock time]}``,
+when the latest generation of each world had its first completed call (the
+supervisor's ``first_call`` phase of a fault, head/faults.py). World events carry
+``"t"``, this process's wall clock when it joined or saw the break. The supervisor
+turns the counts into rates, so while the counts
 move (and for the supervisor's rate window after), beats come once a second whatever
 the hang timeout allows; an idle process beats only at its interval, which keeps a
 supervisor watching hundreds of idle processes idle itself.
@@ -131,7 +135,7 @@ class SupervisorLink:
     def world_event(self, world: str, generation: int, event: str, reason: str = "") -> None:
         self.send({"verb": "world", "process": self._process, "pid": os.getpid(),
                    "world": world, "generation": generation, "event": event,
-                   "reason": reason})
+                   "reason": reason, "t": time.time()})
 
     def _run(self) -> None:
         if self._reach():
@@ -168,15 +172,17 @@ class SupervisorLink:
         counts = None
         while not self._stop.wait(aligned(step)):
             now = time.monotonic()
-            traffic = {name: w._traffic() for name, w in list(self.worlds.items())}
+            worlds = list(self.worlds.items())
+            traffic = {name: w._traffic() for name, w in worlds}
             seen = {name: t[:3] for name, t in traffic.items()}
             if seen != counts:
                 counts, moved_at = seen, now
             if not beat_due(now, sent_at, moved_at, self._interval, step):
                 continue
             sent_at = now
+            firsts = {name: first for name, w in worlds if (first := w._first()) is not None}
             self.send({"verb": "heartbeat", "process": self._process, "pid": os.getpid(),
-                       "t": now, "traffic": traffic})
+                       "t": now, "traffic": traffic, "first_calls": firsts})
             if self._sock is None:
                 return  # the supervisor went away: the job's worlds do not need it
 

@@ -36,7 +36,7 @@ class Work:
         """
         self._world._wait(self._work, self._generation, self._p2p, timeout)
         if self._nbytes is not None:
-            self._world._count(self._nbytes)
+            self._world._count(self._nbytes, self._generation)
             self._nbytes = None
         return True
 

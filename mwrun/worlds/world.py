@@ -59,6 +59,7 @@ class World(Calls):
         self._broke_at = -1  # the last generation this member saw break
         self._calls = self._bytes = self._failures = 0  # traffic, see calls.py
         self._last_call = 0.0
+        self._first_call = (-1, 0.0)  # (generation, wall clock): its first completed call
         self._device = torch.device("cpu") if self.backend == "gloo" else torch.device("cuda", 0)
 
     # -- what users read -----------------------------------------------------------------

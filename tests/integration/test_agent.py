@@ -123,6 +123,21 @@ def test_hello_spawn_output_and_exit_code(link):
     assert shown[2] == "env w0"
 
 
+def test_the_agent_tells_its_clock_and_when_its_processes_started_and_ended(link):
+    """What the head's phases of a fault need (head/clocks.py, head/faults.py): the
+    agent answers a clock frame at once, and stamps starts and exits with its clock."""
+    link.expect("hello")
+    before = time.time()
+    link.send("clock", sent=12.5)
+    answer = link.expect("clock")
+    assert answer["sent"] == 12.5 and before <= answer["at"] <= time.time()
+    link.send("spawn", name="w0", argv=[sys.executable, "-c", CHILD, "0", "0"],
+              env={"MWRUN_TEST": "w0"}, cwd="/", cpus=None)
+    spawned_t = link.expect("spawned", name="w0")["t"]
+    exited = link.expect("exited", name="w0")
+    assert before <= spawned_t <= exited["t"] <= time.time()
+
+
 def test_a_command_that_cannot_start_is_reported(link):
     link.send("spawn", name="bad", argv=["/nonexistent/python"], env={}, cwd="/", cpus=None)
     failed = link.expect("failed", name="bad")

@@ -14,6 +14,7 @@ import pytest
 from mwrun.errors import RunError
 from mwrun.head import remote
 from mwrun.head.control import request
+from mwrun.schema import Phase
 from tests.helpers import BIN
 from tests.integration import testbed
 from tests.integration.jobs import cli, expect, launch, proc_state, status, wait_for, wait_status
@@ -129,6 +130,28 @@ def test_a_star_across_two_ssh_hosts_survives_a_remote_kill(procs, home, tmp_pat
         for node in (n1, n2):  # nothing of the job is left on either host
             wait_for(lambda node=node: not node.leftovers(), timeout=10, what="a clean node")
         assert not agent_folder.exists()  # nor any file of its agent's
+
+
+def test_a_remote_fault_is_timed_with_its_agents_clock(procs, home, tmp_path):
+    """The phases of a remote worker's fault (head/faults.py): its exit as its agent saw
+    it (corrected by the offset measured at connect), in order with the head's own."""
+    with testbed.nodes(tmp_path, [True]) as (n1,):
+        topology = star_topology(tmp_path, n1.head_addr, [n1], restart="on-failure",
+                                 restart_backoff=0.2)
+        job = launch(procs, home, topology, "--run-id", "remote")
+        expect(job, "leader", "recv", world="world1", timeout=60)
+        cli(home, "kill-world", "world1", "--rank", "1", check=True)
+        doc = wait_status(home, lambda d: (f := d["worlds"][0]["last_fault"]) is not None
+                          and not f["open"], "the fault closed by its first call", timeout=60)
+        fault = doc["worlds"][0]["last_fault"]
+        assert fault["process"] == "worker-1" and fault["signal"] == "SIGKILL"
+        cli(home, "stop", "remote", check=True)
+        assert job.wait() == 0
+    history = (home / "runs" / "remote" / "history.jsonl").read_text().splitlines()
+    [record] = [r for line in history if (r := json.loads(line)).get("event") == "fault"]
+    times = list(record["phases"].values())
+    assert list(record["phases"]) == [p.value for p in Phase]
+    assert None not in times and times == sorted(times), record
 
 
 @pytest.mark.parametrize("victim", ["head", "agent"])

@@ -12,10 +12,10 @@ GOOD = {
     "stop": {},
     "kill_world": {"world": "world1", "rank": 1, "signal": "KILL"},
     "hello": {"process": "leader", "pid": 42, "interval": 1.0},
-    "heartbeat": {"process": "leader", "pid": 42},
+    "heartbeat": {"process": "leader", "pid": 42, "first_calls": {"world1": [1, 1.8e9]}},
     "bye": {"process": "leader", "pid": 42},
     "world": {"process": "leader", "pid": 42, "world": "world1", "generation": 0,
-              "event": "ready", "reason": ""},
+              "event": "ready", "reason": "", "t": 1.8e9},
 }
 WRONG = [["x"], {"a": 1}, None, True, 1.5, "", -3, float("nan"), 10**30]
 
@@ -25,7 +25,7 @@ class Recorder:
 
     def __init__(self):
         self.calls = []
-        self.supervisor = self
+        self.supervisor = self.faults = self
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: self.calls.append((name, args)) or []
@@ -103,3 +103,18 @@ def test_a_well_formed_relayed_heartbeat_reaches_the_supervisor():
     loop = Recorder()
     control.relayed(loop, {"verb": "heartbeat", "process": "leader", "pid": 42})
     assert loop.calls == [("on_heartbeat", ("leader", 42))]
+
+
+def test_the_times_a_member_tells_reach_the_faults_on_the_heads_clock():
+    """A world's first call in a generation (heartbeat) and a member's join (world
+    event) are the phases the library tells (head/faults.py)."""
+    loop = Recorder()
+    control.serve(loop, json.dumps({"verb": "heartbeat", **GOOD["heartbeat"]}).encode())
+    control.serve(loop, json.dumps({"verb": "world", **GOOD["world"]}).encode())
+    names = [name for name, _ in loop.calls]
+    assert names == ["on_heartbeat", "host_time", "first_call", "host_time", "joined",
+                     "on_world_event"]
+    assert loop.calls[1] == ("host_time", ("leader", 1.8e9))
+    assert loop.calls[2][1][:2] == ("world1", 1)
+    bad = {**GOOD["heartbeat"], "first_calls": {"world1": [1, "soon"]}}
+    assert requests.problem({"verb": "heartbeat", **bad}) is not None

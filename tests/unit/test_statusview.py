@@ -56,3 +56,23 @@ def test_watch_draws_over_the_last_frame_on_a_terminal_and_plain_lines_when_pipe
                                 env={"MWRUN_HOME": str(tmp_path)})
     assert result.exit_code == 0 and "\033" not in result.output
     assert result.output.startswith("run r (star): finished")
+
+
+def test_the_last_fault_of_each_world_shows_its_phases_after_the_first_known():
+    fault = {"generation": 0, "process": "worker-0", "signal": "SIGKILL", "open": False,
+             "cause": "worker-0 was killed by SIGKILL", "at": 150.0,
+             "phases": {"t_fault": 0.0, "exit_seen": 0.0012, "survivors_told": 0.003,
+                        "restarted": 0.051, "reformed": 0.062, "first_call": 1.5}}
+    lost = {**fault, "process": "worker-1", "signal": None, "open": True,
+            "phases": {**fault["phases"], "t_fault": None, "exit_seen": 0.0,
+                       "reformed": None, "first_call": None}}
+    doc = {**DOC, "worlds": [{**WORLD, "last_fault": fault},
+                             {**WORLD, "name": "world2", "last_fault": lost},
+                             {**WORLD, "name": "world3", "last_fault": None}]}
+    text = render(doc, live=True, now=200.0)
+    assert "  world1 generation 0 (worker-0, SIGKILL): exit_seen +1 ms, survivors_told" \
+        " +3 ms, restarted +51 ms, reformed +62 ms, first_call +1.50 s" in text
+    assert "  world2 generation 0 (worker-1) (open): t_fault -, exit_seen +0 ms," \
+        " survivors_told +3 ms, restarted +51 ms, reformed -, first_call -" in text
+    assert "world3 generation" not in text
+    assert "last fault" not in render(DOC, live=True, now=200.0)

@@ -1,0 +1,187 @@
+"""The phases of a fault (head/faults.py), from the real supervisor's events on a fake
+host and a fake clock, with what the library tells (joins, first calls) scripted."""
+
+import signal
+
+from mwrun.head.clocks import Offset
+from mwrun.head.faults import Faults
+from mwrun.schema import Event as E
+from mwrun.schema import Phase
+from tests.unit.test_supervisor import FakeHost, join_all, make
+
+PHASES = [p.value for p in Phase]
+
+
+def tracked():
+    """A supervisor whose faults are tracked: (sup, host, faults, written records)."""
+    host, written = FakeHost(), []
+    box = {}
+    faults = Faults({"leader": ["world1", "world2"], "worker-0": ["world1"],
+                     "worker-1": ["world2"]},
+                    {"world1": ["leader", "worker-0"], "world2": ["leader", "worker-1"]},
+                    lambda w: box["sup"].worlds[w].generation, written.append, host.wall)
+    sup, _ = make(host=host, subscribers=(faults,))
+    box["sup"] = sup
+    join_all(sup)
+    return sup, host, faults, written
+
+
+def rejoin(sup, host, faults, world="world1", members=("leader", "worker-0")):
+    """Every member joins the world's next generation, one 10 ms after the other, and
+    says so (the library's "ready", stamped with its own time)."""
+    generation = sup.worlds[world].generation
+    for name in members:
+        host.t += 0.01
+        faults.joined(world, generation, host.wall())
+        sup.on_world_event(name, sup.procs[name].pid, world, generation, "ready")
+    return generation
+
+
+def test_a_drill_is_timed_from_the_signal_through_the_first_call():
+    sup, host, faults, written = tracked()
+    t0 = host.wall()
+    sup.kill_world("world1", None, signal.SIGKILL)
+    host.t += 0.002
+    sup.on_exit("worker-0", -9)  # seen 2 ms later; the break is written at once
+    host.t += 0.05
+    sup.on_tick()  # restarted 50 ms later
+    generation = rejoin(sup, host, faults)
+    assert written == []  # open until its first call
+    shown = faults.last_fault("world1")
+    assert shown["open"] and shown["at"] == round(t0, 4)
+    assert shown["phases"]["exit_seen"] == 0.002 and shown["phases"]["first_call"] is None
+    faults.first_call("world1", generation, host.wall() + 0.005)
+    [record] = written
+    assert record["event"] == E.FAULT and record["world"] == "world1"
+    assert record["generation"] == 0 and record["process"] == "worker-0"
+    assert record["signal"] == "SIGKILL" and "worker-0 was killed by SIGKILL" in record["cause"]
+    phases = record["phases"]
+    assert list(phases) == PHASES
+    assert phases["t_fault"] == round(t0, 4)
+    assert phases["exit_seen"] == phases["survivors_told"] == round(t0 + 0.002, 4)
+    assert phases["restarted"] == round(t0 + 0.052, 4)
+    assert phases["reformed"] == round(t0 + 0.072, 4)  # the last member's join
+    assert phases["first_call"] == round(t0 + 0.077, 4)
+    assert not faults.last_fault("world1")["open"]
+    assert faults.last_fault("world2") is None  # world2 never broke
+
+
+def test_a_crash_nobody_signalled_starts_when_its_exit_is_seen():
+    sup, host, faults, _written = tracked()
+    host.t += 1.0
+    sup.on_exit("worker-1", -11)
+    fault = faults.last_fault("world2")
+    assert fault["signal"] == "SIGSEGV" and fault["process"] == "worker-1"
+    assert fault["phases"]["t_fault"] == 0.0 and fault["phases"]["exit_seen"] == 0.0
+    assert fault["at"] == round(host.wall(), 4)
+
+
+def test_an_exit_seen_by_a_remote_agent_keeps_the_agents_time():
+    sup, host, faults, _written = tracked()
+    sup.on_exit("worker-0", 1, at=host.wall() - 0.003)  # the agent saw it 3 ms before
+    phases = faults.last_fault("world1")["phases"]
+    assert phases == {**phases, "t_fault": 0.0, "exit_seen": 0.0, "survivors_told": 0.003}
+
+
+def test_a_lost_host_has_no_time_of_fault():
+    sup, host, faults, _written = tracked()
+    sup.on_exit("worker-0", None, lost="host h1 lost")
+    fault = faults.last_fault("world1")
+    assert fault["phases"]["t_fault"] is None and fault["phases"]["exit_seen"] == 0.0
+    assert fault["at"] == round(host.wall(), 4)
+    assert fault["cause"] == "worker-0 failed: host h1 lost"
+
+
+def test_a_death_while_the_world_is_broken_spends_its_next_generation():
+    """A member dies while its peer is still to restart: no break is said (the world
+    is broken already), but the generation opened for their return is spent."""
+    sup, host, faults, written = tracked()
+    sup.on_exit("worker-0", -9)
+    host.t += 0.1
+    sup.on_exit("leader", -9)  # world1 still broken: worker-0 restarts only at the tick
+    first = next(r for r in written if r["world"] == "world1")
+    assert first["phases"]["restarted"] is None and first["process"] == "worker-0"
+    second = faults.last_fault("world1")
+    assert second["generation"] == 1 and second["process"] == "leader"
+    assert second["phases"]["exit_seen"] == 0.0 and second["open"]
+    assert faults.last_fault("world2")["generation"] == 0  # a break said for world2
+
+
+def test_a_second_break_before_the_re_form_closes_the_first_with_nulls():
+    sup, host, faults, written = tracked()
+    sup.on_exit("worker-0", -9)
+    sup.on_tick()  # restarted
+    host.t += 0.5
+    sup.on_exit("worker-0", 1)  # dies again before the world re-formed
+    [first] = written
+    assert first["generation"] == 0 and first["phases"]["restarted"] is not None
+    assert first["phases"]["reformed"] is None and first["phases"]["first_call"] is None
+    second = faults.last_fault("world1")
+    assert second["open"] and second["generation"] == 1 and second["signal"] is None
+    assert second["cause"] == "worker-0 exited with code 1"
+    host.t += 2.0
+    sup.on_tick()
+    generation = rejoin(sup, host, faults)
+    assert generation == 2
+    faults.first_call("world1", generation, host.wall())
+    assert [r["generation"] for r in written] == [0, 1]
+    assert all(v is not None for v in written[1]["phases"].values())
+
+
+def test_a_hang_is_timed_from_its_kill_and_a_stop_closes_what_is_open():
+    sup, host, faults, written = tracked()
+    sup._hang(sup.procs["worker-1"], "silent for 90s")
+    t_kill = host.wall()
+    host.t += 0.01
+    sup.on_exit("worker-1", -9)
+    assert faults.last_fault("world2")["at"] == round(t_kill, 4)
+    assert faults.last_fault("world2")["phases"]["exit_seen"] == 0.01
+    sup.request_stop()
+    [record] = written
+    assert record["world"] == "world2" and record["phases"]["reformed"] is None
+    for name, rec in sup.procs.items():
+        if rec.state.alive:
+            sup.on_exit(name, -15)
+    assert len(written) == 1  # exits of the stop are no faults
+
+
+def test_a_member_that_saw_the_break_first_is_a_fault_of_no_known_process():
+    sup, host, faults, _written = tracked()
+    leader = sup.procs["leader"]
+    faults.broken("world1", 0, host.wall() - 0.004)  # written to the store 4 ms before
+    sup.on_world_event("leader", leader.pid, "world1", 0, "broken", "a call timed out")
+    fault = faults.last_fault("world1")
+    assert fault["process"] is None and fault["cause"] == "a call timed out"
+    assert fault["phases"]["t_fault"] is None and fault["phases"]["survivors_told"] == 0.0
+
+
+def test_a_first_call_heard_before_the_re_form_waits_for_it():
+    sup, host, faults, written = tracked()
+    sup.on_exit("worker-0", -9)
+    sup.on_tick()
+    faults.first_call("world1", 1, host.wall() + 0.05)  # a beat overtook a "ready"
+    rejoin(sup, host, faults)
+    [record] = written
+    assert record["phases"]["first_call"] == round(host.wall() + 0.03, 4)
+
+
+def test_the_clock_offset_keeps_the_shortest_round_trip():
+    offset = Offset()
+    offset.add(100.0, 105.2, 100.4)  # the agent 5 s ahead, measured in a 0.4 s trip
+    offset.add(101.0, 106.01, 101.02)  # a 20 ms trip: the better measurement
+    offset.add(102.0, 150.0, 103.0)  # a slow trip is ignored
+    assert round(offset.offset, 6) == 5.0 and offset.wanted
+    assert round(offset.to_head(206.0), 6) == 201.0
+
+
+def test_a_stop_drill_is_timed_from_the_stop_not_the_hang_kill_it_led_to():
+    sup, host, faults, _written = tracked()
+    sup.kill_world("world1", 1, signal.SIGSTOP)
+    t_stop = host.wall()
+    host.t += 90.0
+    sup._hang(sup.procs["worker-0"], "stopped for 90s")
+    host.t += 0.01
+    sup.on_exit("worker-0", -9)
+    fault = faults.last_fault("world1")
+    assert fault["signal"] == "SIGSTOP" and fault["at"] == round(t_stop, 4)
+    assert fault["phases"]["exit_seen"] == 90.01
