@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mwrun.cli import pace
 from mwrun.cli.timeline import Timeline, summary
 from mwrun.errors import MwrunError, UsageError
 from mwrun.schema import Event as E
@@ -78,13 +79,21 @@ def draw(tl: Timeline, out: Path) -> list[str]:
 
 def _lane(ax, tl: Timeline, world: str) -> None:
     t0 = tl.start
-    points = tl.samples[world]
-    xs = [t - t0 for t, _, _ in points]
-    ys = [c for _, c, _ in points]
-    top = max(ys, default=0) or 1.0
-    if points:
-        ax.plot(xs, ys, drawstyle="steps-pre", color="#1f77b4", linewidth=1.2)
-        ax.fill_between(xs, ys, step="pre", color="#1f77b4", alpha=0.15)
+    if tl.counts.get(world):  # calls/s from the counts: 0 inside every down span
+        edges, ys = pace.steps(tl.counts[world], tl.downs(world))
+        xs = [t - t0 for t in edges]
+        top = max(ys, default=0) or 1.0
+        if ys:
+            ax.stairs(ys, xs, color="#1f77b4", linewidth=1.2)
+            ax.stairs(ys, xs, fill=True, color="#1f77b4", alpha=0.15)
+    else:  # an older history: its one-second rate samples
+        points = tl.samples[world]
+        xs = [t - t0 for t, _, _ in points]
+        ys = [c for _, c, _ in points]
+        top = max(ys, default=0) or 1.0
+        if points:
+            ax.plot(xs, ys, drawstyle="steps-pre", color="#1f77b4", linewidth=1.2)
+            ax.fill_between(xs, ys, step="pre", color="#1f77b4", alpha=0.15)
     ax.set_ylim(0, top * 1.35)
     ax.set_xlim(0, max(tl.last - t0, 1.0))
     ax.set_ylabel(world, rotation=0, ha="right", va="center", fontsize=9)
@@ -97,13 +106,13 @@ def _lane(ax, tl: Timeline, world: str) -> None:
             colour, style, _ = MARKS[kind]
             ax.axvline(e["t"] - t0, color=colour, linestyle=style, linewidth=1)
     for f in (f for f in tl.faults if f.world == world):
-        a, b = f.start - t0, (f.end if f.end is not None else tl.last) - t0
+        a, b = f.start - t0, (f.back if f.back is not None else tl.last) - t0
         ax.axvspan(a, b, color="#d62728", alpha=0.15, linewidth=0)
         ax.annotate("", xy=(a, top * 1.15), xytext=(b, top * 1.15),
                     arrowprops={"arrowstyle": "<->", "color": "#d62728", "lw": 1})
         down = f.downtime(tl.last)
         label = f"down {down * 1000:.0f} ms" if down < 1 else f"down {down:.2f} s"
-        more = "" if f.end is not None else " (so far)" if tl.ended is None else ""
+        more = "" if f.back is not None else " (so far)" if tl.ended is None else ""
         ax.text((a + b) / 2, top * 1.2, label + more,
                 ha="center", va="bottom", fontsize=8, color="#d62728")
 
