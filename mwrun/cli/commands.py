@@ -19,6 +19,7 @@ Examples:
   mwrun launch configs/star.yaml
   mwrun status --watch
   mwrun kill-world world1
+  mwrun drill --every 10 --for 120
   mwrun logs worker-0 -f
   mwrun stop
   mwrun report -o drill.png
@@ -250,6 +251,7 @@ def kill_world(world, run, rank, sig):
     \b
     Examples:
       mwrun kill-world world1
+  mwrun drill --every 10 --for 120
       mwrun kill-world world1 --signal STOP      # a hang: declared hung after the timeout
       mwrun kill-world world2 --rank 0 --signal TERM
     """
@@ -266,6 +268,55 @@ def kill_world(world, run, rank, sig):
     for hit in reply["signalled"]:
         click.echo(f"sent SIG{sig.upper().removeprefix('SIG')} to {hit['process']}"
                    f" (pid {hit['pid']}, rank {hit['rank']} of {world})")
+
+
+@main.command()
+@run_arg
+@click.option("--every", type=_SECONDS, required=True, help="Mean seconds between faults.")
+@click.option("--for", "duration", type=_SECONDS, required=True, help="Seconds of drill.")
+@click.option("--worlds", help="Comma-separated worlds to fault (default: every world).")
+@click.option("--signal", "sig", default="KILL", show_default=True,
+              help="KILL (a crash), TERM, SEGV, or STOP (a hang).")
+@click.option("--seed", type=int, help="Makes the schedule repeatable.")
+def drill(run, every, duration, worlds, sig, seed):
+    """A chaos loop against RUN (default: the newest live run).
+
+    Measures each world's fault-free pace, then for --for seconds signals one member
+    of a random world at random times (mean interval --every), only members that
+    belong to no other world, as kill-world does. Shows progress; at the end (and in
+    mwrun report) per world: its faults, each fault's phases, downtime median and max,
+    and the share of its own fault-free pace it kept. Ctrl-C ends the drill (never
+    the job) with the summary so far. Exit status 0 when every world came back after
+    every fault, 1 otherwise, 2 for bad usage.
+
+    \b
+    Examples:
+      mwrun drill --every 10 --for 120
+      mwrun drill demo --every 5 --for 60 --worlds world1,world2 --seed 7
+    """
+    from mwrun import runs
+    from mwrun.cli import drill as d
+    from mwrun.cli.drilling import Drill
+    from mwrun.errors import UsageError
+
+    if every <= 0 or duration <= 0:
+        raise UsageError("--every and --for must be more than 0 seconds")
+    if sig.upper().removeprefix("SIG") not in d.SIGNALS:
+        raise UsageError(f"--signal can be {', '.join(d.SIGNALS)}, not {sig}")
+    sig = sig.upper().removeprefix("SIG")
+    only = [w.strip() for w in worlds.split(",") if w.strip()] if worlds else None
+    try:
+        run_id, state = runs.find(run, warn=_warn)
+        _require_live(run_id, state)
+        doc = runs.request(state["control"], {"verb": "status"})["status"]
+    except RunError as exc:
+        raise UsageError(str(exc)) from None
+    shots = d.schedule(seed, every, duration, d.targets(doc, only))
+    settings = {"every": every, "for": duration, "signal": sig, "seed": seed,
+                "worlds": only}
+    _, code = Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
+                    say=lambda text: click.echo(text, nl=False)).run()
+    sys.exit(code)
 
 
 def _require_live(run_id: str, state: dict) -> None:

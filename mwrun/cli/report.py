@@ -43,7 +43,7 @@ def draw(tl: Timeline, out: Path) -> list[str]:
         raise UsageError(f"{out}: the picture can be {', '.join(FORMATS)}, not"
                          f" {out.suffix or 'a file without a suffix'}")
     plt = pyplot()
-    lines = summary(tl)
+    lines = summary(tl) + drills(tl)
     lanes = list(tl.worlds)
     text_height = 0.16 * len(lines) + 0.3
     lane = 1.5 if len(lanes) <= 4 else 0.75  # many worlds: thinner lanes, one picture
@@ -75,6 +75,20 @@ def draw(tl: Timeline, out: Path) -> list[str]:
     finally:
         plt.close(fig)
     return lines
+
+
+def drills(tl: Timeline) -> list[str]:
+    """The summary of each ``mwrun drill`` the history recorded."""
+    from mwrun.cli.drill import lines
+
+    found = []
+    for e in tl.events:
+        if e["event"] == E.DRILL:
+            try:
+                found += lines(e)
+            except (KeyError, TypeError, AttributeError):  # not a record this mwrun wrote
+                found.append("note: a drill record could not be read")
+    return found
 
 
 def _lane(ax, tl: Timeline, world: str) -> None:

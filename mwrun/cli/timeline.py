@@ -73,15 +73,22 @@ class Timeline:
     faults: list[Fault] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ended: str | None = None  # finished | failed; None: live, or the history was cut short
+    down_spans: dict[str, pc.Spans] = field(default_factory=dict, repr=False)  # see downs
 
     @property
     def traffic(self) -> bool:
         return any(s for s in self.samples.values())
 
     def downs(self, world: str) -> pc.Spans:
-        """When ``world`` was down: each fault from its start until it was back."""
-        return [(f.start, f.back if f.back is not None else self.last)
+        """When ``world`` was down: until it first formed, then each fault from its
+        start until it was back."""
+        if world not in self.down_spans:  # asked per window: worked out once per world
+            formed = next((e["t"] for e in self.events
+                           if e["event"] == E.FORM and e.get("world") == world), self.last)
+            self.down_spans[world] = [(self.start, formed)] + [
+                (f.start, f.back if f.back is not None else self.last)
                 for f in self.faults if f.world == world]
+        return self.down_spans[world]
 
 
 def load(run_dir: Path, run_id: str) -> tuple[list[dict], list[str]]:
@@ -221,16 +228,20 @@ def _drill_before(tl: Timeline, world: str, broke: float, since: float) -> dict 
 
 
 def pace(tl: Timeline, world: str, a: float, b: float) -> tuple[float, float | None] | None:
-    """(calls/s, bytes/s) over [a, b]: calls from the world's counts over the exact
-    window (pace.py), bytes (which the history keeps as rates only) from its rate
-    samples, None where none covers the window. Without counts (an older history), both
-    from the rate samples. None when nothing covers the window."""
+    """(calls/s, bytes/s) over [a, b] (b no later than the last count). Calls from
+    the world's counts over the exact window (pace.py); bytes at that pace by the
+    bytes per call of its rate samples (the history keeps bytes as rates only).
+    Without counts (an older history), both from the rate samples. None when nothing
+    covers the window."""
     if tl.counts.get(world):
-        calls = pc.pace(tl.counts[world], tl.downs(world), a, b)
+        known = tl.counts[world][-1][0]  # a live run's counts lag its last record a little
+        calls = pc.pace(tl.counts[world], tl.downs(world), a, min(b, known))
         if calls is None:
             return None
         rates = mean_rate(tl, world, a, b)
-        return calls, rates[1] if rates is not None else None
+        if rates is None or rates[0] <= 0:  # bytes per call unknown
+            return calls, 0.0 if calls == 0 else None
+        return calls, rates[1] / rates[0] * calls  # the rates' bytes per call, at this pace
     return mean_rate(tl, world, a, b)
 
 
