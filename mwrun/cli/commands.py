@@ -10,7 +10,7 @@ import click
 
 from mwrun import __version__
 from mwrun.errors import MwrunError, RunError, TopologyError
-from mwrun.schema import FINAL, LOGS, REPORT, log_name
+from mwrun.schema import FINAL, LOGS, log_name
 
 EPILOG = """\b
 Examples:
@@ -281,42 +281,19 @@ def kill_world(world, run, rank, sig):
 def drill(run, every, duration, worlds, sig, seed):
     """A chaos loop against RUN (default: the newest live run).
 
-    Measures each world's fault-free pace, then for --for seconds signals one member
-    of a random world at random times (mean interval --every), only members that
-    belong to no other world, as kill-world does. Shows progress; at the end (and in
-    mwrun report) per world: its faults, each fault's phases, downtime median and max,
-    and the share of its own fault-free pace it kept. Ctrl-C ends the drill (never
-    the job) with the summary so far. Exit status 0 when every world came back after
-    every fault, 1 otherwise, 2 for bad usage.
+    Measures each world's fault-free pace, then for --for seconds signals a member
+    of a random world at random times (mean interval --every), only members in no
+    other world, as kill-world does. At the end (and in mwrun report), per world: its
+    faults and their phases, downtime median and max, and the share of its own
+    fault-free pace it kept. Ctrl-C ends the drill, never the job. Exit status 0 when
+    every world came back after every fault, 1 otherwise, 2 for bad usage.
 
-    \b
-    Examples:
-      mwrun drill --every 10 --for 120
-      mwrun drill demo --every 5 --for 60 --worlds world1,world2 --seed 7
+    Example: mwrun drill demo --every 5 --for 60 --worlds world1,world2 --seed 7
     """
-    from mwrun import runs
-    from mwrun.cli import drill as d
-    from mwrun.cli.drilling import Drill
-    from mwrun.errors import UsageError
+    from mwrun.cli import drilling
 
-    if every <= 0 or duration <= 0:
-        raise UsageError("--every and --for must be more than 0 seconds")
-    if sig.upper().removeprefix("SIG") not in d.SIGNALS:
-        raise UsageError(f"--signal can be {', '.join(d.SIGNALS)}, not {sig}")
-    sig = sig.upper().removeprefix("SIG")
-    only = [w.strip() for w in worlds.split(",") if w.strip()] if worlds else None
-    try:
-        run_id, state = runs.find(run, warn=_warn)
-        _require_live(run_id, state)
-        doc = runs.request(state["control"], {"verb": "status"})["status"]
-    except RunError as exc:
-        raise UsageError(str(exc)) from None
-    shots = d.schedule(seed, every, duration, d.targets(doc, only))
-    settings = {"every": every, "for": duration, "signal": sig, "seed": seed,
-                "worlds": only}
-    _, code = Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
-                    say=lambda text: click.echo(text, nl=False)).run()
-    sys.exit(code)
+    sys.exit(drilling.start(run, every, duration, worlds, sig, seed, warn=_warn,
+                            say=lambda text: click.echo(text, nl=False)))
 
 
 def _require_live(run_id: str, state: dict) -> None:
@@ -388,37 +365,18 @@ def report(run, output):
     One lane per world with its calls/s over time; kills, breaks, restarts and
     re-forms marked; each broken world's downtime shaded and measured. The summary
     (printed, and under the picture) gives per world its breaks, its downtime, and
-    its pace before, during and after each fault. Works on a live run too. Needs
-    matplotlib: pip install 'mwrun[report]'.
+    its pace before, during and after each fault, and each drill's summary. Works on
+    a live run too. Needs matplotlib: pip install 'mwrun[report]'.
 
     \b
     Examples:
       mwrun report
       mwrun report star-20261122-101500 -o drill.png
     """
-    from pathlib import Path
+    from mwrun.cli import report as drawing
 
-    from mwrun import runs
-    from mwrun.cli import timeline
-    from mwrun.cli.report import draw
-
-    run_id = run or _newest_run()
-    runs.find(run_id)  # a clear error for a run that is not there
-    records, notes = timeline.load(runs.run_path(run_id), run_id)
-    tl = timeline.build(records, notes, run_id)
-    out = Path(output) if output else runs.run_path(run_id) / REPORT
-    for line in draw(tl, out):
+    for line in drawing.report(run, output):
         click.echo(line)
-    click.echo(f"picture: {out}")
-
-
-def _newest_run() -> str:
-    from mwrun import runs
-
-    found = runs.all_runs()
-    if not found:
-        raise RunError(f"no runs under {runs.runs_root()}")
-    return found[0][0]
 
 
 if __name__ == "__main__":  # pragma: no cover

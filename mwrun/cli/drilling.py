@@ -10,6 +10,7 @@ faults. Ctrl-C ends the drill, never the job: the summary so far is still given.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,12 +18,36 @@ from pathlib import Path
 from mwrun import runs
 from mwrun.cli import drill as d
 from mwrun.cli import timeline
-from mwrun.errors import RunError
+from mwrun.errors import RunError, UsageError
 
 POLL = 0.1  # seconds between looks at the clock while waiting for the next fault
 SHOW_EVERY = 1.0  # seconds between progress updates (each reads the history)
 BASELINE_WAIT = 60.0  # seconds the drill waits for BASELINE_MIN of fault-free pace
 RECOVER_WAIT = 30.0  # seconds after the drill for its last faults to recover
+
+
+def start(run: str | None, every: float, duration: float, worlds: str | None, sig: str,
+          seed: int | None, *, warn, say) -> int:
+    """The command line's drill: checked arguments, the schedule, the drill; its exit
+    status. Every mistake (numbers, signal, world, no live run) is one UsageError."""
+    if every <= 0 or duration <= 0:
+        raise UsageError("--every and --for must be more than 0 seconds")
+    sig = sig.upper().removeprefix("SIG")
+    if sig not in d.SIGNALS:
+        raise UsageError(f"--signal can be {', '.join(d.SIGNALS)}, not {sig}")
+    only = [w.strip() for w in worlds.split(",") if w.strip()] if worlds else None
+    try:
+        run_id, state = runs.find(run, warn=warn)
+        if not runs.is_live(state):
+            raise RunError(f"run {run_id} is not running (it is {state.get('state')})")
+        doc = runs.request(state["control"], {"verb": "status"})["status"]
+    except RunError as exc:
+        raise UsageError(str(exc)) from None
+    shots = d.schedule(seed, every, duration, d.targets(doc, only))
+    settings = {"every": every, "for": duration, "signal": sig, "seed": seed, "worlds": only}
+    _, code = Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
+                    say=say).run()
+    return code
 
 
 class Drill:

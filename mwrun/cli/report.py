@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mwrun.cli import pace
+from mwrun import runs
+from mwrun.cli import pace, timeline
 from mwrun.cli.timeline import Timeline, summary
-from mwrun.errors import MwrunError, UsageError
+from mwrun.errors import MwrunError, RunError, UsageError
+from mwrun.schema import REPORT
 from mwrun.schema import Event as E
 
 FORMATS = (".png", ".svg", ".pdf")
@@ -22,6 +24,19 @@ MARKS = {  # event -> (colour, line style, legend label)
     "restart": ("#ff7f0e", ":", "restart"),
     "form": ("#2ca02c", "-", "re-form"),
 }
+
+
+def report(run: str | None, output: str | None) -> list[str]:
+    """``mwrun report``: draw RUN (default: the newest run); the lines to print."""
+    if run is None:
+        found = runs.all_runs()
+        if not found:
+            raise RunError(f"no runs under {runs.runs_root()}")
+        run = found[0][0]
+    runs.find(run)  # a clear error for a run that is not there
+    tl = timeline.build(*timeline.load(runs.run_path(run), run), run)
+    out = Path(output) if output else runs.run_path(run) / REPORT
+    return [*draw(tl, out), f"picture: {out}"]
 
 
 def pyplot():

@@ -11,6 +11,7 @@ GOOD = {
     "status": {},
     "stop": {},
     "kill_world": {"world": "world1", "rank": 1, "signal": "KILL"},
+    "drill": {"summary": {"worlds": {"world1": {"faults": 1}}, "kept_others": 0.99}},
     "hello": {"process": "leader", "pid": 42, "interval": 1.0},
     "heartbeat": {"process": "leader", "pid": 42},
     "bye": {"process": "leader", "pid": 42},
@@ -26,6 +27,7 @@ class Recorder:
     def __init__(self):
         self.calls = []
         self.supervisor = self
+        self.history = self
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: self.calls.append((name, args)) or []
@@ -103,3 +105,9 @@ def test_a_well_formed_relayed_heartbeat_reaches_the_supervisor():
     loop = Recorder()
     control.relayed(loop, {"verb": "heartbeat", "process": "leader", "pid": 42})
     assert loop.calls == [("on_heartbeat", ("leader", 42))]
+
+
+def test_a_drill_summary_must_be_a_bounded_object_that_keeps_the_records_meaning():
+    for summary in ({"t": 1.0}, {"event": "stop"}, {"x": "y" * requests.MAX_SUMMARY}):
+        assert "'summary'" in requests.problem({"verb": "drill", "summary": summary})
+    assert requests.problem({"verb": "drill", "summary": {"kept": float("nan")}})
