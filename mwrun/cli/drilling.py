@@ -44,7 +44,7 @@ def start(run: str | None, every: float, duration: float, worlds: str | None, si
     except RunError as exc:
         raise UsageError(str(exc)) from None
     shots = d.schedule(seed, every, duration, d.targets(doc, only))
-    settings = {"every": every, "for": duration, "signal": sig, "seed": seed, "worlds": only}
+    settings = {"every": every, "for": duration, "signal": sig, "seed": seed, "targets": only}
     _, code = Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
                     say=say).run()
     return code
@@ -57,7 +57,7 @@ class Drill:
         self.run_id = run_id
         self.control = control
         self.shots = shots
-        self.settings = settings  # every, for, signal, seed, worlds: into the record
+        self.settings = settings  # every, for, signal, seed, targets: into the record
         self.say = say
         self.tty = tty
         self.clock = clock

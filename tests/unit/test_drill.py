@@ -121,7 +121,7 @@ def test_ctrl_c_ends_the_drill_with_the_summary_so_far(tmp_path):
 
     said = []
     drill = Drill("r", "sock", [d.Shot(5.0, "world1", "worker-0", 1)],
-                  {"every": 5.0, "for": 10.0, "signal": "KILL", "seed": 1, "worlds": None},
+                  {"every": 5.0, "for": 10.0, "signal": "KILL", "seed": 1, "targets": None},
                   say=said.append, tty=False, clock=lambda: next(clock, 10.0),
                   sleep=sleep, ask=run.ask, run_dir=tmp_path)
     record, code = drill.run()
