@@ -224,8 +224,9 @@ def exit_status(record: dict) -> int:
     return 1 if record["not_recovered"] else 0
 
 
-def lines(record: dict) -> list[str]:
-    """The drill's summary in words (``mwrun drill`` at its end, and ``report``)."""
+def lines(record: dict, brief: bool = False) -> list[str]:
+    """The drill's summary in words (``mwrun drill`` at its end, and ``report``);
+    ``brief``: a line per world, without each fault's (under a picture)."""
     took = record["ended"] - record["started"]
     sent = sum(w["faults"] for w in record["worlds"].values())
     head = (f"drill: {sent} fault(s) (SIG{record.get('signal', 'KILL')}) in {took:.0f} s"
@@ -239,7 +240,7 @@ def lines(record: dict) -> list[str]:
         out.append(f"  {name}: {w['faults']} fault(s), down median {_secs(w['downtime_median'])}"
                    f" max {_secs(w['downtime_max'])}; kept {_pct(w['kept'])} of its pace"
                    f" ({_num(w['pace'])} of {_num(w['fault_free_pace'])} calls/s)")
-        for f in w["list"]:
+        for f in [] if brief else w["list"]:
             at = time.strftime("%H:%M:%S", time.localtime(f["sent"]))
             state = f"down {_secs(f['downtime'])}" if f["recovered"] else "NOT RECOVERED"
             out.append(f"    {at} {f['process']}: {state}"

@@ -10,6 +10,7 @@ faults. Ctrl-C ends the drill, never the job: the summary so far is still given.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from mwrun import runs
 from mwrun.cli import drill as d
 from mwrun.cli import timeline
 from mwrun.errors import RunError, UsageError
+from mwrun.schema import PLAN
 
 POLL = 0.1  # seconds between looks at the clock while waiting for the next fault
 SHOW_EVERY = 1.0  # seconds between progress updates (each reads the history)
@@ -46,14 +48,28 @@ def start(run: str | None, every: float, duration: float, worlds: str | None, si
     shots = d.schedule(seed, every, duration, d.targets(doc, only))
     settings = {"every": every, "for": duration, "signal": sig, "seed": seed, "targets": only}
     _, code = Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
-                    say=say).run()
+                    say=say, recover_wait=RECOVER_WAIT + _hang_wait(run_id, sig)).run()
     return code
+
+
+def _hang_wait(run_id: str, sig: str) -> float:
+    """A stopped member is a fault only once it is declared hung (after its
+    hang_timeout, then killed and restarted): a STOP drill waits that much longer for
+    its last faults. The plan as launched says the longest hang_timeout."""
+    if sig != "STOP":
+        return 0.0
+    try:
+        plan = json.loads((runs.run_path(run_id) / PLAN).read_text())
+        return max(float(p["hang_timeout"]) for p in plan["processes"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return 90.0  # the default hang_timeout (3 x the default timeout)
 
 
 class Drill:
     def __init__(self, run_id: str, control: str, shots: list[d.Shot], settings: dict, *,
                  say: Callable[[str], None], tty: bool, clock=time.time, sleep=time.sleep,
-                 ask=runs.request, run_dir: Path | None = None):
+                 ask=runs.request, run_dir: Path | None = None,
+                 recover_wait: float = RECOVER_WAIT):
         self.run_id = run_id
         self.control = control
         self.shots = shots
@@ -64,6 +80,7 @@ class Drill:
         self.sleep = sleep
         self.ask = ask
         self.run_dir = run_dir or runs.run_path(run_id)
+        self.recover_wait = recover_wait
         self.sent: list[d.Sent] = []
         self.window = d.Window(clock(), clock())
         self.shown_at = float("-inf")
@@ -127,7 +144,7 @@ class Drill:
 
     def _recover(self) -> None:
         """Wait for every fault sent to recover, and the counts to cover the drill."""
-        deadline = self.clock() + RECOVER_WAIT
+        deadline = self.clock() + self.recover_wait
         while self.clock() < deadline:
             tl = self.timeline()
             covered = all(p[-1][0] >= self.window.ended for p in tl.counts.values() if p)

@@ -53,12 +53,12 @@ def pyplot():
 
 def draw(tl: Timeline, out: Path) -> list[str]:
     """Write the picture of ``tl`` to ``out`` (format from its suffix); return the
-    summary it carries."""
+    summary it carries (each drill's in full: the picture has its lines per world)."""
     if out.suffix.lower() not in FORMATS:
         raise UsageError(f"{out}: the picture can be {', '.join(FORMATS)}, not"
                          f" {out.suffix or 'a file without a suffix'}")
     plt = pyplot()
-    lines = summary(tl) + drills(tl)
+    lines = summary(tl) + drills(tl, brief=True)
     lanes = list(tl.worlds)
     text_height = 0.16 * len(lines) + 0.3
     lane = 1.5 if len(lanes) <= 4 else 0.75  # many worlds: thinner lanes, one picture
@@ -89,10 +89,10 @@ def draw(tl: Timeline, out: Path) -> list[str]:
         raise MwrunError(f"cannot write {out}: {exc.strerror}") from None
     finally:
         plt.close(fig)
-    return lines
+    return summary(tl) + drills(tl)
 
 
-def drills(tl: Timeline) -> list[str]:
+def drills(tl: Timeline, brief: bool = False) -> list[str]:
     """The summary of each ``mwrun drill`` the history recorded."""
     from mwrun.cli.drill import lines
 
@@ -100,7 +100,7 @@ def drills(tl: Timeline) -> list[str]:
     for e in tl.events:
         if e["event"] == E.DRILL:
             try:
-                found += lines(e)
+                found += lines(e, brief)
             except (KeyError, TypeError, AttributeError):  # not a record this mwrun wrote
                 found.append("note: a drill record could not be read")
     return found

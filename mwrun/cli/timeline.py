@@ -20,6 +20,7 @@ from mwrun.terminal import size
 
 AROUND = 10.0  # seconds before and after a fault that "before" and "after" average over
 KILL_LEADS = 10.0  # a drill's signal this long before a break is taken as its cause
+MANY = 3  # faults of a world past which the summary gives each one line
 SPAN = 1.0  # seconds between a history's rate samples (SAMPLE_EVERY in head/history.py)
 
 
@@ -280,14 +281,22 @@ def summary(tl: Timeline) -> list[str]:
         down = sum(f.downtime(tl.last) for f in mine)
         lines.append(f"{world}: {sum(f.breaks for f in mine)} break(s), down {_secs(down)}"
                      " in all")
-        for f in mine:
-            lines += ["  " + line for line in _fault_lines(tl, f)]
+        for f in mine:  # many faults (a drill): a line each, the drill's summary says more
+            lines += ["  " + line for line in (_fault_lines(tl, f) if len(mine) <= MANY
+                                              else [_fault_line(tl, f)])]
     if len(calm) > 4:  # many worlds: one line for the unbroken ones
         paces = [p[0] for w in calm if (p := pace(tl, w, tl.start, tl.last))]
         other = " other" if tl.faults else ""
         lines.append(f"{len(calm)}{other} worlds: no breaks" + (
             f"; {min(paces):.1f} to {max(paces):.1f} calls/s on average" if paces else ""))
     return lines + [f"note: {n}" for n in tl.notes]
+
+
+def _fault_line(tl: Timeline, f: Fault) -> str:
+    at = time.strftime("%H:%M:%S", time.localtime(f.start)) + f"{f.start % 1:.3f}"[1:]
+    what = f"killed ({f.killed})" if f.kill is not None else f"broke ({f.reason})"
+    end = f"down {_secs(f.downtime(tl.last))}" if f.back is not None else f.outcome
+    return f"{at} {what}: {end}"
 
 
 def _fault_lines(tl: Timeline, f: Fault) -> list[str]:
