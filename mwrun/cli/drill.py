@@ -181,7 +181,7 @@ def summarize(tl: Timeline, sent: list[Sent], window: Window, settings: dict) ->
             "downtime_max": _r(max(downs, default=None)), "pace": _r(during),
             "fault_free_pace": _r(base.get(world)), "kept": _r(kept),
             "list": [{"process": o.sent.shot.process, "sent": round(o.sent.t, 4),
-                      "recovered": o.recovered,
+                      "recovered": o.recovered, "again": _again(o, mine),
                       "downtime": _r(o.fault.back - o.fault.start)
                       if o.fault is not None and o.fault.back is not None else None,
                       "phases": phases(o.fault) if o.fault is not None else None}
@@ -194,6 +194,13 @@ def summarize(tl: Timeline, sent: list[Sent], window: Window, settings: dict) ->
             "kept_others": _r(_others(tl, outcomes, base)),
             "skipped": [f"{s.shot.world}: {s.skipped}" for s in sent if s.skipped],
             "not_recovered": [_named(o) for o in outcomes if not o.recovered]}
+
+
+def _again(o: Outcome, mine: list[Outcome]) -> bool:
+    """Whether this fault hit a world still down from an earlier one of the drill (it
+    is then that fault's, with its downtime)."""
+    return o.fault is not None and any(
+        e.fault is o.fault for e in mine[:mine.index(o)])
 
 
 def _others(tl: Timeline, outcomes: list[Outcome], base: dict) -> float | None:
@@ -243,6 +250,7 @@ def lines(record: dict, brief: bool = False) -> list[str]:
         for f in [] if brief else w["list"]:
             at = time.strftime("%H:%M:%S", time.localtime(f["sent"]))
             state = f"down {_secs(f['downtime'])}" if f["recovered"] else "NOT RECOVERED"
+            state += " (hit again while down: the same outage)" if f.get("again") else ""
             out.append(f"    {at} {f['process']}: {state}"
                        + (f"; {phase_text(f['phases'])}" if f["phases"] else ""))
     out += [f"  skipped: {s}" for s in record["skipped"]]

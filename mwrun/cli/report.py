@@ -134,15 +134,21 @@ def _lane(ax, tl: Timeline, world: str) -> None:
         if kind is not None:
             colour, style, _ = MARKS[kind]
             ax.axvline(e["t"] - t0, color=colour, linestyle=style, linewidth=1)
+    near = 0.09 * max(tl.last - t0, 1.0)  # labels closer than this would overlap
+    placed = -near
+    high = True
     for f in (f for f in tl.faults if f.world == world):
         a, b = f.start - t0, (f.back if f.back is not None else tl.last) - t0
         ax.axvspan(a, b, color="#d62728", alpha=0.15, linewidth=0)
-        ax.annotate("", xy=(a, top * 1.15), xytext=(b, top * 1.15),
+        high = not high if a - placed < near else True  # close labels take turns
+        placed = a
+        y = top * (1.15 if high else 1.02)
+        ax.annotate("", xy=(a, y), xytext=(b, y),
                     arrowprops={"arrowstyle": "<->", "color": "#d62728", "lw": 1})
         down = f.downtime(tl.last)
         label = f"down {down * 1000:.0f} ms" if down < 1 else f"down {down:.2f} s"
         more = "" if f.back is not None else " (so far)" if tl.ended is None else ""
-        ax.text((a + b) / 2, top * 1.2, label + more,
+        ax.text((a + b) / 2, y + top * 0.05, label + more,
                 ha="center", va="bottom", fontsize=8, color="#d62728")
 
 

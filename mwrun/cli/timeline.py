@@ -20,7 +20,7 @@ from mwrun.terminal import size
 
 AROUND = 10.0  # seconds before and after a fault that "before" and "after" average over
 KILL_LEADS = 10.0  # a drill's signal this long before a break is taken as its cause
-MANY = 3  # faults of a world past which the summary gives each one line
+MANY = 4  # faults in a run past which the summary gives each one line (a drill's)
 SPAN = 1.0  # seconds between a history's rate samples (SAMPLE_EVERY in head/history.py)
 
 
@@ -281,8 +281,8 @@ def summary(tl: Timeline) -> list[str]:
         down = sum(f.downtime(tl.last) for f in mine)
         lines.append(f"{world}: {sum(f.breaks for f in mine)} break(s), down {_secs(down)}"
                      " in all")
-        for f in mine:  # many faults (a drill): a line each, the drill's summary says more
-            lines += ["  " + line for line in (_fault_lines(tl, f) if len(mine) <= MANY
+        for f in mine:  # many faults (a drill): a line each; its summary gives the pace
+            lines += ["  " + line for line in (_fault_lines(tl, f) if len(tl.faults) <= MANY
                                               else [_fault_line(tl, f)])]
     if len(calm) > 4:  # many worlds: one line for the unbroken ones
         paces = [p[0] for w in calm if (p := pace(tl, w, tl.start, tl.last))]

@@ -139,3 +139,13 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path):
         result = CliRunner().invoke(main, ["drill", *args], env=env)
         assert result.exit_code == 2, result.output
         assert result.output.count("\n") == 1 and says in result.output
+
+
+def test_a_fault_on_a_world_still_down_joins_that_outage():
+    tl = build(history(with_phases=True), [], "r")
+    again = d.Sent(d.Shot(6.0, "world1", "worker-0", 1), 11.5)  # the restarted one, again
+    record = d.summarize(tl, [*sent_at_kill(), again], d.Window(6.0, 21.0, {}), {})
+    w1 = record["worlds"]["world1"]
+    assert w1["faults"] == 2 and [f["again"] for f in w1["list"]] == [False, True]
+    assert w1["downtime_median"] == w1["downtime_max"] == pytest.approx(FIRST_CALL - KILL)
+    assert "(hit again while down: the same outage)" in "\n".join(d.lines(record))
