@@ -34,7 +34,9 @@ SIGNALS = ("KILL", "TERM", "SEGV", "STOP")
 BASELINE_MIN = 5.0  # seconds of fault-free pace the drill measures before its first fault
 BASELINE_MAX = 60.0  # at most this much of the history before the drill is the baseline
 ONE_SAMPLE = 1.0  # the history's counts come about once a second (SAMPLE_EVERY)
-SENT_SLACK = 0.5  # a fault's signal record may be stamped a little before the reply
+# The drill reads the clock before it asks for a fault, and the head stamps the signal
+# after, on the same machine's wall clock: a little slack all the same (a clock step).
+SENT_SLACK = 0.05
 
 
 @dataclass(frozen=True)
@@ -126,18 +128,23 @@ class Outcome:
 
 def match(tl: Timeline, sent: list[Sent]) -> list[Outcome]:
     """Each fault sent, with the break it caused: the same world's fault that was
-    down when it was sent (a fault on a world still down joins that fault) or the
-    first one that started after it, within KILL_LEADS."""
-    found = []
+    still down when it was sent (it joins that outage), else the nearest one that
+    started after it (within KILL_LEADS) and no earlier fault sent has claimed: two
+    faults a moment apart are two outages, never one counted twice."""
+    found: list[Outcome] = []
+    claimed: set[int] = set()
     for s in sent:
         if s.skipped is not None:
             continue
         mine = [f for f in tl.faults if f.world == s.shot.world]
-        fault = next((f for f in mine if f.start <= s.t - SENT_SLACK
+        fault = next((f for f in mine if f.start < s.t - SENT_SLACK
                       and (f.back is None or f.back >= s.t)), None)
         if fault is None:
-            fault = next((f for f in mine
-                          if s.t - SENT_SLACK <= f.start <= s.t + KILL_LEADS), None)
+            after = [f for f in mine if id(f) not in claimed
+                     and s.t - SENT_SLACK <= f.start <= s.t + KILL_LEADS]
+            fault = min(after, key=lambda f: abs(f.start - s.t), default=None)
+        if fault is not None:
+            claimed.add(id(fault))
         found.append(Outcome(s, fault))
     return found
 

@@ -111,7 +111,10 @@ def _lane(ax, tl: Timeline, world: str) -> None:
     if tl.counts.get(world):  # calls/s from the counts: 0 inside every down span
         edges, ys = pace.steps(tl.counts[world], tl.downs(world))
         xs = [t - t0 for t in edges]
-        top = max(ys, default=0) or 1.0
+        # The scale is the pace held for half a second or more: a blip (a beat's calls
+        # over the sliver of up time after a re-form) is drawn clipped, not as the scale.
+        held = [y for y, a, b in zip(ys, edges, edges[1:], strict=False) if b - a >= 0.5]
+        top = max(held or ys or [0]) or 1.0
         if ys:
             ax.stairs(ys, xs, color="#1f77b4", linewidth=1.2)
             ax.stairs(ys, xs, fill=True, color="#1f77b4", alpha=0.15)

@@ -149,3 +149,22 @@ def test_a_fault_on_a_world_still_down_joins_that_outage():
     assert w1["faults"] == 2 and [f["again"] for f in w1["list"]] == [False, True]
     assert w1["downtime_median"] == w1["downtime_max"] == pytest.approx(FIRST_CALL - KILL)
     assert "(hit again while down: the same outage)" in "\n".join(d.lines(record))
+
+
+def test_two_faults_a_moment_apart_are_two_outages():
+    second = FIRST_CALL + 0.26
+    records = [
+        *history(with_phases=True),
+        {"t": second, "event": "signal", "process": "worker-0", "signal": "SIGKILL",
+         "why": "drill"},
+        {"t": second + 0.01, "event": "break", "world": "world1", "generation": 1,
+         "reason": "worker-0 was killed by SIGKILL"},
+        {"t": second + 1.2, "event": "form", "world": "world1", "generation": 2}]
+    tl = build(sorted(records, key=lambda r: r["t"]), [], "r")
+    shots = [*sent_at_kill(), d.Sent(d.Shot(6.0, "world1", "worker-0", 1), second - 0.001)]
+    record = d.summarize(tl, shots, d.Window(6.0, 21.0, {}), {})
+    w1 = record["worlds"]["world1"]
+    assert [f["downtime"] for f in w1["list"]] == [pytest.approx(FIRST_CALL - KILL),
+                                                  pytest.approx(1.2, abs=1e-3)]
+    assert w1["downtime_max"] == pytest.approx(FIRST_CALL - KILL)
+    assert not any(f["again"] for f in w1["list"])
