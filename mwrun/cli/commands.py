@@ -272,8 +272,8 @@ def kill_world(world, run, rank, sig):
 
 @main.command()
 @run_arg
-@click.option("--every", type=_SECONDS, required=True, help="Mean seconds between faults.")
-@click.option("--for", "duration", type=_SECONDS, required=True, help="Seconds of drill.")
+@click.option("--every", required=True, help="Mean seconds between faults.")
+@click.option("--for", "duration", required=True, help="Seconds of drill.")
 @click.option("--worlds", help="Comma-separated worlds to fault (default: every world).")
 @click.option("--signal", "sig", default="KILL", show_default=True,
               help="KILL (a crash), TERM, SEGV, or STOP (a hang).")

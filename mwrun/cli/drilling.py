@@ -11,6 +11,7 @@ faults. Ctrl-C ends the drill, never the job: the summary so far is still given.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -28,12 +29,11 @@ BASELINE_WAIT = 60.0  # seconds the drill waits for BASELINE_MIN of fault-free p
 RECOVER_WAIT = 30.0  # seconds after the drill for its last faults to recover
 
 
-def start(run: str | None, every: float, duration: float, worlds: str | None, sig: str,
+def start(run: str | None, every: str, duration: str, worlds: str | None, sig: str,
           seed: int | None, *, warn, say) -> int:
     """The command line's drill: checked arguments, the schedule, the drill; its exit
     status. Every mistake (numbers, signal, world, no live run) is one UsageError."""
-    if every <= 0 or duration <= 0:
-        raise UsageError("--every and --for must be more than 0 seconds")
+    every, duration = _seconds("--every", every), _seconds("--for", duration)
     sig = sig.upper().removeprefix("SIG")
     if sig not in d.SIGNALS:
         raise UsageError(f"--signal can be {', '.join(d.SIGNALS)}, not {sig}")
@@ -50,6 +50,16 @@ def start(run: str | None, every: float, duration: float, worlds: str | None, si
     _, code = Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
                     say=say, recover_wait=RECOVER_WAIT + _hang_wait(run_id, sig)).run()
     return code
+
+
+def _seconds(option: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{option} must be a number of seconds more than 0, not {text!r}")
+    return value
 
 
 def _hang_wait(run_id: str, sig: str) -> float:

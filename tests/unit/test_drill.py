@@ -132,7 +132,10 @@ def test_ctrl_c_ends_the_drill_with_the_summary_so_far(tmp_path):
 
 def test_bad_usage_is_one_line_and_exit_2(tmp_path):
     env = {"MWRUN_HOME": str(tmp_path)}
-    for args, says in ((["--every", "0", "--for", "5"], "--every and --for must be more"),
+    for args, says in ((["--every", "0", "--for", "5"], "--every must be a number of seconds"
+                        " more than 0, not '0'"),
+                       (["--every", "1", "--for", "nan"], "--for must be a number"),
+                       (["--every", "x", "--for", "5"], "--every must be a number"),
                        (["--every", "1", "--for", "5", "--signal", "HUP"],
                         "--signal can be KILL, TERM, SEGV, STOP, not HUP"),
                        (["--every", "1", "--for", "5"], "no live run")):
