@@ -100,16 +100,19 @@ def main() -> None:
         load_after = os.getloadavg()
         mwrun("report", "drill", "-o", args.output, env=env)
         record = figures(home)
+    # One downtime per outage: a fault that hit a world still down joined its outage.
     downs = sorted(f["downtime"] for w in record["worlds"].values() for f in w["list"]
-                   if f["downtime"] is not None)
+                   if f["downtime"] is not None and not f.get("again"))
     faults = sum(w["faults"] for w in record["worlds"].values())
     print(f"\n{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average"
           f" {load_before[0]:.1f} before, {load_after[0]:.1f} after")
     print(f"{faults} faults in {args.duration:.0f} s (--every {args.every:g}, seed"
           f" {args.seed}); not recovered: {len(record['not_recovered'])}")
     if downs:
-        print(f"downtime (t_fault -> first call, else re-form): median"
-              f" {downs[len(downs) // 2]:.3f} s, max {downs[-1]:.3f} s")
+        middle = len(downs) // 2
+        median = downs[middle] if len(downs) % 2 else (downs[middle - 1] + downs[middle]) / 2
+        print(f"downtime of {len(downs)} outages (t_fault -> first call, else re-form):"
+              f" median {median:.3f} s, max {downs[-1]:.3f} s (goal <= 0.3 s, <= 0.6 s)")
     print(f"pace kept: faulted worlds {_pct(record['kept_faulted'])} (goal >= 97.7 %),"
           f" others during each fault {_pct(record['kept_others'])} (goal >= 99 %)")
     for name, w in record["worlds"].items():
