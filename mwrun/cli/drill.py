@@ -164,7 +164,8 @@ class Window:
     bases: dict[str, tuple[float, float]] = field(default_factory=dict)  # world -> baseline
 
 
-def _pace(tl: Timeline, world: str, a: float, b: float) -> float | None:
+def pace_of(tl: Timeline, world: str, a: float, b: float) -> float | None:
+    """A world's calls/s over [a, b] from its counts (b no later than its last)."""
     points = tl.counts.get(world)
     if not points:
         return None
@@ -175,13 +176,13 @@ def summarize(tl: Timeline, sent: list[Sent], window: Window, settings: dict) ->
     """The drill's record: per world its faults, phases, downtimes and pace kept; the
     pace kept by the faulted worlds and by the others; the faults not recovered."""
     outcomes = match(tl, sent)
-    base = {w: _pace(tl, w, *window.bases[w]) for w in window.bases}
+    base = {w: pace_of(tl, w, *window.bases[w]) for w in window.bases}
     worlds, faulted = {}, []
     for world in tl.worlds:
         mine = [o for o in outcomes if o.sent.shot.world == world]
         faults = list({id(o.fault): o.fault for o in mine if o.fault is not None}.values())
         downs = [f.back - f.start for f in faults if f.back is not None]
-        during = _pace(tl, world, window.started, window.ended)
+        during = pace_of(tl, world, window.started, window.ended)
         kept = during / base[world] if during is not None and base.get(world) else None
         worlds[world] = {
             "faults": len(mine), "downtime_median": _r(pc.median(downs)),

@@ -96,6 +96,7 @@ class Drill:
         self.shown_at = float("-inf")
         self.shown = ""
         self.problem: str | None = None  # why the drill ended early
+        self.in_place = False  # a progress line drawn in place, not ended yet
 
     def run(self) -> tuple[dict, int]:
         """The drill, start to end: its record and exit status."""
@@ -128,9 +129,16 @@ class Drill:
             self._show(f"drill: measuring each world's fault-free pace ({len(bases)} of"
                        f" {len(tl.worlds)} worlds steady for {d.BASELINE_MIN:.0f} s)")
             self.sleep(0.5)
+        self._end_line()
         if waiting:
             self.say(f"drill: no fault-free pace for {', '.join(waiting)} (no steady traffic"
-                     f" for {d.BASELINE_MIN:.0f} s): its pace kept is not measured")
+                     f" for {d.BASELINE_MIN:.0f} s): its pace kept is not measured\n")
+        if bases:
+            paces = ", ".join(f"{w} {p:.2f}" for w, (a, b) in bases.items()
+                              if (p := d.pace_of(tl, w, a, b)) is not None)
+            self.say(f"drill: fault-free pace (calls/s, over up to {d.BASELINE_MAX:.0f} s"
+                     f" before the drill): {paces}; {len(self.shots)} fault(s) over"
+                     f" {self.settings['for']:g} s\n")
         self.window = d.Window(now, now + self.settings["for"], bases)
 
     def _shoot(self) -> None:
@@ -185,13 +193,19 @@ class Drill:
         did, not one per second."""
         if self.tty:
             self.say(f"\r{text}\x1b[K")
+            self.in_place = True
         elif (key or text) != self.shown:
             self.say(text + "\n")
         self.shown = key or text
 
-    def _finish(self, interrupted: bool) -> tuple[dict, int]:
-        if self.tty:
+    def _end_line(self) -> None:
+        """Below a line drawn in place, before anything else is said."""
+        if self.in_place:
             self.say("\n")
+            self.in_place = False
+
+    def _finish(self, interrupted: bool) -> tuple[dict, int]:
+        self._end_line()
         record = d.summarize(self.timeline(), self.sent, self.window,
                              {**self.settings, "interrupted": interrupted})
         if self.problem is None:

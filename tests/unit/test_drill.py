@@ -110,7 +110,8 @@ class FakeRun:
         return {"ok": True, "signalled": []}
 
 
-def test_ctrl_c_ends_the_drill_with_the_summary_so_far(tmp_path):
+@pytest.mark.parametrize("tty", [False, True])
+def test_ctrl_c_ends_the_drill_with_the_summary_so_far(tmp_path, tty):
     (tmp_path / "history.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in history(end=9.0)))
     run = FakeRun(tmp_path)
@@ -122,12 +123,20 @@ def test_ctrl_c_ends_the_drill_with_the_summary_so_far(tmp_path):
     said = []
     drill = Drill("r", "sock", [d.Shot(5.0, "world1", "worker-0", 1)],
                   {"every": 5.0, "for": 10.0, "signal": "KILL", "seed": 1, "targets": None},
-                  say=said.append, tty=False, clock=lambda: next(clock, 10.0),
+                  say=said.append, tty=tty, clock=lambda: next(clock, 10.0),
                   sleep=sleep, ask=run.ask, run_dir=tmp_path)
     record, code = drill.run()
     assert record["interrupted"] and code == 0
     assert [m["verb"] for m in run.asked] == ["drill"]  # no fault sent, the job untouched
     assert any(line.startswith("drill: 0 fault(s) (SIGKILL)") for line in said)
+    assert any(line.startswith("drill: fault-free pace (calls/s, over up to 60 s before the"
+                               " drill): world1 10.00, world2 10.00; 1 fault(s)")
+               for line in said)
+    shown = [i for i, line in enumerate(said) if line.startswith("\rdrill ")]
+    if tty:  # the progress line in place, ended before the summary
+        assert shown and said[shown[-1] + 1] == "\n"
+    else:
+        assert not shown and all(line.endswith("\n") for line in said)
 
 
 def test_bad_usage_is_one_line_and_exit_2(tmp_path):
