@@ -129,6 +129,11 @@ class Phase(str, Enum):
 
 
 RATES = "rates"  # the key of a history's rate samples: {world: [calls/s, bytes/s]}
+# Beside RATES in the same record: {world: [calls, t]}, the world's completed calls since
+# the run started as its members counted them (never going back when a member restarts,
+# see head/traffic.py Traffic.totals) as of head wall time t (when the beats it is made
+# of arrived). Pace over a window is a difference of these over the window's length.
+CALLS = "calls"
 
 # The run folder, $MWRUN_HOME/runs/RUN_ID/:
 RUNS = "runs"  # under $MWRUN_HOME

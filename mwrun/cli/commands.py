@@ -10,7 +10,7 @@ import click
 
 from mwrun import __version__
 from mwrun.errors import MwrunError, RunError, TopologyError
-from mwrun.schema import FINAL, LOGS, REPORT, log_name
+from mwrun.schema import FINAL, LOGS, log_name
 
 EPILOG = """\b
 Examples:
@@ -19,6 +19,7 @@ Examples:
   mwrun launch configs/star.yaml
   mwrun status --watch
   mwrun kill-world world1
+  mwrun drill --every 10 --for 120
   mwrun logs worker-0 -f
   mwrun stop
   mwrun report -o drill.png
@@ -250,6 +251,7 @@ def kill_world(world, run, rank, sig):
     \b
     Examples:
       mwrun kill-world world1
+  mwrun drill --every 10 --for 120
       mwrun kill-world world1 --signal STOP      # a hang: declared hung after the timeout
       mwrun kill-world world2 --rank 0 --signal TERM
     """
@@ -266,6 +268,32 @@ def kill_world(world, run, rank, sig):
     for hit in reply["signalled"]:
         click.echo(f"sent SIG{sig.upper().removeprefix('SIG')} to {hit['process']}"
                    f" (pid {hit['pid']}, rank {hit['rank']} of {world})")
+
+
+@main.command()
+@run_arg
+@click.option("--every", required=True, help="Mean seconds between faults.")
+@click.option("--for", "duration", required=True, help="Seconds of drill.")
+@click.option("--worlds", help="Comma-separated worlds to fault (default: every world).")
+@click.option("--signal", "sig", default="KILL", show_default=True,
+              help="KILL (a crash), TERM, SEGV, or STOP (a hang).")
+@click.option("--seed", type=int, help="Makes the schedule repeatable.")
+def drill(run, every, duration, worlds, sig, seed):
+    """A chaos loop against RUN (default: the newest live run).
+
+    Measures each world's fault-free pace, then for --for seconds signals a member
+    of a random world at random times (mean interval --every), only members in no
+    other world, as kill-world does. At the end (and in mwrun report), per world: its
+    faults and their phases, downtime median and max, and the share of its own
+    fault-free pace it kept. Ctrl-C ends the drill, never the job. Exit status 0 when
+    every world came back after every fault, 1 otherwise, 2 for bad usage.
+
+    Example: mwrun drill demo --every 5 --for 60 --worlds world1,world2 --seed 7
+    """
+    from mwrun.cli import drilling
+
+    sys.exit(drilling.start(run, every, duration, worlds, sig, seed, warn=_warn,
+                            say=lambda text: click.echo(text, nl=False)))
 
 
 def _require_live(run_id: str, state: dict) -> None:
@@ -337,37 +365,18 @@ def report(run, output):
     One lane per world with its calls/s over time; kills, breaks, restarts and
     re-forms marked; each broken world's downtime shaded and measured. The summary
     (printed, and under the picture) gives per world its breaks, its downtime, and
-    its pace before, during and after each fault. Works on a live run too. Needs
-    matplotlib: pip install 'mwrun[report]'.
+    its pace before, during and after each fault, and each drill's summary. Works on
+    a live run too. Needs matplotlib: pip install 'mwrun[report]'.
 
     \b
     Examples:
       mwrun report
       mwrun report star-20261122-101500 -o drill.png
     """
-    from pathlib import Path
+    from mwrun.cli import report as drawing
 
-    from mwrun import runs
-    from mwrun.cli import timeline
-    from mwrun.cli.report import draw
-
-    run_id = run or _newest_run()
-    runs.find(run_id)  # a clear error for a run that is not there
-    records, notes = timeline.load(runs.run_path(run_id), run_id)
-    tl = timeline.build(records, notes, run_id)
-    out = Path(output) if output else runs.run_path(run_id) / REPORT
-    for line in draw(tl, out):
+    for line in drawing.report(run, output):
         click.echo(line)
-    click.echo(f"picture: {out}")
-
-
-def _newest_run() -> str:
-    from mwrun import runs
-
-    found = runs.all_runs()
-    if not found:
-        raise RunError(f"no runs under {runs.runs_root()}")
-    return found[0][0]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mwrun import runs
+from mwrun.cli import pace, timeline
 from mwrun.cli.timeline import Timeline, summary
-from mwrun.errors import MwrunError, UsageError
+from mwrun.errors import MwrunError, RunError, UsageError
+from mwrun.schema import REPORT
 from mwrun.schema import Event as E
 
 FORMATS = (".png", ".svg", ".pdf")
@@ -21,6 +24,19 @@ MARKS = {  # event -> (colour, line style, legend label)
     "restart": ("#ff7f0e", ":", "restart"),
     "form": ("#2ca02c", "-", "re-form"),
 }
+
+
+def report(run: str | None, output: str | None) -> list[str]:
+    """``mwrun report``: draw RUN (default: the newest run); the lines to print."""
+    if run is None:
+        found = runs.all_runs()
+        if not found:
+            raise RunError(f"no runs under {runs.runs_root()}")
+        run = found[0][0]
+    runs.find(run)  # a clear error for a run that is not there
+    tl = timeline.build(*timeline.load(runs.run_path(run), run), run)
+    out = Path(output) if output else runs.run_path(run) / REPORT
+    return [*draw(tl, out), f"picture: {out}"]
 
 
 def pyplot():
@@ -37,12 +53,12 @@ def pyplot():
 
 def draw(tl: Timeline, out: Path) -> list[str]:
     """Write the picture of ``tl`` to ``out`` (format from its suffix); return the
-    summary it carries."""
+    summary it carries (each drill's in full: the picture has its lines per world)."""
     if out.suffix.lower() not in FORMATS:
         raise UsageError(f"{out}: the picture can be {', '.join(FORMATS)}, not"
                          f" {out.suffix or 'a file without a suffix'}")
     plt = pyplot()
-    lines = summary(tl)
+    lines = summary(tl) + drills(tl, brief=True)
     lanes = list(tl.worlds)
     text_height = 0.16 * len(lines) + 0.3
     lane = 1.5 if len(lanes) <= 4 else 0.75  # many worlds: thinner lanes, one picture
@@ -73,18 +89,43 @@ def draw(tl: Timeline, out: Path) -> list[str]:
         raise MwrunError(f"cannot write {out}: {exc.strerror}") from None
     finally:
         plt.close(fig)
-    return lines
+    return summary(tl) + drills(tl)
+
+
+def drills(tl: Timeline, brief: bool = False) -> list[str]:
+    """The summary of each ``mwrun drill`` the history recorded."""
+    from mwrun.cli.drill import lines
+
+    found = []
+    for e in tl.events:
+        if e["event"] == E.DRILL:
+            try:
+                found += lines(e, brief)
+            except (KeyError, TypeError, AttributeError):  # not a record this mwrun wrote
+                found.append("note: a drill record could not be read")
+    return found
 
 
 def _lane(ax, tl: Timeline, world: str) -> None:
     t0 = tl.start
-    points = tl.samples[world]
-    xs = [t - t0 for t, _, _ in points]
-    ys = [c for _, c, _ in points]
-    top = max(ys, default=0) or 1.0
-    if points:
-        ax.plot(xs, ys, drawstyle="steps-pre", color="#1f77b4", linewidth=1.2)
-        ax.fill_between(xs, ys, step="pre", color="#1f77b4", alpha=0.15)
+    if tl.counts.get(world):  # calls/s from the counts: 0 inside every down span
+        edges, ys = pace.steps(tl.counts[world], tl.downs(world))
+        xs = [t - t0 for t in edges]
+        # The scale is the pace held for half a second or more: a blip (a beat's calls
+        # over the sliver of up time after a re-form) is drawn clipped, not as the scale.
+        held = [y for y, a, b in zip(ys, edges, edges[1:], strict=False) if b - a >= 0.5]
+        top = max(held or ys or [0]) or 1.0
+        if ys:
+            ax.stairs(ys, xs, color="#1f77b4", linewidth=1.2)
+            ax.stairs(ys, xs, fill=True, color="#1f77b4", alpha=0.15)
+    else:  # an older history: its one-second rate samples
+        points = tl.samples[world]
+        xs = [t - t0 for t, _, _ in points]
+        ys = [c for _, c, _ in points]
+        top = max(ys, default=0) or 1.0
+        if points:
+            ax.plot(xs, ys, drawstyle="steps-pre", color="#1f77b4", linewidth=1.2)
+            ax.fill_between(xs, ys, step="pre", color="#1f77b4", alpha=0.15)
     ax.set_ylim(0, top * 1.35)
     ax.set_xlim(0, max(tl.last - t0, 1.0))
     ax.set_ylabel(world, rotation=0, ha="right", va="center", fontsize=9)
@@ -96,15 +137,21 @@ def _lane(ax, tl: Timeline, world: str) -> None:
         if kind is not None:
             colour, style, _ = MARKS[kind]
             ax.axvline(e["t"] - t0, color=colour, linestyle=style, linewidth=1)
+    near = 0.09 * max(tl.last - t0, 1.0)  # labels closer than this would overlap
+    placed = -near
+    high = True
     for f in (f for f in tl.faults if f.world == world):
-        a, b = f.start - t0, (f.end if f.end is not None else tl.last) - t0
+        a, b = f.start - t0, (f.back if f.back is not None else tl.last) - t0
         ax.axvspan(a, b, color="#d62728", alpha=0.15, linewidth=0)
-        ax.annotate("", xy=(a, top * 1.15), xytext=(b, top * 1.15),
+        high = not high if a - placed < near else True  # close labels take turns
+        placed = a
+        y = top * (1.15 if high else 1.02)
+        ax.annotate("", xy=(a, y), xytext=(b, y),
                     arrowprops={"arrowstyle": "<->", "color": "#d62728", "lw": 1})
         down = f.downtime(tl.last)
         label = f"down {down * 1000:.0f} ms" if down < 1 else f"down {down:.2f} s"
-        more = "" if f.end is not None else " (so far)" if tl.ended is None else ""
-        ax.text((a + b) / 2, top * 1.2, label + more,
+        more = "" if f.back is not None else " (so far)" if tl.ended is None else ""
+        ax.text((a + b) / 2, y + top * 0.05, label + more,
                 ha="center", va="bottom", fontsize=8, color="#d62728")
 
 

@@ -1,6 +1,9 @@
 """A run's history (mwrun/head/history.py) read back as a timeline: lanes of per-world
 rates, the events, and each fault with its downtime. Pure: no files but ``load``'s,
-no drawing (report.py draws), no torch."""
+no drawing (report.py draws), no torch.
+
+Pace comes from the worlds' own call counts over exact windows (pace.py); a history
+written before the counts were kept falls back to its one-second rate samples."""
 
 from __future__ import annotations
 
@@ -9,13 +12,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mwrun.cli import pace as pc
 from mwrun.errors import RunError
-from mwrun.schema import HISTORY, HISTORY_ROTATED, RATES
+from mwrun.schema import CALLS, HISTORY, HISTORY_ROTATED, RATES, Phase
 from mwrun.schema import Event as E
 from mwrun.terminal import size
 
 AROUND = 10.0  # seconds before and after a fault that "before" and "after" average over
 KILL_LEADS = 10.0  # a drill's signal this long before a break is taken as its cause
+MANY = 4  # faults in a run past which the summary gives each one line (a drill's)
 SPAN = 1.0  # seconds between a history's rate samples (SAMPLE_EVERY in head/history.py)
 
 
@@ -31,13 +36,29 @@ class Fault:
     outcome: str = "still down"  # re-formed | closed: REASON | still down
     breaks: int = 1
     since: float = 0.0  # when the world had formed before it broke
+    phases: dict | None = None  # Phase -> head wall time or None, from its fault record
+
+    def phase(self, name: Phase) -> float | None:
+        value = (self.phases or {}).get(name.value)
+        return float(value) if isinstance(value, int | float) else None
 
     @property
     def start(self) -> float:
+        t_fault = self.phase(Phase.T_FAULT)
+        if t_fault is not None:
+            return t_fault
         return self.kill if self.kill is not None else self.broke
 
+    @property
+    def back(self) -> float | None:
+        """When the world was back: its first call after the re-form where the head
+        timed it, else the re-form; None while down."""
+        if self.end is None:
+            return None
+        return self.phase(Phase.FIRST_CALL) or self.end
+
     def downtime(self, last: float) -> float:
-        return (self.end if self.end is not None else last) - self.start
+        return (self.back if self.back is not None else last) - self.start
 
 
 @dataclass
@@ -49,13 +70,26 @@ class Timeline:
     last: float  # the last moment the history knows of
     samples: dict[str, list[tuple[float, float, float]]]  # world -> (t, calls/s, bytes/s)
     events: list[dict]
+    counts: dict[str, pc.Points] = field(default_factory=dict)  # world -> (t, calls so far)
     faults: list[Fault] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ended: str | None = None  # finished | failed; None: live, or the history was cut short
+    down_spans: dict[str, pc.Spans] = field(default_factory=dict, repr=False)  # see downs
 
     @property
     def traffic(self) -> bool:
         return any(s for s in self.samples.values())
+
+    def downs(self, world: str) -> pc.Spans:
+        """When ``world`` was down: until it first formed, then each fault from its
+        start until it was back."""
+        if world not in self.down_spans:  # asked per window: worked out once per world
+            formed = next((e["t"] for e in self.events
+                           if e["event"] == E.FORM and e.get("world") == world), self.last)
+            self.down_spans[world] = [(self.start, formed)] + [
+                (f.start, f.back if f.back is not None else self.last)
+                for f in self.faults if f.world == world]
+        return self.down_spans[world]
 
 
 def load(run_dir: Path, run_id: str) -> tuple[list[dict], list[str]]:
@@ -108,12 +142,50 @@ def build(records: list[dict], notes: list[str], run_id: str) -> Timeline:
                 samples[world].append((r["t"], float(rate[0]), float(rate[1])))
     ended = next((e["state"] for e in events if e["event"] == E.END), None)
     tl = Timeline(run_id, head.get("name", run_id), worlds, records[0]["t"], records[-1]["t"],
-                  samples, events, notes=list(notes), ended=ended)
+                  samples, events, counts=_counts(records, worlds, records[0]["t"]),
+                  notes=list(notes), ended=ended)
     tl.faults = faults(tl)
+    _phases(tl)
     if not tl.traffic:
         tl.notes.append("no traffic was recorded: no member made a call through the mwrun"
                         " library (plain torch.distributed calls are not counted)")
     return tl
+
+
+def _counts(records: list[dict], worlds, start: float) -> dict[str, pc.Points]:
+    """Each world's (time, calls so far) points, from 0 at the run's start; a count
+    that went back (a history spliced from two heads) is held, never undone."""
+    counts: dict[str, pc.Points] = {}
+    for r in records:
+        for world, point in (r.get(CALLS) or {}).items():
+            if world not in worlds or not isinstance(point, list) or len(point) != 2 \
+                    or not all(isinstance(x, int | float) for x in point):
+                continue
+            points = counts.setdefault(world, [(start, 0.0)])
+            t, count = float(point[1]), max(float(point[0]), points[-1][1])
+            if t > points[-1][0]:
+                points.append((t, count))
+            elif t == points[-1][0]:
+                points[-1] = (t, count)
+    return counts
+
+
+def _phases(tl: Timeline) -> None:
+    """Each fault record (the head's phase tracker) given to the break it measured:
+    the same world's fault whose break is nearest its phases."""
+    for r in tl.events:
+        if r["event"] != E.FAULT or not isinstance(r.get("phases"), dict):
+            continue
+        phases = r["phases"]
+        seen = next((phases.get(p.value) for p in (Phase.SURVIVORS_TOLD, Phase.EXIT_SEEN,
+                                                    Phase.T_FAULT)
+                     if isinstance(phases.get(p.value), int | float)), None)
+        mine = [f for f in tl.faults if f.world == r.get("world") and f.phases is None]
+        if seen is None or not mine:
+            continue
+        nearest = min(mine, key=lambda f: abs(f.broke - seen))
+        if abs(nearest.broke - seen) <= KILL_LEADS:
+            nearest.phases = phases
 
 
 def faults(tl: Timeline) -> list[Fault]:
@@ -156,9 +228,28 @@ def _drill_before(tl: Timeline, world: str, broke: float, since: float) -> dict 
     return drills[-1] if drills else None
 
 
+def pace(tl: Timeline, world: str, a: float, b: float) -> tuple[float, float | None] | None:
+    """(calls/s, bytes/s) over [a, b] (b no later than the last count). Calls from
+    the world's counts over the exact window (pace.py); bytes at that pace by the
+    bytes per call of its rate samples (the history keeps bytes as rates only).
+    Without counts (an older history), both from the rate samples. None when nothing
+    covers the window."""
+    if tl.counts.get(world):
+        known = tl.counts[world][-1][0]  # a live run's counts lag its last record a little
+        calls = pc.pace(tl.counts[world], tl.downs(world), a, min(b, known))
+        if calls is None:
+            return None
+        rates = mean_rate(tl, world, a, b)
+        if rates is None or rates[0] <= 0:  # bytes per call unknown
+            return calls, 0.0 if calls == 0 else None
+        return calls, rates[1] / rates[0] * calls  # the rates' bytes per call, at this pace
+    return mean_rate(tl, world, a, b)
+
+
 def mean_rate(tl: Timeline, world: str, a: float, b: float) -> tuple[float, float] | None:
     """Time-weighted mean (calls/s, bytes/s) over [a, b]; None if no sample covers it.
-    A sample at t holds the rate since the sample before it (at most SPAN earlier)."""
+    A sample at t holds the rate since the sample before it (at most SPAN earlier).
+    Only for what the counts cannot say (bytes, older histories): see ``pace``."""
     total = calls = nbytes = 0.0
     previous = None
     for t, c, n in tl.samples[world]:
@@ -183,21 +274,29 @@ def summary(tl: Timeline) -> list[str]:
     for world in tl.worlds:
         mine = [f for f in tl.faults if f.world == world]
         if not mine and len(calm) <= 4:
-            pace = mean_rate(tl, world, tl.start, tl.last)
-            lines.append(f"{world}: no breaks" + (f"; {_rate(pace)} on average" if pace else ""))
+            kept = pace(tl, world, tl.start, tl.last)
+            lines.append(f"{world}: no breaks" + (f"; {_rate(kept)} on average" if kept else ""))
         if not mine:
             continue
         down = sum(f.downtime(tl.last) for f in mine)
         lines.append(f"{world}: {sum(f.breaks for f in mine)} break(s), down {_secs(down)}"
                      " in all")
-        for f in mine:
-            lines += ["  " + line for line in _fault_lines(tl, f)]
+        for f in mine:  # many faults (a drill): a line each; its summary gives the pace
+            lines += ["  " + line for line in (_fault_lines(tl, f) if len(tl.faults) <= MANY
+                                              else [_fault_line(tl, f)])]
     if len(calm) > 4:  # many worlds: one line for the unbroken ones
-        paces = [p[0] for w in calm if (p := mean_rate(tl, w, tl.start, tl.last))]
+        paces = [p[0] for w in calm if (p := pace(tl, w, tl.start, tl.last))]
         other = " other" if tl.faults else ""
         lines.append(f"{len(calm)}{other} worlds: no breaks" + (
             f"; {min(paces):.1f} to {max(paces):.1f} calls/s on average" if paces else ""))
     return lines + [f"note: {n}" for n in tl.notes]
+
+
+def _fault_line(tl: Timeline, f: Fault) -> str:
+    at = time.strftime("%H:%M:%S", time.localtime(f.start)) + f"{f.start % 1:.3f}"[1:]
+    what = f"killed ({f.killed})" if f.kill is not None else f"broke ({f.reason})"
+    end = f"down {_secs(f.downtime(tl.last))}" if f.back is not None else f.outcome
+    return f"{at} {what}: {end}"
 
 
 def _fault_lines(tl: Timeline, f: Fault) -> list[str]:
@@ -209,17 +308,20 @@ def _fault_lines(tl: Timeline, f: Fault) -> list[str]:
         what += f", restarted +{_secs(f.restart - f.start)}"
     end = f"re-formed +{_secs(f.end - f.start)}" if f.end is not None else f.outcome
     out = [f"{what},", f"  {end}: down {_secs(f.downtime(tl.last))}"]
-    stop = f.end if f.end is not None else tl.last
+    if f.phases:
+        out.append("  phases: " + phase_text(f.phases))
+    stop = f.back if f.back is not None else tl.last
     first = max(f.start - AROUND, f.since)  # "before" is while the world was up
-    before = mean_rate(tl, f.world, first, f.start)
-    during = mean_rate(tl, f.world, f.start, stop)
-    after = mean_rate(tl, f.world, stop, stop + AROUND) if f.end is not None else None
+    before = pace(tl, f.world, first, f.start)
+    during = pace(tl, f.world, f.start, stop)
+    after = pace(tl, f.world, stop, min(stop + AROUND, tl.last)) if f.back is not None \
+        else None
     out.append(f"  {f.world}: before {_rate(before)}, during {_rate(during)},"
                f" after {_rate(after)}")
     kept, slowed = [], []
     for other in tl.worlds:
-        was = mean_rate(tl, other, first, f.start)
-        was_during = mean_rate(tl, other, f.start, stop)
+        was = pace(tl, other, first, f.start)
+        was_during = pace(tl, other, f.start, stop)
         if other == f.world or was is None or was_during is None or was[0] <= 0:
             continue
         (kept if was_during[0] >= 0.9 * was[0] else slowed).append((other, was, was_during))
@@ -233,9 +335,23 @@ def _fault_lines(tl: Timeline, f: Fault) -> list[str]:
     return out
 
 
-def _rate(rate: tuple[float, float] | None) -> str:
+def phase_text(phases: dict) -> str:
+    """``exit_seen +12 ms, survivors_told +15 ms, ...``: each phase after t_fault, by
+    the names the status and the history use; a phase that did not happen is '-'."""
+    t0 = phases.get(Phase.T_FAULT.value)
+    parts = []
+    for p in list(Phase)[1:]:
+        t = phases.get(p.value)
+        ok = isinstance(t, int | float) and isinstance(t0, int | float)
+        parts.append(f"{p.value} " + (f"+{_secs(t - t0)}" if ok else "-"))
+    return ", ".join(parts)
+
+
+def _rate(rate: tuple[float, float | None] | None) -> str:
     if rate is None:
         return "-"
+    if rate[1] is None:
+        return f"{rate[0]:.1f} calls/s"
     return f"{rate[0]:.1f} calls/s ({size(rate[1])}/s)"
 
 

@@ -8,6 +8,9 @@ whose docstring is its protocol:
 - ``status`` -> ``{"ok": true, "status": <status document>}``
 - ``kill_world {world, rank?, signal?}`` -> ``{"ok": true, "signalled": [...]}``
 - ``stop`` -> ``{"ok": true}``; the run then stops on its own time
+- ``drill {summary}`` -> ``{"ok": true}``: a ``mwrun drill``'s summary, appended to the
+  run's history as one ``drill`` record (the history file is the head's alone: it
+  rotates it, so no other process may append to it)
 - ``hello``, ``heartbeat``, ``world``, ``bye`` -> no reply: what the library tells the
   supervisor (see mwrun/worlds/supervisor_link.py)
 
@@ -59,6 +62,12 @@ def handle_stop(loop, request: dict) -> dict:
     return {"ok": True}
 
 
+def handle_drill(loop, request: dict) -> dict:
+    """drill {summary: object} -> the summary written to the history."""
+    loop.history.drill(request["summary"])
+    return {"ok": True}
+
+
 def handle_hello(loop, request: dict) -> None:
     nccl = request.get("nccl")
     loop.supervisor.on_hello(request.get("process"), request.get("pid"),
@@ -97,6 +106,7 @@ def handle_world(loop, request: dict) -> None:
 
 
 HANDLERS = {"status": handle_status, "kill_world": handle_kill_world, "stop": handle_stop,
+            "drill": handle_drill,
             "hello": handle_hello, "heartbeat": handle_heartbeat, "bye": handle_bye,
             "world": handle_world}
 

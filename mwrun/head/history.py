@@ -18,8 +18,12 @@
   ``schema.Phase``'s order (t_fault, exit_seen, survivors_told, restarted, reformed,
   first_call), each a wall-clock time on the head's clock (a remote host's corrected
   by its measured offset), null when that phase did not happen (see faults.py);
-- ``{"rates": {world: [calls_per_s, bytes_per_s]}}`` every SAMPLE_EVERY seconds while
-  the run lives (each the world's rate over about the last beat interval).
+- ``{"rates": {world: [calls_per_s, bytes_per_s]}, "calls": {world: [calls, t]}}``
+  every SAMPLE_EVERY seconds while the run lives: each world's rate over about the
+  last beat interval (for the eye), and its completed calls since the run started as
+  of head wall time t (for pace over exact windows; see traffic.py ``totals``);
+- ``{"event": "drill", ...}``: a ``mwrun drill``'s summary, sent by the command line
+  when the drill ends (see mwrun/cli/drill.py).
 
 Its size is bounded: past HISTORY_BYTES the file becomes ``history.1.jsonl`` (the one
 before that is dropped) and a fresh file starts, so a run keeps its most recent two.
@@ -38,7 +42,7 @@ import time
 from pathlib import Path
 
 from mwrun.head import events as ev
-from mwrun.schema import HISTORY, HISTORY_ROTATED, RATES
+from mwrun.schema import CALLS, HISTORY, HISTORY_ROTATED, RATES
 from mwrun.schema import Event as E
 from mwrun.schema import ProcessState as P
 
@@ -85,8 +89,12 @@ class History:
         """One fault of a world, phase by phase, once it is closed (faults.py)."""
         self._write(record)
 
-    def sample(self, rates: dict[str, list]) -> None:
-        self._write({RATES: rates})
+    def sample(self, rates: dict[str, list], calls: dict[str, list] | None = None) -> None:
+        self._write({RATES: rates, **({CALLS: calls} if calls else {})})
+
+    def drill(self, summary: dict) -> None:
+        """A drill's summary (the command line's, checked by head/requests.py)."""
+        self._write({"event": E.DRILL, **summary})
 
     def close(self) -> None:
         if self.file is not None:

@@ -277,7 +277,8 @@ class Loop:
                 self._look_into_stores()
             if now >= self.next_sample:
                 self.next_sample = now + SAMPLE_EVERY
-                self.history.sample(document.rates(self, now, SAMPLE_EVERY))
+                self.history.sample(document.rates(self, now, SAMPLE_EVERY),
+                                    self.traffic.totals(now, time.time()))
         self._save()
 
     def _look_into_stores(self) -> None:

@@ -63,12 +63,27 @@ def _event(value) -> bool:
     return value in WORLD_EVENTS
 
 
+MAX_SUMMARY = 256 * 1024  # bytes of a drill's summary the history takes in one record
+
+
+def _summary(value) -> bool:
+    """A drill's summary: a JSON object of bounded size, which must not redefine what
+    every history record means (``t``, ``event``)."""
+    if not isinstance(value, dict) or "t" in value or "event" in value:
+        return False
+    try:
+        return len(json.dumps(value, allow_nan=False)) <= MAX_SUMMARY
+    except (TypeError, ValueError):  # NaN, or something JSON cannot carry
+        return False
+
+
 PROCESS = {"process": (_name, True), "pid": (_pid, True)}
 
 # verb -> field -> (check, required)
 FIELDS = {
     "status": {},
     "stop": {},
+    "drill": {"summary": (_summary, True)},
     "kill_world": {"world": (_name, True), "rank": (_rank, False),
                    "signal": (_signal, False)},
     "hello": {**PROCESS, "interval": (_interval, False), "nccl": (_version, False)},

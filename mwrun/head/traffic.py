@@ -9,6 +9,10 @@ A world's rate is its busiest member's: in a send/recv pair both ends count each
 message once, and in a collective every member counts each call once, so the busiest
 member's count is the number of messages (or collectives) the world carried. Its
 failures are every member's, added up; its last call is the most recent of any member.
+
+For the history, ``totals`` gives each world's completed calls since the run started,
+a count that never goes back: pace over a window is then a difference of two counts
+over the window's exact length (not an average of rates, which smears an outage).
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class Member:
 class Traffic:
     def __init__(self):
         self.members: dict[tuple[str, str], Member] = {}  # (process, world) -> its counts
+        # (process, world) -> calls its earlier incarnations reported before they ended
+        self.carried: dict[tuple[str, str], int] = {}
 
     def beat(self, process: str, pid: int, t: float, traffic: dict, now: float) -> None:
         """A heartbeat's counts. A new pid starts afresh: a restarted process counts
@@ -56,11 +62,37 @@ class Traffic:
             calls, nbytes, failures, age = counts
             member = self.members.get((process, world))
             if member is None or member.pid != pid:
+                if member is not None and member.beats:  # a restart: keep what it counted
+                    self.carried[(process, world)] = self.carried.get((process, world), 0) \
+                        + member.beats[-1][1]
                 member = self.members[(process, world)] = Member(pid)
             if member.beats and t <= member.beats[-1][0]:
                 continue  # out of order or repeated
             member.beats.append((float(t), int(calls), int(nbytes)))
             member.failures, member.last_age, member.heard = int(failures), age, now
+
+    def totals(self, now: float, wall: float) -> dict[str, list]:
+        """Per world [calls since the run started, head wall time they are as of].
+
+        A restarted member counts from zero again, so each member's count is what its
+        earlier incarnations reported plus its current one's: never going back. The
+        world's count is its busiest member's (as for rates): the max of counts that
+        never go back never goes back either. (Adding up each interval's largest
+        increment instead would count the members' jitter: at 2 calls/s, the sender a
+        call ahead in one second and the receiver in the next adds a call that never
+        was.) Calls an incarnation made after its last beat are lost with it; the
+        member that survived still counted them, and the max takes its count. The
+        time is when the newest beat counted arrived (beats leave on the wall clock's
+        beat, so a count is as of then, not as of the sample)."""
+        out: dict[str, list] = {}
+        for (process, world), m in self.members.items():
+            count = self.carried.get((process, world), 0) + (m.beats[-1][1] if m.beats else 0)
+            heard = wall - (now - m.heard)
+            if world not in out:
+                out[world] = [count, heard]
+            else:
+                out[world] = [max(out[world][0], count), max(out[world][1], heard)]
+        return {w: [c, round(t, 3)] for w, (c, t) in out.items()}
 
     def member(self, process: str, pid: int | None, world: str) -> Member | None:
         """The live member's record, or None (never beat, or an earlier incarnation's)."""

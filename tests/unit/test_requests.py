@@ -11,6 +11,7 @@ GOOD = {
     "status": {},
     "stop": {},
     "kill_world": {"world": "world1", "rank": 1, "signal": "KILL"},
+    "drill": {"summary": {"worlds": {"world1": {"faults": 1}}, "kept_others": 0.99}},
     "hello": {"process": "leader", "pid": 42, "interval": 1.0},
     "heartbeat": {"process": "leader", "pid": 42, "first_calls": {"world1": [1, 1.8e9]}},
     "bye": {"process": "leader", "pid": 42},
@@ -26,6 +27,7 @@ class Recorder:
     def __init__(self):
         self.calls = []
         self.supervisor = self.faults = self
+        self.history = self
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: self.calls.append((name, args)) or []
@@ -118,3 +120,9 @@ def test_the_times_a_member_tells_reach_the_faults_on_the_heads_clock():
     assert loop.calls[2][1][:2] == ("world1", 1)
     bad = {**GOOD["heartbeat"], "first_calls": {"world1": [1, "soon"]}}
     assert requests.problem({"verb": "heartbeat", **bad}) is not None
+
+
+def test_a_drill_summary_must_be_a_bounded_object_that_keeps_the_records_meaning():
+    for summary in ({"t": 1.0}, {"event": "stop"}, {"x": "y" * requests.MAX_SUMMARY}):
+        assert "'summary'" in requests.problem({"verb": "drill", "summary": summary})
+    assert requests.problem({"verb": "drill", "summary": {"kept": float("nan")}})

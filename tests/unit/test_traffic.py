@@ -113,3 +113,17 @@ def test_beats_come_once_a_second_while_traffic_moves_and_at_the_interval_when_i
     assert due(19.6, 15.0) and due(20.0, 15.0)  # a check that woke a little early counts
     # an interval shorter than the traffic pace beats at every check
     assert beat_due(100.0, 99.95, moved_at=0.0, interval=0.05, step=0.05)
+
+
+def test_a_worlds_count_for_the_history_never_goes_back_when_a_member_restarts():
+    """The restarted member counts from zero again: its earlier incarnation's count is
+    carried, and the world's count is its busiest member's."""
+    traffic = Traffic()
+    traffic.beat("leader", 10, 1.0, {"w": [40, 0, 0, 0.1]}, now=100.0)
+    traffic.beat("worker", 11, 1.0, {"w": [39, 0, 0, 0.1]}, now=100.2)
+    assert traffic.totals(now=101.0, wall=5000.0) == {"w": [40, 4999.2]}
+    traffic.beat("worker", 12, 0.5, {"w": [3, 0, 0, 0.1]}, now=102.0)  # restarted
+    traffic.beat("leader", 10, 2.0, {"w": [41, 0, 0, 0.1]}, now=102.0)
+    assert traffic.totals(now=102.5, wall=5001.5) == {"w": [42, 5001.0]}  # 39 + 3
+    traffic.beat("leader", 13, 0.2, {"w": [0, 0, 0, None]}, now=103.0)  # the leader too
+    assert traffic.totals(now=103.0, wall=5002.0)["w"][0] == 42
