@@ -53,6 +53,12 @@ exactly that):
     The host's decision after a break: ``open`` (generation N+1 may form: ``gen`` is
     N+1 already) or ``closed: REASON`` (the world will not re-form, e.g. its failed
     member has no restarts left). ``World.rejoin()`` waits for it.
+``mwrun/gN/host_left``
+    By hand only: the rank that hosted the store left (Ctrl-C, ``job.close()``, its
+    exit), taking the store with it. Written with ``closed: ...`` just before the store
+    goes, so the others end the world with that one reason ("its store host, rank 0,
+    has gone"), not with torch's report of a lost connection; a host that dies without
+    a word is read the same way from the lost connection.
 
 Hangs are caught two ways: every call carries the world's timeout (never the backend's
 30-minute default), and under the launcher a heartbeat thread lets the supervisor
@@ -155,6 +161,24 @@ def close(store, generation: int, size: int, reason: str) -> None:
     """Host: generation N is the last; rejoin() raises with this reason."""
     store.set(key(generation, "next"), CLOSED + reason)
     mark_broken(store, generation, size, reason)
+
+
+def store_host_gone(rank: int) -> str:
+    return f"its store host, rank {rank}, has gone"
+
+
+def host_leaves(store, generation: int, size: int, rank: int) -> None:
+    """By hand, the member that hosts the store (rank 0) leaves, and the store with it:
+    the world is over for the others. Said in the store before its connections close,
+    so that each member's watcher wakes with the reason rather than a lost connection."""
+    store.set(key(generation, "host_left"), str(rank))
+    close(store, generation, size, store_host_gone(rank))
+
+
+def host_left(store, generation: int) -> int | None:
+    """The rank of the store's host if it left during ``generation`` (host_leaves)."""
+    k = key(generation, "host_left")
+    return int(text(store.get(k))) if store.check([k]) else None
 
 
 def wait_value(store, k: str, timeout: float) -> str:

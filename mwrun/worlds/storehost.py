@@ -19,6 +19,7 @@ hook waits for (``RELEASING``).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import weakref
 from datetime import timedelta
 
@@ -54,12 +55,37 @@ def host(world) -> None:
         _HOSTS.add(world)
 
 
+def leaving(world, generation: int) -> None:
+    """The host leaves (close(), or its exit): tell the others, in the store, before it
+    goes with this process (protocol.host_leaves), for the generation they are in and
+    the one they may be joining. Without it each would find a lost connection, and
+    torch's client logs a C++ warning with a stack trace for every store wait that
+    fails that way (see below)."""
+    server = world._server
+    if server is None or world.size < 2:
+        return
+    with contextlib.suppress(RuntimeError, TimeoutError, ValueError):
+        latest = int(protocol.text(server.get(protocol.GEN)))
+        for gen in sorted({g for g in (generation, latest) if g >= 0}):
+            protocol.host_leaves(server, gen, world.size, world.rank)
+
+
+# Why mwrun does not silence that warning for a host that dies without a word (SIGKILL):
+# torch's TCPStore client logs a failed wait (``recvValueWithTimeout failed``) through
+# c10's logging, whose threshold (TORCH_CPP_LOG_LEVEL, read once when torch is imported)
+# is one per process, with no per-call or per-thread setting; raising it would hide the
+# user's own C++ warnings (NCCL's, their stores') for as long as a world is watched,
+# which is always. So only the host that can speak (Ctrl-C, close(), its exit) is kept
+# quiet, by speaking first; the peers of one that died say it in one line all the same.
+
+
 @atexit.register
 def _drop_stores() -> None:
     """At exit, while Python still runs: end the stores this process hosts and let the
     threads waiting on them finish. Dropped later, in the interpreter's teardown, they
     would wake those threads where they can no longer run, and the C++ runtime aborts."""
     for world in list(_HOSTS):
+        leaving(world, world._generation)  # a script that exits without close()
         with world._lock:  # as close() does: no wait starts, no store is hosted again
             world._waits.end()
             server, world._server = world._server, None

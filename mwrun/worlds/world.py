@@ -57,6 +57,7 @@ class World(Calls):
         self._waits = Waits()  # store waits in flight (interruptible); ended by close()
         self._closed = False
         self._broke_at = -1  # the last generation this member saw break
+        self._over: BrokenWorldError | None = None  # by hand: its store host has gone
         self._calls = self._bytes = self._failures = 0  # traffic, see calls.py
         self._last_call = 0.0
         self._device = torch.device("cpu") if self.backend == "gloo" else torch.device("cuda", 0)
@@ -105,8 +106,7 @@ class World(Calls):
         except BrokenWorldError:
             raise
         except (RuntimeError, TimeoutError) as exc:  # a store call: close() dropped it,
-            raise BrokenWorldError(self.name, max(self._generation, 0),  # or its host died
-                                   f"lost the world's store: {summarize(exc)}") from None
+            raise self._store_lost(max(self._generation, 0), exc) from None  # or its host died
 
     def _join(self, deadline: float | None) -> None:
         if self._spec.hosts_store and self._server is None:
@@ -185,9 +185,34 @@ class World(Calls):
             return True
         except (RuntimeError, TimeoutError) as exc:
             if not _is_timeout(exc):
-                raise BrokenWorldError(self.name, generation,
-                                       f"lost the world's store: {summarize(exc)}") from None
+                raise self._store_lost(generation, exc) from None
             return False
+
+    @property
+    def _host_is_a_peer(self) -> bool:
+        """By hand, another member (rank 0) hosts the store: when it goes, so does the
+        world. Under the launcher the supervisor hosts it, and outlives any member."""
+        return self._spec.host_store is None and not self._spec.hosts_store
+
+    def _store_lost(self, generation: int, exc: BaseException) -> BrokenWorldError:
+        if self._host_is_a_peer and not self._closed:
+            return self._host_gone(generation, 0, exc)
+        return BrokenWorldError(self.name, generation, f"lost the world's store: {summarize(exc)}")
+
+    def _host_gone(self, generation: int, rank: int,
+                   exc: BaseException | None = None) -> BrokenWorldError:
+        """By hand, the member that hosted the store has gone (it left, or died): the
+        world is over, since no one can meet without its store. It ends (WorldEnded)
+        with one reason, and rejoin() raises the same at once rather than wait for a
+        store that will not come back."""
+        reason = protocol.store_host_gone(rank)
+        if exc is not None:
+            log.debug("%s: %s (%s)", self.name, reason, summarize(exc))
+        with self._lock:
+            if self._over is None:
+                self._over = WorldEnded(self.name, generation, reason)
+        self._store = None
+        return self._break(generation, reason, publish=False, left=(rank,))
 
     def _exiting(self) -> BrokenWorldError:
         if self._closed:
@@ -220,11 +245,18 @@ class World(Calls):
                 except (RuntimeError, TimeoutError) as exc:
                     if not _is_timeout(exc):
                         raise
-            if protocol.text(client.get(wake)) == "close":
+            if protocol.text(client.get(wake)) == "close" or self._closed:
+                return
+            host = protocol.host_left(client, generation)
+            if host is not None:
+                self._host_gone(generation, host)
                 return
             reason = protocol.broken_reason(client, generation) or "marked broken"
-        except (RuntimeError, TimeoutError, BrokenWorldError):
+        except (RuntimeError, TimeoutError, BrokenWorldError) as exc:
             if self._closed:
+                return
+            if self._host_is_a_peer:  # by hand, its host died without a word
+                self._host_gone(generation, 0, exc)
                 return
             reason = (f"lost the world's store at {self._spec.addr}:{self._spec.port}"
                       " (its host has gone)")
@@ -277,7 +309,9 @@ class World(Calls):
             return error
         if generation != self._generation:  # a call from before a rejoin
             return BrokenWorldError(self.name, generation, "an earlier generation's call")
-        reason, left = self._agreed_reason(generation, f"rank {self.rank}: {summarize(exc)}")
+        reason, left = self._agreed_reason(generation, failures.noticed(self.rank, exc))
+        if self._over is not None:  # by hand, the store's host has gone: so has the world
+            return self._host_gone(generation, left[0] if left else 0)
         return self._break(generation, reason, publish=False, left=left)
 
     def _agreed_reason(self, generation: int, mine: str) -> tuple[str, tuple[int, ...]]:
@@ -293,6 +327,10 @@ class World(Calls):
         if store is None:
             return mine, ()
         try:
+            host = protocol.host_left(store, generation)
+            if host is not None:
+                self._host_gone(generation, host)
+                return protocol.store_host_gone(host), (host,)
             left = protocol.who_left(store, generation, self.size)
             if left:
                 # Not published: another member may still be reading the last words of
@@ -306,7 +344,10 @@ class World(Calls):
                         return found, ()
                     time.sleep(0.002)
             return protocol.mark_broken(store, generation, self.size, mine), ()
-        except (RuntimeError, TimeoutError):
+        except (RuntimeError, TimeoutError) as exc:
+            if self._host_is_a_peer and not self._closed:
+                self._host_gone(generation, 0, exc)
+                return protocol.store_host_gone(0), (0,)
             return mine, ()
 
     def _live(self) -> backends.Backend:
@@ -329,6 +370,8 @@ class World(Calls):
         with self._rejoin_lock, signals.blocked_off_main():
             if self._closed:  # by another thread, maybe (Ctrl-C): WorldClosed
                 raise self._exiting()
+            if self._over is not None:
+                raise self._over
             if self._error is None and self._group is not None:
                 return self
             self._retire()
@@ -374,6 +417,7 @@ class World(Calls):
         if store is not None and generation >= 0:
             with contextlib.suppress(RuntimeError, TimeoutError):
                 protocol.leave(store, generation, self.rank)
+        storehost.leaving(self, generation)  # by hand, rank 0 takes the store away
         self._stop_watcher(generation)
         if group is not None:
             release(group)

@@ -75,7 +75,8 @@ def test_send_recv_by_hand_with_worldinfo(procs, tmp_path):
     first.signal(signal.SIGKILL)  # by hand: no supervisor, the peers notice it themselves
     # The leader's own call notices: "Connection closed by peer" or, when the killed
     # process left unread data behind (the kernel then resets), "Read error ... reset".
-    broke = leader.expect(lambda line: str(line).startswith("world1 broke: rank 0: "))
+    broke = leader.expect(lambda line: str(line).startswith(
+        "world1 broke: rank 0 lost its connection to a peer ("))
     assert "Connection closed" in broke or "reset by peer" in broke, broke
     leader.expect(lambda line: "from rank 1 in world2" in str(line))
     start("worker.py", "--worldinfo", "1,1", "--steps", "100000", "--interval", "0.05")
