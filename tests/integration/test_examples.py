@@ -113,6 +113,9 @@ def test_collective_in_a_single_world(procs, home, tmp_path, op):
     assert "was not running" not in job.output()
     for rank in range(3):
         out = lines_of(job, f"rank-{rank}")
+        # it says how long it will run before it starts
+        assert out[0] == f"{op}: 3 steps in world1, one every 0.05s: about 0.2s" \
+                         " (--steps, --interval)", out
         assert [x for x in out if "done with step" in x] == \
             [f"world1: done with step: {s}" for s in (1, 2, 3)]
         for step in (1, 2, 3):
