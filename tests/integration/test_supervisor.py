@@ -1,6 +1,7 @@
 """mwrun launch on real processes: failures, restarts, hangs, stops, and the CLI around it."""
 
 import json
+import os
 import signal
 import sys
 import time
@@ -97,11 +98,30 @@ def test_a_stopped_process_is_declared_hung_killed_and_restarted(procs, home, tm
     assert "hung" in broken["reason"] or "timed out" in broken["reason"]
     expect(job, "leader", "rejoined", world="world1", timeout=20)
     assert "worker-0 hung: stopped, no heartbeat for 2s; killing it" in job.output()
-    out = job.output()  # shown unresponsive first, as soon as its heartbeats were late
-    assert out.index("worker-0 is unresponsive (its heartbeats are late)") < \
-        out.index("worker-0 hung: ")
+    out = job.output()  # shown unresponsive first, as soon as /proc showed it stopped
+    assert out.index("worker-0 is unresponsive (stopped)") < out.index("worker-0 hung: ")
     doc = status(home)
     assert proc_state(doc, "worker-0")["restarts"] == 1
+    job.signal(signal.SIGINT)
+    assert job.wait() == 0
+    wait_gone(home)
+
+
+def test_a_stopped_library_process_is_unresponsive_at_once_and_running_once_continued(
+        procs, home, tmp_path):
+    # A long hang_timeout: the process must show unresponsive long before any verdict.
+    topology = write_star(tmp_path, top="hang_timeout: 60\n")
+    job = launch(procs, home, topology)
+    expect(job, "leader", "recv", world="world1")
+    cli(home, "kill-world", "world1", "--signal", "STOP", check=True)
+    doc = wait_status(home, lambda d: proc_state(d, "worker-0")["state"] == "unresponsive",
+                      "worker-0 unresponsive")
+    assert "worker-0 is unresponsive (stopped)" in job.output()
+    assert proc_state(doc, "leader")["state"] == "running"
+    os.kill(proc_state(doc, "worker-0")["pid"], signal.SIGCONT)
+    doc = wait_status(home, lambda d: proc_state(d, "worker-0")["state"] == "running",
+                      "worker-0 running again")
+    assert proc_state(doc, "worker-0")["restarts"] == 0  # never judged hung
     job.signal(signal.SIGINT)
     assert job.wait() == 0
     wait_gone(home)
