@@ -59,6 +59,10 @@ exactly that):
     goes, so the others end the world with that one reason ("its store host, rank 0,
     has gone"), not with torch's report of a lost connection; a host that dies without
     a word is read the same way from the lost connection.
+``mwrun/gN/heard/R``
+    By hand only: rank R's watcher has read ``host_left`` and will not touch the store
+    again. The leaving host waits for these (briefly, bounded: a peer may be dead)
+    before its store closes, so no member's store call fails on the way out.
 
 Hangs are caught two ways: every call carries the world's timeout (never the backend's
 30-minute default), and under the launcher a heartbeat thread lets the supervisor
@@ -173,6 +177,15 @@ def host_leaves(store, generation: int, size: int, rank: int) -> None:
     so that each member's watcher wakes with the reason rather than a lost connection."""
     store.set(key(generation, "host_left"), str(rank))
     close(store, generation, size, store_host_gone(rank))
+
+
+def heard_keys(generation: int, size: int, host: int) -> list[str]:
+    return [key(generation, f"heard/{r}") for r in range(size) if r != host]
+
+
+def heard(store, generation: int, rank: int) -> None:
+    """A member's watcher has read host_left: it will not touch the store again."""
+    store.set(key(generation, f"heard/{rank}"), "1")
 
 
 def host_left(store, generation: int) -> int | None:

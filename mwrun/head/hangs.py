@@ -14,6 +14,7 @@ may still sit unread in the supervisor's sockets).
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -63,12 +64,22 @@ def verdict(silent: float, hang_timeout: float, stopped: bool,
     return None
 
 
+LATE_BEATS = 2  # a beat this many of its own gaps late shows it unresponsive
 LATE = "its heartbeats are late"
 STOPPED = "stopped"
+STOPS = (signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)  # stop a process
+
+
+def beat_gap(next_in: object, beat_every: float | None) -> float | None:
+    """The most seconds to a process's next beat, as its beat said (``next``); a library
+    that says nothing beats at its interval."""
+    if isinstance(next_in, int | float) and 0 < next_in < float("inf"):
+        return float(next_in)
+    return beat_every
 
 
 def judge(rec: ProcessRecord, awake: float, stopped: Callable[[], bool],
-          late_beats: int) -> tuple[str | None, str | None]:
+          late_beats: int = LATE_BEATS) -> tuple[str | None, str | None]:
     """Why a live process is unresponsive (shown at once, long before it is judged:
     LATE or STOPPED), or None; and why it is hung, or None. ``awake`` is awake time.
     Its suspicion is kept in its record; ``stopped`` asks /proc, only when the silence

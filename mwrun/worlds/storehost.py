@@ -1,5 +1,5 @@
-"""The world's store where this member hosts it (rank 0, by hand): starting it, and
-ending it before the interpreter's teardown.
+"""The world's store where this member hosts it (rank 0, by hand): starting it, ending it
+before the interpreter's teardown, and what its peers make of it going (gone, lost).
 
 Why the order matters: a thread that sits in torch's C++ with the GIL released (a
 TCPStore being built, a store wait) and takes the GIL back while the interpreter is
@@ -20,17 +20,21 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
+import time
 import weakref
 from datetime import timedelta
 
 import torch.distributed as dist
 
 from mwrun import protocol
-from mwrun.errors import MwrunError
+from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
 from mwrun.worlds import backends
 from mwrun.worlds.failures import summarize
 from mwrun.worlds.interruptible import RELEASING, finish
 
+log = logging.getLogger("mwrun")
+HEARD_WAIT = 1.0  # seconds a leaving host waits for its peers to read that it leaves
 _HOSTS: weakref.WeakSet = weakref.WeakSet()  # worlds whose store this process hosts
 
 
@@ -55,6 +59,35 @@ def host(world) -> None:
         _HOSTS.add(world)
 
 
+def by_a_peer(spec) -> bool:
+    """By hand, another member (rank 0) hosts the store: when it goes, so does the
+    world. Under the launcher the supervisor hosts it, and outlives any member."""
+    return spec.host_store is None and not spec.hosts_store
+
+
+def lost(world, generation: int, exc: BaseException) -> BrokenWorldError:
+    """A store call failed for good (not a timeout): why the world broke."""
+    if by_a_peer(world._spec) and not world._closed:
+        return gone(world, generation, 0, exc)
+    return BrokenWorldError(world.name, generation, f"lost the world's store: {summarize(exc)}")
+
+
+def gone(world, generation: int, rank: int, exc: BaseException | None = None
+         ) -> BrokenWorldError:
+    """By hand, the member that hosted the store has gone (it left, or died): the world
+    is over, since no one can meet without its store. It ends (WorldEnded) with one
+    reason, and rejoin() raises the same at once rather than wait for a store that will
+    not come back."""
+    reason = protocol.store_host_gone(rank)
+    if exc is not None:
+        log.debug("%s: %s (%s)", world.name, reason, summarize(exc))
+    with world._lock:
+        if world._over is None:
+            world._over = WorldEnded(world.name, generation, reason)
+    world._store = None
+    return world._break(generation, reason, publish=False, left=(rank,))
+
+
 def leaving(world, generation: int) -> None:
     """The host leaves (close(), or its exit): tell the others, in the store, before it
     goes with this process (protocol.host_leaves), for the generation they are in and
@@ -68,6 +101,17 @@ def leaving(world, generation: int) -> None:
         latest = int(protocol.text(server.get(protocol.GEN)))
         for gen in sorted({g for g in (generation, latest) if g >= 0}):
             protocol.host_leaves(server, gen, world.size, world.rank)
+        if generation >= 0:
+            _until_heard(server, protocol.heard_keys(generation, world.size, world.rank))
+
+
+def _until_heard(server, keys: list[str]) -> None:
+    """Until every peer's watcher has read it, for HEARD_WAIT at most (a dead peer never
+    will). Checked, not waited for: a store wait that times out makes torch's C++ log
+    two warnings of its own, and this runs as the process exits."""
+    give_up = time.monotonic() + HEARD_WAIT
+    while not server.check(keys) and time.monotonic() < give_up:
+        time.sleep(0.01)
 
 
 # Why mwrun does not silence that warning for a host that dies without a word (SIGKILL):

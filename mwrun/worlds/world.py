@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
-from mwrun.worlds import aborts, backends, failures, fencing, signals, storehost
+from mwrun.worlds import aborts, backends, failures, fencing, signals, storehost, watcher
 from mwrun.worlds import nccl as discipline
 from mwrun.worlds.calls import Calls
 from mwrun.worlds.failures import summarize
@@ -24,7 +24,6 @@ from mwrun.worlds.interruptible import Waits, finish, interruptible, release
 from mwrun.worlds.worldspec import WorldSpec
 
 log = logging.getLogger("mwrun")
-_FOREVER = timedelta(hours=1)  # a watcher's wait, renewed for as long as the world lives
 
 
 class WorldClosed(BrokenWorldError):
@@ -106,7 +105,7 @@ class World(Calls):
         except BrokenWorldError:
             raise
         except (RuntimeError, TimeoutError) as exc:  # a store call: close() dropped it,
-            raise self._store_lost(max(self._generation, 0), exc) from None  # or its host died
+            raise storehost.lost(self, max(self._generation, 0), exc) from None  # or its host died
 
     def _join(self, deadline: float | None) -> None:
         if self._spec.hosts_store and self._server is None:
@@ -156,7 +155,7 @@ class World(Calls):
             raise self._exiting()
         log.debug("%s: generation %d formed (rank %d of %d)", self.name, generation, self.rank,
                   self.size)
-        self._watcher = threading.Thread(target=self._watch, args=(generation,),
+        self._watcher = threading.Thread(target=watcher.watch, args=(self, generation),
                                          name=f"mwrun-watch-{self.name}", daemon=True)
         signals.start(self._watcher)
         if self._link is not None:
@@ -183,36 +182,12 @@ class World(Calls):
         try:
             interruptible(self._exiting, self._waits, wait)
             return True
+        except BrokenWorldError:
+            raise  # closed (or exiting) meanwhile: said as it is
         except (RuntimeError, TimeoutError) as exc:
             if not _is_timeout(exc):
-                raise self._store_lost(generation, exc) from None
+                raise storehost.lost(self, generation, exc) from None
             return False
-
-    @property
-    def _host_is_a_peer(self) -> bool:
-        """By hand, another member (rank 0) hosts the store: when it goes, so does the
-        world. Under the launcher the supervisor hosts it, and outlives any member."""
-        return self._spec.host_store is None and not self._spec.hosts_store
-
-    def _store_lost(self, generation: int, exc: BaseException) -> BrokenWorldError:
-        if self._host_is_a_peer and not self._closed:
-            return self._host_gone(generation, 0, exc)
-        return BrokenWorldError(self.name, generation, f"lost the world's store: {summarize(exc)}")
-
-    def _host_gone(self, generation: int, rank: int,
-                   exc: BaseException | None = None) -> BrokenWorldError:
-        """By hand, the member that hosted the store has gone (it left, or died): the
-        world is over, since no one can meet without its store. It ends (WorldEnded)
-        with one reason, and rejoin() raises the same at once rather than wait for a
-        store that will not come back."""
-        reason = protocol.store_host_gone(rank)
-        if exc is not None:
-            log.debug("%s: %s (%s)", self.name, reason, summarize(exc))
-        with self._lock:
-            if self._over is None:
-                self._over = WorldEnded(self.name, generation, reason)
-        self._store = None
-        return self._break(generation, reason, publish=False, left=(rank,))
 
     def _exiting(self) -> BrokenWorldError:
         if self._closed:
@@ -232,36 +207,6 @@ class World(Calls):
             self._error, self._generation = error, error.generation
 
     # -- breaking --------------------------------------------------------------------------
-
-    def _watch(self, generation: int) -> None:
-        """One thread per world: sleeps in the store until this generation ends."""
-        wake = protocol.wake_key(generation, self.rank)
-        try:
-            client = self._client(self.timeout)
-            while True:
-                try:
-                    client.wait([wake], _FOREVER)
-                    break
-                except (RuntimeError, TimeoutError) as exc:
-                    if not _is_timeout(exc):
-                        raise
-            if protocol.text(client.get(wake)) == "close" or self._closed:
-                return
-            host = protocol.host_left(client, generation)
-            if host is not None:
-                self._host_gone(generation, host)
-                return
-            reason = protocol.broken_reason(client, generation) or "marked broken"
-        except (RuntimeError, TimeoutError, BrokenWorldError) as exc:
-            if self._closed:
-                return
-            if self._host_is_a_peer:  # by hand, its host died without a word
-                self._host_gone(generation, 0, exc)
-                return
-            reason = (f"lost the world's store at {self._spec.addr}:{self._spec.port}"
-                      " (its host has gone)")
-            self._store = None  # reconnect on rejoin
-        self._break(generation, reason, publish=False)
 
     def _break(self, generation: int, reason: str, publish: bool,
                left: tuple[int, ...] = ()) -> BrokenWorldError:
@@ -310,9 +255,7 @@ class World(Calls):
         if generation != self._generation:  # a call from before a rejoin
             return BrokenWorldError(self.name, generation, "an earlier generation's call")
         reason, left = self._agreed_reason(generation, failures.noticed(self.rank, exc))
-        if self._over is not None:  # by hand, the store's host has gone: so has the world
-            return self._host_gone(generation, left[0] if left else 0)
-        return self._break(generation, reason, publish=False, left=left)
+        return self._break(generation, reason, publish=False, left=left)  # or gone already
 
     def _agreed_reason(self, generation: int, mine: str) -> tuple[str, tuple[int, ...]]:
         """The reason the world's store records, which ours becomes if it is the first.
@@ -329,8 +272,7 @@ class World(Calls):
         try:
             host = protocol.host_left(store, generation)
             if host is not None:
-                self._host_gone(generation, host)
-                return protocol.store_host_gone(host), (host,)
+                return storehost.gone(self, generation, host).reason, (host,)
             left = protocol.who_left(store, generation, self.size)
             if left:
                 # Not published: another member may still be reading the last words of
@@ -345,9 +287,8 @@ class World(Calls):
                     time.sleep(0.002)
             return protocol.mark_broken(store, generation, self.size, mine), ()
         except (RuntimeError, TimeoutError) as exc:
-            if self._host_is_a_peer and not self._closed:
-                self._host_gone(generation, 0, exc)
-                return protocol.store_host_gone(0), (0,)
+            if storehost.by_a_peer(self._spec) and not self._closed:
+                return storehost.gone(self, generation, 0, exc).reason, (0,)
             return mine, ()
 
     def _live(self) -> backends.Backend:
