@@ -53,6 +53,9 @@ exactly that):
     The host's decision after a break: ``open`` (generation N+1 may form: ``gen`` is
     N+1 already) or ``closed: REASON`` (the world will not re-form, e.g. its failed
     member has no restarts left). ``World.rejoin()`` waits for it.
+``mwrun/gN/ended``
+    Written with ``closed: ...`` when the world closes because a member finished
+    (exited 0, not restarted): the world ended, nothing broke, and members say so.
 ``mwrun/gN/host_left``
     By hand only: the rank that hosted the store left (Ctrl-C, ``job.close()``, its
     exit), taking the store with it. Written with ``closed: ...`` just before the store
@@ -161,8 +164,11 @@ def open_next(store, generation: int, incarnations: list[int] | None = None) -> 
     store.set(key(generation, "next"), OPEN)
 
 
-def close(store, generation: int, size: int, reason: str) -> None:
-    """Host: generation N is the last; rejoin() raises with this reason."""
+def close(store, generation: int, size: int, reason: str, ended: bool = False) -> None:
+    """Host: generation N is the last; rejoin() raises with this reason. ``ended``: a
+    member finished (exited 0 for good), so the world ended rather than broke."""
+    if ended:
+        store.set(key(generation, "ended"), "1")
     store.set(key(generation, "next"), CLOSED + reason)
     mark_broken(store, generation, size, reason)
 
@@ -186,6 +192,10 @@ def heard_keys(generation: int, size: int, host: int) -> list[str]:
 def heard(store, generation: int, rank: int) -> None:
     """A member's watcher has read host_left: it will not touch the store again."""
     store.set(key(generation, f"heard/{rank}"), "1")
+
+
+def ended(store, generation: int) -> bool:
+    return bool(store.check([key(generation, "ended")]))
 
 
 def host_left(store, generation: int) -> int | None:

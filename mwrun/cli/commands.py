@@ -11,6 +11,7 @@ import click
 from mwrun import __version__
 from mwrun.errors import MwrunError, RunError, TopologyError
 from mwrun.schema import FINAL, LOGS, REPORT, log_name
+from mwrun.terminal import count
 
 EPILOG = """\b
 Examples:
@@ -104,8 +105,8 @@ def validate(topology):
     """
     _, plan = _plan(topology)
     worlds = "; ".join(f"{w.name}: {', '.join(w.members)}" for w in plan.worlds.values())
-    click.echo(f"{topology}: ok: {len(plan.processes)} processes, {len(plan.worlds)} worlds"
-               f" ({worlds})")
+    click.echo(f"{topology}: ok: {count(len(plan.processes), 'process', 'processes')},"
+               f" {count(len(plan.worlds), 'world')} ({worlds})")
 
 
 @main.command()

@@ -35,6 +35,7 @@ def watch(world, generation: int) -> None:
             storehost.gone(world, generation, host)
             return
         reason = protocol.broken_reason(client, generation) or "marked broken"
+        ended = protocol.ended(client, generation)
     except (RuntimeError, TimeoutError, BrokenWorldError) as exc:
         if world._closed:
             return
@@ -44,4 +45,5 @@ def watch(world, generation: int) -> None:
         reason = (f"lost the world's store at {world._spec.addr}:{world._spec.port}"
                   " (its host has gone)")
         world._store = None  # reconnect on rejoin
-    world._break(generation, reason, publish=False)
+        ended = False
+    world._break(generation, reason, publish=False, ended=ended)

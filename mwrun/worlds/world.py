@@ -30,6 +30,10 @@ class WorldClosed(BrokenWorldError):
     """The world's host decided it will not re-form (a BrokenWorldError all the same)."""
 
 
+class WorldFinished(WorldEnded, WorldClosed):
+    """Closed because a member finished (exited 0, not restarted): ended, not broken."""
+
+
 class World(Calls):
     """A world as one of its members uses it. Made by ``mwrun.init``."""
 
@@ -124,7 +128,8 @@ class World(Calls):
                 decision = self._store_wait(store, protocol.key(generation, "next"),
                                             deadline, generation)
                 if decision.startswith(protocol.CLOSED):
-                    raise WorldClosed(self.name, generation, decision[len(protocol.CLOSED):])
+                    kind = WorldFinished if protocol.ended(store, generation) else WorldClosed
+                    raise kind(self.name, generation, decision[len(protocol.CLOSED):])
                 generation += 1
             incarnations = fencing.admitted(store, self.name, generation, self.rank,
                                             self.size, self._incarnation)  # a stale copy ends
@@ -209,9 +214,10 @@ class World(Calls):
     # -- breaking --------------------------------------------------------------------------
 
     def _break(self, generation: int, reason: str, publish: bool,
-               left: tuple[int, ...] = ()) -> BrokenWorldError:
-        """``left``: the peers that closed the world (a normal end, not a failure)."""
-        kind = WorldEnded if left else BrokenWorldError
+               left: tuple[int, ...] = (), ended: bool = False) -> BrokenWorldError:
+        """``left``: the peers that closed the world; ``ended``: its host closed it as a
+        member finished (either way a normal end, not a failure)."""
+        kind = WorldEnded if left or ended else BrokenWorldError
         with self._lock:
             if self._generation != generation or self._error is not None:
                 return self._error or kind(self.name, generation, reason)

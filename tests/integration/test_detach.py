@@ -28,7 +28,9 @@ def job(home, tmp_path, monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore:subprocess .* is still running:ResourceWarning")
-def test_the_background_supervisor_uses_the_plan_checked_in_the_terminal(job, home, monkeypatch):
+def test_the_background_supervisor_uses_the_plan_checked_in_the_terminal(job, home, monkeypatch,
+                                                                        capsys):
+    monkeypatch.setattr(bringup, "FORM_WAIT", 1.0)  # plain sleepers: their worlds never form
     chosen = []
     bind_free = ports.bind_free
 
@@ -42,6 +44,9 @@ def test_the_background_supervisor_uses_the_plan_checked_in_the_terminal(job, ho
     state = json.loads((home / "runs" / run / "state.json").read_text())
     assert sorted(w["port"] for w in state["worlds"]) == sorted(chosen)
     assert "run bg: 2 processes in 2 worlds" in (home / "runs" / run / "supervisor.log").read_text()
+    said = capsys.readouterr().err  # what it waited for, and that it gave up waiting
+    assert "mwrun | waiting for 2 worlds to form: w1, w2" in said
+    assert "mwrun | w1, w2 had not formed after 1s; the run goes on (mwrun status bg" in said
     control.request(state["control"], {"verb": "stop"})
     wait_for(lambda: json.loads((home / "runs" / run / "state.json").read_text())["state"]
              == "finished", 30, "the run to finish")

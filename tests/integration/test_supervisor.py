@@ -284,3 +284,29 @@ def test_a_member_that_finishes_closes_its_world_for_the_others(procs, home, tmp
     job.signal(signal.SIGINT)
     assert job.wait() == 0
     assert "could not connect" not in job.output()
+
+
+def test_a_member_that_finishes_before_its_world_forms_ends_it_and_breaks_nothing(
+        procs, home, tmp_path):
+    topology = tmp_path / "early.yaml"
+    send_recv = ROOT / "examples" / "send_recv"
+    topology.write_text(f"""\
+version: 1
+name: early
+processes:
+  leader: {{cmd: {sys.executable} {send_recv / 'leader.py'}}}
+  worker-0: {{cmd: [{sys.executable}, -c, "print('done already')"]}}
+  worker-1: {{cmd: {sys.executable} {send_recv / 'worker.py'} --steps 3 --interval 0.05}}
+worlds:
+  world1: {{members: [leader, worker-0]}}
+  world2: {{members: [leader, worker-1]}}
+""")
+    job = launch(procs, home, topology)
+    assert job.wait(timeout=90) == 0, job.output()
+    out = job.output()
+    # the leader and the run's summary agree: the world ended, nothing broke
+    assert "leader   | world1 ended: worker-0 exited normally and will not restart" in out
+    assert "world1 broke" not in out
+    assert "finished after" in out and ": 0 restarts, 0 world breaks" in out
+    assert "mwrun    | run early-" in out and ": 3 processes in 2 worlds;" in out
+    wait_gone(home)
