@@ -42,7 +42,7 @@ def lines_of(job, name: str) -> list[str]:
 
 
 def test_send_recv_star_leader_serves_through_a_drill(procs, home, tmp_path):
-    path = config(tmp_path, "star", ("--steps 60", "--steps 2000 --interval 0.05"))
+    path = config(tmp_path, "star", ("--steps 0", "--steps 0 --interval 0.05"))
     job = launch(procs, home, path)
     line_of(job, "leader", r"received tensor\(\[5\.\]\) from rank 1 in world1")
     assert "sent SIGKILL to worker-0" in cli(home, "kill-world", "world1", check=True).stdout
