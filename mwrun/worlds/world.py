@@ -204,7 +204,8 @@ class World(Calls):
             missing = [r for r, k in enumerate(arrivals) if not store.check([k])]
             ranks = ", ".join(map(str, missing))
             raise BrokenWorldError(self.name, generation,
-                                   f"rank(s) {ranks} did not join in time")
+                                   f"rank{'s' * (len(missing) > 1)} {ranks} did not join"
+                                   " in time")
 
     def _give_up(self, error: BrokenWorldError) -> None:
         """Forming failed for good: the world stays broken until a rejoin() succeeds."""
