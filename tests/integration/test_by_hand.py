@@ -85,3 +85,17 @@ def test_ctrl_c_on_the_store_host_ends_its_peers_worlds_in_one_line(procs):
         assert said[1:] == [f"{world} ended: its store host, rank 0, has gone"], said
         assert "TCPStore" not in worker.output() and "frame #" not in worker.output()
         no_traceback(worker)
+
+
+def test_a_store_host_that_dies_ends_its_peers_worlds_all_the_same(procs):
+    """Killed, rank 0 cannot say it leaves; its peers read it from the lost store, in the
+    same one line, and exit 0. (torch's store client may log its own C++ warning first:
+    its log threshold is one per process, see worlds/storehost.py.)"""
+    start = starter(procs)
+    leader = start("leader.py", "--worldinfo", "1,0")
+    worker = start("worker.py", "--worldinfo", "1,1", "--steps", "0", "--interval", "0.05")
+    leader.expect(lambda line: "from rank 1 in world1" in str(line))
+    leader.signal(signal.SIGKILL)
+    assert ended(worker) == 0, worker.output()
+    assert "world1 ended: its store host, rank 0, has gone" in worker.lines
+    no_traceback(worker)
