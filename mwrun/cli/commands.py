@@ -11,7 +11,6 @@ import click
 from mwrun import __version__
 from mwrun.errors import MwrunError, RunError, TopologyError
 from mwrun.schema import FINAL, LOGS, REPORT, log_name
-from mwrun.terminal import count
 
 EPILOG = """\b
 Examples:
@@ -103,6 +102,7 @@ def validate(topology):
 
     Exit status 0 when it is right, 2 when it is not.
     """
+    from mwrun.terminal import count
     _, plan = _plan(topology)
     worlds = "; ".join(f"{w.name}: {', '.join(w.members)}" for w in plan.worlds.values())
     click.echo(f"{topology}: ok: {count(len(plan.processes), 'process', 'processes')},"
