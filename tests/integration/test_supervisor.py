@@ -98,8 +98,9 @@ def test_a_stopped_process_is_declared_hung_killed_and_restarted(procs, home, tm
     assert "hung" in broken["reason"] or "timed out" in broken["reason"]
     expect(job, "leader", "rejoined", world="world1", timeout=20)
     assert "worker-0 hung: stopped, no heartbeat for 2s; killing it" in job.output()
-    out = job.output()  # shown unresponsive first, as soon as /proc showed it stopped
-    assert out.index("worker-0 is unresponsive (stopped)") < out.index("worker-0 hung: ")
+    out = job.output()  # shown unresponsive first: stopped (or, on a starved machine,
+    # its beats already late when the STOP came)
+    assert out.index("worker-0 is unresponsive (") < out.index("worker-0 hung: ")
     doc = status(home)
     assert proc_state(doc, "worker-0")["restarts"] == 1
     job.signal(signal.SIGINT)
