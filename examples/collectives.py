@@ -98,6 +98,10 @@ async def steps(op, world: mwrun.World, count: int, interval: float) -> None:
 
 async def run(op_name: str, args) -> None:
     job = mwrun.init(worlds=worlds(args, size=SIZE))
+    # Said once, so no one waits on a run without knowing for how long.
+    took = round(args.steps * args.interval, 1)
+    say(f"{op_name}: {args.steps} steps in {', '.join(job.worlds)}, one every"
+        f" {args.interval:g}s: about {took:g}s (--steps, --interval)")
     await asyncio.gather(*(steps(OPS[op_name], w, args.steps, args.interval)
                            for w in job.worlds.values()))
     job.close()
@@ -107,5 +111,5 @@ def main(op_name: str) -> None:
     parser = add_arguments(argparse.ArgumentParser(
         description=f"{op_name} in every world of this process"))
     parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between steps")
+    parser.add_argument("--interval", type=float, default=0.1, help="seconds between steps")
     asyncio.run(run(op_name, parser.parse_args()))

@@ -49,7 +49,8 @@ def recover(world, error: mwrun.BrokenWorldError, what: str = "") -> bool:
     try:
         world.rejoin()
     except mwrun.BrokenWorldError as final:
-        say(f"{world.name} is over: {final.reason}")
+        if final.reason != error.reason:  # by hand, "its store host has gone" says it all
+            say(f"{world.name} is over: {final.reason}")
         return False
     say(f"{world.name} re-formed (generation {world.generation})")
     return True

@@ -53,6 +53,19 @@ exactly that):
     The host's decision after a break: ``open`` (generation N+1 may form: ``gen`` is
     N+1 already) or ``closed: REASON`` (the world will not re-form, e.g. its failed
     member has no restarts left). ``World.rejoin()`` waits for it.
+``mwrun/gN/ended``
+    Written with ``closed: ...`` when the world closes because a member finished
+    (exited 0, not restarted): the world ended, nothing broke, and members say so.
+``mwrun/gN/host_left``
+    By hand only: the rank that hosted the store left (Ctrl-C, ``job.close()``, its
+    exit), taking the store with it. Written with ``closed: ...`` just before the store
+    goes, so the others end the world with that one reason ("its store host, rank 0,
+    has gone"), not with torch's report of a lost connection; a host that dies without
+    a word is read the same way from the lost connection.
+``mwrun/gN/heard/R``
+    By hand only: rank R's watcher has read ``host_left`` and will not touch the store
+    again. The leaving host waits for these (briefly, bounded: a peer may be dead)
+    before its store closes, so no member's store call fails on the way out.
 
 Hangs are caught two ways: every call carries the world's timeout (never the backend's
 30-minute default), and under the launcher a heartbeat thread lets the supervisor
@@ -151,10 +164,44 @@ def open_next(store, generation: int, incarnations: list[int] | None = None) -> 
     store.set(key(generation, "next"), OPEN)
 
 
-def close(store, generation: int, size: int, reason: str) -> None:
-    """Host: generation N is the last; rejoin() raises with this reason."""
+def close(store, generation: int, size: int, reason: str, ended: bool = False) -> None:
+    """Host: generation N is the last; rejoin() raises with this reason. ``ended``: a
+    member finished (exited 0 for good), so the world ended rather than broke."""
+    if ended:
+        store.set(key(generation, "ended"), "1")
     store.set(key(generation, "next"), CLOSED + reason)
     mark_broken(store, generation, size, reason)
+
+
+def store_host_gone(rank: int) -> str:
+    return f"its store host, rank {rank}, has gone"
+
+
+def host_leaves(store, generation: int, size: int, rank: int) -> None:
+    """By hand, the member that hosts the store (rank 0) leaves, and the store with it:
+    the world is over for the others. Said in the store before its connections close,
+    so that each member's watcher wakes with the reason rather than a lost connection."""
+    store.set(key(generation, "host_left"), str(rank))
+    close(store, generation, size, store_host_gone(rank))
+
+
+def heard_keys(generation: int, size: int, host: int) -> list[str]:
+    return [key(generation, f"heard/{r}") for r in range(size) if r != host]
+
+
+def heard(store, generation: int, rank: int) -> None:
+    """A member's watcher has read host_left: it will not touch the store again."""
+    store.set(key(generation, f"heard/{rank}"), "1")
+
+
+def ended(store, generation: int) -> bool:
+    return bool(store.check([key(generation, "ended")]))
+
+
+def host_left(store, generation: int) -> int | None:
+    """The rank of the store's host if it left during ``generation`` (host_leaves)."""
+    k = key(generation, "host_left")
+    return int(text(store.get(k))) if store.check([k]) else None
 
 
 def wait_value(store, k: str, timeout: float) -> str:

@@ -45,6 +45,11 @@ def width(text: str) -> int:
     return len(_ESCAPE.sub("", text))
 
 
+def count(n: int, word: str, plural: str | None = None) -> str:
+    """1 -> '1 world', 3 -> '3 worlds'; count(3, 'process', 'processes')."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
 def seconds(value: float) -> str:
     """3.0 -> '3s', 0.5 -> '0.5s', 90 -> '1m30s', 7322 -> '2h02m'."""
     if value < 60:

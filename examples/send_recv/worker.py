@@ -11,7 +11,7 @@ import torch
 import mwrun
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from common import add_arguments, quiet_interrupt, worlds
+from common import add_arguments, quiet_interrupt, recover, worlds
 
 
 def main(args) -> None:
@@ -20,16 +20,23 @@ def main(args) -> None:
     restart = os.environ.get("MWRUN_RESTART_COUNT", "0")
     print(f"{world.name}: rank {world.rank} of {world.size}, generation {world.generation},"
           f" restart {restart}", flush=True)
-    for step in range(args.steps):
+    step = 0
+    while args.steps == 0 or step < args.steps:
         tensor = torch.full((1,), float(step), device=world.device)
-        world.send(tensor, 0)
+        try:
+            world.send(tensor, 0)
+        except mwrun.BrokenWorldError as exc:  # the leader went (by hand: for good)
+            if not recover(world, exc):
+                break
+            continue
         print(f"{world.name}: sent {tensor}", flush=True)
+        step += 1
         time.sleep(args.interval)
     job.close()
 
 
 if __name__ == "__main__":
     parser = add_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=60, help="tensors to send (0: until stopped)")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between sends")
     quiet_interrupt(lambda: main(parser.parse_args()))

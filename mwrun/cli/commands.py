@@ -103,10 +103,11 @@ def validate(topology):
 
     Exit status 0 when it is right, 2 when it is not.
     """
+    from mwrun.terminal import count
     _, plan = _plan(topology)
     worlds = "; ".join(f"{w.name}: {', '.join(w.members)}" for w in plan.worlds.values())
-    click.echo(f"{topology}: ok: {len(plan.processes)} processes, {len(plan.worlds)} worlds"
-               f" ({worlds})")
+    click.echo(f"{topology}: ok: {count(len(plan.processes), 'process', 'processes')},"
+               f" {count(len(plan.worlds), 'world')} ({worlds})")
 
 
 @main.command()

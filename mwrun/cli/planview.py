@@ -7,7 +7,7 @@ import shlex
 from dataclasses import asdict
 
 from mwrun.plan.placement import Plan, format_cpus
-from mwrun.terminal import seconds, table
+from mwrun.terminal import count, seconds, table
 
 
 def restart_text(proc) -> str:
@@ -25,8 +25,8 @@ def plan_text(plan: Plan, envs: dict[str, dict[str, str]]) -> str:
     procs = plan.processes.values()
     worlds = plan.worlds.values()
     store = ", ".join(sorted({w.addr for w in worlds}))  # loopback for worlds kept local
-    out = [f"Plan of '{plan.name}' ({plan.source}): {len(procs)} processes, {len(worlds)}"
-           f" worlds; stores on {plan.store_host} ({store})", ""]
+    out = [f"Plan of '{plan.name}' ({plan.source}): {count(len(procs), 'process', 'processes')},"
+           f" {count(len(worlds), 'world')}; stores on {plan.store_host} ({store})", ""]
     out.append(table(
         ["PROCESS", "HOST", "GPUS", "CPUS", "WORLDS:RANK", "RESTART", "START"],
         [[p.name, p.host, ",".join(p.gpus) or "-",

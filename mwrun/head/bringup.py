@@ -27,9 +27,11 @@ from mwrun.plan import inventory, placement, ports, topology
 from mwrun.schema import PLAN, SUPERVISOR_LOG, TOPOLOGY
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
-from mwrun.terminal import seconds, use_colour
+from mwrun.schema import WorldState as W
+from mwrun.terminal import count, seconds, use_colour
 
 DETACH_WAIT = 120.0  # seconds --detach waits for its supervisor to run
+FORM_WAIT = 120.0  # then, for the run's worlds to form
 
 
 def plan_for_launch(path: str, run_id: str | None = None, connect: bool = True,
@@ -187,8 +189,10 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         shutil.copyfile(path, run_dir / TOPOLOGY)
         rundir.write_json(run_dir / PLAN, asdict(plan))
         printer = Printer(list(plan.processes), stream, use_colour(stream), run_dir)
-        printer.event(f"run {run_id}: {len(plan.processes)} processes in {len(plan.worlds)}"
-                      f" worlds; logs in {run_dir}; Ctrl-C stops it")
+        printer.event(f"run {run_id}: {count(len(plan.processes), 'process', 'processes')}"
+                      f" in {count(len(plan.worlds), 'world')}; logs in {run_dir}; it runs"
+                      f" until its processes end or you stop it (Ctrl-C here, or mwrun stop"
+                      f" {run_id})")
         printer.event(f"watch it: mwrun status {run_id} --watch;"
                       f" drill it: mwrun kill-world {next(iter(plan.worlds))} {run_id}")
         # Everything this thread imports, it imports before torch starts loading in
@@ -243,7 +247,7 @@ def _summary(printer: Printer, loop) -> None:
     restarts = sum(r.restarts for r in sup.procs.values())
     printer.event(f"run {loop.run_id} {sup.state.value} after {took}:"
                   f" {restarts} restart{'s' * (restarts != 1)},"
-                  f" {sum(w.breaks for w in sup.worlds.values())} world break(s)"
+                  f" {count(sum(w.breaks for w in sup.worlds.values()), 'world break')}"
                   + (f"; failed: {', '.join(r.plan.name for r in failed)}" if failed else ""))
 
 
@@ -266,6 +270,7 @@ def detach(path: str, run_id: str | None, grace: float) -> str:
             sock.close()  # the child has its own copies now
     try:
         _wait_running(child, run_id, run_dir)
+        _wait_formed(run_id, _progress(sys.stderr))
     except BaseException:
         _stop(child, grace)  # given up (or interrupted): no job runs unwatched by anyone
         raise
@@ -302,6 +307,26 @@ def _wait_running(child: subprocess.Popen, run_id: str, run_dir) -> None:
         tail = (run_dir / SUPERVISOR_LOG).read_text().strip().splitlines()[-5:]
         raise RunError("the supervisor did not start:\n  " + "\n  ".join(tail))
     raise RunError("the supervisor did not start")
+
+
+def _wait_formed(run_id: str, say) -> None:
+    """Until every world has formed (or the run has ended), saying which it waits for
+    as that changes; past FORM_WAIT the run is left running, and this says so."""
+    deadline, said = time.monotonic() + FORM_WAIT, None
+    while True:
+        state = rundir.read_state(run_id) or {}
+        forming = [w["name"] for w in state.get("worlds", []) if w.get("state") == W.FORMING]
+        if not forming or state.get("state") in (R.FINISHED, R.FAILED):
+            say("every world formed" if not forming else f"the run has {state['state']}")
+            return
+        if time.monotonic() >= deadline:
+            say(f"{', '.join(forming)} had not formed after {FORM_WAIT:g}s; the run goes on"
+                f" (mwrun status {run_id} shows what each member is doing)")
+            return
+        if forming != said:
+            said = forming
+            say(f"waiting for {count(len(forming), 'world')} to form: {', '.join(forming)}")
+        time.sleep(0.1)  # another process's file; nothing to block on
 
 
 def _stop(child: subprocess.Popen, grace: float) -> None:

@@ -76,7 +76,8 @@ def handle_hello(loop, request: dict) -> None:
 
 
 def handle_heartbeat(loop, request: dict) -> None:
-    loop.supervisor.on_heartbeat(request.get("process"), request.get("pid"))
+    loop.supervisor.on_heartbeat(request.get("process"), request.get("pid"),
+                                 request.get("next"))
     if isinstance(request.get("traffic"), dict):  # see mwrun/head/traffic.py
         loop.traffic.beat(request.get("process"), request.get("pid"), float(request["t"]),
                           request["traffic"], loop.now())

@@ -14,6 +14,7 @@ may still sit unread in the supervisor's sockets).
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -63,28 +64,47 @@ def verdict(silent: float, hang_timeout: float, stopped: bool,
     return None
 
 
+LATE_BEATS = 2  # a beat this many of its own gaps late shows it unresponsive
+LATE = "its heartbeats are late"
+STOPPED = "stopped"
+STOPS = (signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)  # stop a process
+
+
+def beat_gap(next_in: object, beat_every: float | None) -> float | None:
+    """The most seconds to a process's next beat, as its beat said (``next``); a library
+    that says nothing beats at its interval."""
+    if isinstance(next_in, int | float) and 0 < next_in < float("inf"):
+        return float(next_in)
+    return beat_every
+
+
 def judge(rec: ProcessRecord, awake: float, stopped: Callable[[], bool],
-          late_beats: int) -> tuple[bool, str | None]:
-    """Whether a live process is late (shown unresponsive long before it is judged) and
-    why it is hung, or None; ``awake`` is awake time. Its suspicion is kept in its
-    record; ``stopped`` asks /proc, only when the silence needs it."""
+          late_beats: int = LATE_BEATS) -> tuple[str | None, str | None]:
+    """Why a live process is unresponsive (shown at once, long before it is judged:
+    LATE or STOPPED), or None; and why it is hung, or None. ``awake`` is awake time.
+    Its suspicion is kept in its record; ``stopped`` asks /proc, only when the silence
+    needs it, so a tick reads /proc for no process that beats on time."""
     limit = rec.plan.hang_timeout
     if rec.beat_every is not None:
-        # The library beats from its own thread: silence past the deadline means
-        # stopped or wedged. /proc is read only then, to confirm it.
+        # The library beats from its own thread, and each beat says when the next is
+        # due: a beat missing past that is worth a look in /proc (stopped: shown at
+        # once), one late by more than its own gap again is late whatever /proc says.
+        # A STOP the supervisor sent itself (a drill) is looked for at the next tick.
         silent = awake - rec.last_beat
-        late = silent >= late_beats * rec.beat_every
+        gap = rec.beat_gap or rec.beat_every
+        stop_sent = rec.stop_sent_at is not None and rec.stop_sent_at >= rec.last_beat
+        is_stopped = stopped() if silent > gap or stop_sent or silent >= limit else False
+        why = STOPPED if is_stopped else LATE if silent >= late_beats * gap else None
         if silent < limit:
             rec.suspect_since = None
-            return late, None
-        is_stopped = stopped()
+            return why, None
         if rec.suspect_since is None:
             rec.suspect_since = awake
-        return late, verdict(silent, limit, is_stopped, awake - rec.suspect_since,
-                             rec.beat_every)
+        return why, verdict(silent, limit, is_stopped, awake - rec.suspect_since,
+                            rec.beat_every)
     if not stopped():  # a plain process: only /proc can tell
         rec.stopped_since = None
-        return False, None
+        return None, None
     if rec.stopped_since is None:
         rec.stopped_since = awake
-    return True, f"stopped for {limit:g}s" if awake - rec.stopped_since >= limit else None
+    return STOPPED, f"stopped for {limit:g}s" if awake - rec.stopped_since >= limit else None

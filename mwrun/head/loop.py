@@ -34,6 +34,7 @@ from mwrun.host.hands import Hands
 from mwrun.launchspec import LaunchSpec
 from mwrun.plan import environment
 from mwrun.schema import STATE, ZYGOTE_LOG
+from mwrun.terminal import count
 
 OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
 OUTPUT_SLICE_MIN = 4096
@@ -167,9 +168,10 @@ class Loop:
         """Progress while the job comes up: what started how, then (``_formed``) when
         every world has formed."""
         warm_count = sum(1 for how in self.starts.values() if how == "warm")
-        self.say(f"{len(self.starts)} processes started in {time.time() - self.started_at:.1f}s"
+        self.say(f"{count(len(self.starts), 'process', 'processes')} started in"
+                 f" {time.time() - self.started_at:.1f}s"
                  f" ({warm_count} warm, {len(self.starts) - warm_count} cold);"
-                 f" waiting for {len(self.plan.worlds)} world(s) to form")
+                 f" waiting for {count(len(self.plan.worlds), 'world')} to form")
 
     def _formed(self, event: Event) -> None:
         """Progress while the job comes up: said once every world has formed (a count
@@ -202,8 +204,8 @@ class Loop:
     def open_next(self, world: str, generation: int, incarnations: list[int]) -> None:
         self.stores.open_next(world, generation, incarnations)
 
-    def close_world(self, world: str, generation: int, reason: str) -> None:
-        self.stores.close_world(world, generation, reason)
+    def close_world(self, world: str, generation: int, reason: str, ended: bool = False) -> None:
+        self.stores.close_world(world, generation, reason, ended)
 
     def probe(self, name: str) -> str | None:
         return self._hands_of(name).status(name)

@@ -99,8 +99,8 @@ class PendingStores:
     def open_next(self, world: str, generation: int, incarnations: list[int]) -> None:
         self._write("open_next", world, generation, incarnations)
 
-    def close_world(self, world: str, generation: int, reason: str) -> None:
-        self._write("close_world", world, generation, reason)
+    def close_world(self, world: str, generation: int, reason: str, ended: bool = False) -> None:
+        self._write("close_world", world, generation, reason, ended)
 
     def plain_ranks(self, world: str) -> set[int] | None:
         """Before its store exists, no rank can have met in it."""

@@ -28,6 +28,8 @@ class ProcessRecord:
     left: set[str] = field(default_factory=set)  # worlds it closed (finished with)
     said_hello: bool = False
     beat_every: float | None = None
+    beat_gap: float | None = None  # the most seconds to its next beat, as its last beat said
+    stop_sent_at: float | None = None  # awake time the supervisor last sent it SIGSTOP
     last_beat: float = 0.0
     stopped_since: float | None = None
     suspect_since: float | None = None  # awake time it was first silent past its deadline

@@ -76,8 +76,8 @@ class WorldStores:
             return None
         return plain_ranks(keys)
 
-    def close_world(self, world: str, generation: int, reason: str) -> None:
-        protocol.close(self._stores[world], generation, self._sizes[world], reason)
+    def close_world(self, world: str, generation: int, reason: str, ended: bool = False) -> None:
+        protocol.close(self._stores[world], generation, self._sizes[world], reason, ended)
 
     def close(self) -> None:
         self._stores.clear()  # the servers stop with their last reference

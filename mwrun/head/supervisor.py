@@ -29,7 +29,6 @@ from mwrun.schema import WorldState as W
 
 TICK = 0.5  # seconds between checks for hung processes and due restarts
 KILL_WAIT = 5.0  # after SIGKILL, how long to wait for processes stuck in the kernel
-LATE_BEATS = 2  # heartbeats missed in a row before a process shows as unresponsive
 
 
 class Host(Stores, Protocol):
@@ -91,6 +90,8 @@ class Supervisor:
 
     def _signal(self, name: str, sig: int, why: Why) -> None:
         self.host.signal(name, sig, why)
+        if sig in hangs.STOPS:  # /proc is read at the next tick, not beats later
+            self.procs[name].stop_sent_at = self._awake()
         self._emit(ev.Signalled(name, signal.Signals(sig), why))
 
     def _spawn(self, rec: ProcessRecord) -> None:
@@ -108,7 +109,7 @@ class Supervisor:
         rec.started, rec.started_at = now, self.host.wall()
         rec.generations, rec.ready, rec.left = generations, set(), set()
         rec.said_hello, rec.beat_every, rec.stopped_since, rec.hung = False, None, None, None
-        rec.restart_at, rec.suspect_since, rec.joined_at = None, None, None
+        rec.restart_at = rec.suspect_since = rec.joined_at = rec.beat_gap = rec.stop_sent_at = None
         self.restarts_due.clear(name)
         self._emit(ev.Spawned(name, pid, rec.restarts) if pid is not None else
                    ev.ProcessChanged(name, P.STARTING, rec.why))  # its pid comes later
@@ -220,11 +221,12 @@ class Supervisor:
         if rec is not None and rec.pid == pid and rec.state.alive and rec.hung is None:
             self._hang(rec, reason or "a communicator abort did not return")
 
-    def on_heartbeat(self, name: str, pid: int) -> None:
+    def on_heartbeat(self, name: str, pid: int, next_in: object = None) -> None:
+        """A beat, and the most seconds to its next one, as it says (hangs.beat_gap)."""
         rec = self.procs.get(name)
         if rec is not None and rec.pid == pid:
-            rec.last_beat = self._awake()
-            self._responsive(rec, late=False)
+            rec.last_beat, rec.beat_gap = self._awake(), hangs.beat_gap(next_in, rec.beat_every)
+            self._responsive(rec, None)
 
     def on_bye(self, name: str, pid: int) -> None:
         rec = self.procs.get(name)
@@ -307,20 +309,18 @@ class Supervisor:
 
     def _check_hung(self, rec: ProcessRecord, now: float) -> None:
         """``now`` is awake time: the supervisor's own stalls never count as silence."""
-        late, hung = hangs.judge(rec, now, lambda: self.host.probe(rec.plan.name) == "stopped",
-                                 LATE_BEATS)
+        late, hung = hangs.judge(rec, now, lambda: self.host.probe(rec.plan.name) == "stopped")
         self._responsive(rec, late)
         if hung is not None:
             self._hang(rec, hung)
 
-    def _responsive(self, rec: ProcessRecord, late: bool) -> None:
-        """Show at once that a running process stopped answering, long before it is
-        declared hung; and that it answers again."""
-        if late and rec.state is P.RUNNING:
+    def _responsive(self, rec: ProcessRecord, late: str | None) -> None:
+        """Show at once that a running process stopped answering (``late``: hangs.LATE
+        or hangs.STOPPED), long before it is declared hung; and that it answers again."""
+        if late is not None and rec.state is P.RUNNING:
             self._move(rec, P.UNRESPONSIVE)  # RUNNING -> UNRESPONSIVE
-            rec.why = f"{rec.plan.name} is unresponsive (" + (
-                "its heartbeats are late)" if rec.beat_every is not None else "stopped)")
-        elif not late and rec.state is P.UNRESPONSIVE:
+            rec.why = f"{rec.plan.name} is unresponsive ({late})"
+        elif late is None and rec.state is P.UNRESPONSIVE:
             self._move(rec, P.RUNNING)  # UNRESPONSIVE -> RUNNING
             rec.why = f"{rec.plan.name} responds again"
         else:

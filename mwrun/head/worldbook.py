@@ -26,7 +26,8 @@ class Stores(Protocol):
 
     def mark_broken(self, world: str, generation: int, reason: str) -> None: ...
     def open_next(self, world: str, generation: int, incarnations: list[int]) -> None: ...
-    def close_world(self, world: str, generation: int, reason: str) -> None: ...
+    def close_world(self, world: str, generation: int, reason: str,
+                    ended: bool = False) -> None: ...
 
 
 class Worlds:
@@ -108,7 +109,10 @@ class Worlds:
         gone = next(self.procs[m] for m in world.plan.members if not self.procs[m].state.expected)
         reason = gone.why if gone.state is P.FAILED else f"{gone.why} and will not restart"
         world.state, world.reason = W.CLOSED, reason  # any -> CLOSED
-        self.stores.close_world(world.plan.name, world.generation, reason)
+        # A member that finished (exited 0, not restarted) ends the world: no break
+        # (the run's summary counts none), and its members are told it ended.
+        self.stores.close_world(world.plan.name, world.generation, reason,
+                                ended=gone.state is P.EXITED)
         self.emit(WorldClosed(world.plan.name, reason))
 
     def close_all(self) -> None:

@@ -77,7 +77,10 @@ class Agent:
             self.send("control", request=request)
             return
         self.held.append(request)
-        hold = min(frames.BEAT, HOLD_SHARE * self.intervals.get(str(request.get("process")), 0.0))
+        pace = self.intervals.get(str(request.get("process")), 0.0)
+        with contextlib.suppress(TypeError, ValueError):  # its next beat may come sooner
+            pace = min(pace, float(request.get("next", pace)))
+        hold = min(frames.BEAT, HOLD_SHARE * pace)
         until = self.clock() + hold
         self.held_until = until if self.held_until is None else min(self.held_until, until)
 

@@ -53,13 +53,17 @@ def receive(sock: socket.socket) -> tuple[dict | None, list[int]]:
     return json.loads(data), list(fds)
 
 
+def _threads(n: int, kind: str) -> str:
+    return f"{n} {kind} thread{'s' * (n != 1)} running"
+
+
 def unsafe_to_fork() -> str | None:
     """Why forking now would give a broken child (threads, CUDA), or None."""
     if threading.active_count() > 1:
-        return f"{threading.active_count() - 1} Python thread(s) running"
+        return _threads(threading.active_count() - 1, "Python")
     tasks = len(os.listdir("/proc/self/task"))
     if tasks > 1:
-        return f"{tasks - 1} native thread(s) running"
+        return _threads(tasks - 1, "native")
     torch = sys.modules.get("torch")
     cuda = getattr(torch, "cuda", None)
     if cuda is not None and cuda.is_initialized():

@@ -55,6 +55,19 @@ def summarize(exc: BaseException) -> str:
     return message
 
 
+def noticed(rank: int, exc: BaseException) -> str:
+    """A failed call's reason, said as who noticed what: "rank 0 lost its connection to a
+    peer (...)", never "rank 0: Connection closed by peer", which reads as if rank 0
+    were the one that died. (Wording only: what breaks a world is decided above.)"""
+    gist = summarize(exc)
+    lowered = gist.lower()
+    if "closed by peer" in lowered or "reset by peer" in lowered or "broken pipe" in lowered:
+        return f"rank {rank} lost its connection to a peer ({gist})"
+    if gist.startswith("a call timed out"):
+        return f"rank {rank}: {gist}"
+    return f"rank {rank} saw its call fail: {gist}"
+
+
 def check_reduce(op, tensor: torch.Tensor, backend: str, world: str) -> None:
     """Refuse, before anything is sent, the reductions gloo would only refuse while
     running them (where its error cannot be told from a failed peer)."""

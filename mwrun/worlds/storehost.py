@@ -1,5 +1,5 @@
-"""The world's store where this member hosts it (rank 0, by hand): starting it, and
-ending it before the interpreter's teardown.
+"""The world's store where this member hosts it (rank 0, by hand): starting it, ending it
+before the interpreter's teardown, and what its peers make of it going (gone, lost).
 
 Why the order matters: a thread that sits in torch's C++ with the GIL released (a
 TCPStore being built, a store wait) and takes the GIL back while the interpreter is
@@ -19,17 +19,22 @@ hook waits for (``RELEASING``).
 from __future__ import annotations
 
 import atexit
+import contextlib
+import logging
+import time
 import weakref
 from datetime import timedelta
 
 import torch.distributed as dist
 
 from mwrun import protocol
-from mwrun.errors import MwrunError
+from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
 from mwrun.worlds import backends
 from mwrun.worlds.failures import summarize
 from mwrun.worlds.interruptible import RELEASING, finish
 
+log = logging.getLogger("mwrun")
+HEARD_WAIT = 1.0  # seconds a leaving host waits for its peers to read that it leaves
 _HOSTS: weakref.WeakSet = weakref.WeakSet()  # worlds whose store this process hosts
 
 
@@ -54,12 +59,77 @@ def host(world) -> None:
         _HOSTS.add(world)
 
 
+def by_a_peer(spec) -> bool:
+    """By hand, another member (rank 0) hosts the store: when it goes, so does the
+    world. Under the launcher the supervisor hosts it, and outlives any member."""
+    return spec.host_store is None and not spec.hosts_store
+
+
+def lost(world, generation: int, exc: BaseException) -> BrokenWorldError:
+    """A store call failed for good (not a timeout): why the world broke."""
+    if by_a_peer(world._spec) and not world._closed:
+        return gone(world, generation, 0, exc)
+    return BrokenWorldError(world.name, generation, f"lost the world's store: {summarize(exc)}")
+
+
+def gone(world, generation: int, rank: int, exc: BaseException | None = None
+         ) -> BrokenWorldError:
+    """By hand, the member that hosted the store has gone (it left, or died): the world
+    is over, since no one can meet without its store. It ends (WorldEnded) with one
+    reason, and rejoin() raises the same at once rather than wait for a store that will
+    not come back."""
+    reason = protocol.store_host_gone(rank)
+    if exc is not None:
+        log.debug("%s: %s (%s)", world.name, reason, summarize(exc))
+    with world._lock:
+        if world._over is None:
+            world._over = WorldEnded(world.name, generation, reason)
+    world._store = None
+    return world._break(generation, reason, publish=False, left=(rank,))
+
+
+def leaving(world, generation: int) -> None:
+    """The host leaves (close(), or its exit): tell the others, in the store, before it
+    goes with this process (protocol.host_leaves), for the generation they are in and
+    the one they may be joining. Without it each would find a lost connection, and
+    torch's client logs a C++ warning with a stack trace for every store wait that
+    fails that way (see below)."""
+    server = world._server
+    if server is None or world.size < 2:
+        return
+    with contextlib.suppress(RuntimeError, TimeoutError, ValueError):
+        latest = int(protocol.text(server.get(protocol.GEN)))
+        for gen in sorted({g for g in (generation, latest) if g >= 0}):
+            protocol.host_leaves(server, gen, world.size, world.rank)
+        if generation >= 0:
+            _until_heard(server, protocol.heard_keys(generation, world.size, world.rank))
+
+
+def _until_heard(server, keys: list[str]) -> None:
+    """Until every peer's watcher has read it, for HEARD_WAIT at most (a dead peer never
+    will). Checked, not waited for: a store wait that times out makes torch's C++ log
+    two warnings of its own, and this runs as the process exits."""
+    give_up = time.monotonic() + HEARD_WAIT
+    while not server.check(keys) and time.monotonic() < give_up:
+        time.sleep(0.01)
+
+
+# Why mwrun does not silence that warning for a host that dies without a word (SIGKILL):
+# torch's TCPStore client logs a failed wait (``recvValueWithTimeout failed``) through
+# c10's logging, whose threshold (TORCH_CPP_LOG_LEVEL, read once when torch is imported)
+# is one per process, with no per-call or per-thread setting; raising it would hide the
+# user's own C++ warnings (NCCL's, their stores') for as long as a world is watched,
+# which is always. So only the host that can speak (Ctrl-C, close(), its exit) is kept
+# quiet, by speaking first; the peers of one that died say it in one line all the same.
+
+
 @atexit.register
 def _drop_stores() -> None:
     """At exit, while Python still runs: end the stores this process hosts and let the
     threads waiting on them finish. Dropped later, in the interpreter's teardown, they
     would wake those threads where they can no longer run, and the C++ runtime aborts."""
     for world in list(_HOSTS):
+        leaving(world, world._generation)  # a script that exits without close()
         with world._lock:  # as close() does: no wait starts, no store is hosted again
             world._waits.end()
             server, world._server = world._server, None

@@ -59,6 +59,14 @@ def beat_due(now: float, sent_at: float, moved_at: float, interval: float,
     return now - moved_at <= TRAFFIC_TAIL or now - sent_at >= interval - step / 2
 
 
+def next_beat(now: float, moved_at: float, interval: float, step: float) -> float:
+    """The most seconds until the beat after one sent ``now``: a check's step while the
+    traffic keeps the beats fast, else the idle interval. Told with each beat, so the
+    supervisor knows when one is late (and shows the process unresponsive) by this
+    process's own pace, not by the slowest it could beat."""
+    return step if now + step - moved_at <= TRAFFIC_TAIL else interval
+
+
 def aligned(step: float, now: float | None = None) -> float:
     """Seconds until the next multiple of ``step`` on the wall clock. Every process of
     a job checks at the same moments, so their beats reach the supervisor together and
@@ -182,7 +190,8 @@ class SupervisorLink:
             sent_at = now
             firsts = {name: first for name, w in worlds if (first := w._first()) is not None}
             self.send({"verb": "heartbeat", "process": self._process, "pid": os.getpid(),
-                       "t": now, "traffic": traffic, "first_calls": firsts})
+                       "t": now, "traffic": traffic, "first_calls": firsts,
+                       "next": next_beat(now, moved_at, self._interval, step)})
             if self._sock is None:
                 return  # the supervisor went away: the job's worlds do not need it
 

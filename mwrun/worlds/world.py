@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
-from mwrun.worlds import aborts, backends, failures, fencing, signals, storehost
+from mwrun.worlds import aborts, backends, failures, fencing, signals, storehost, watcher
 from mwrun.worlds import nccl as discipline
 from mwrun.worlds.calls import Calls
 from mwrun.worlds.failures import summarize
@@ -24,11 +24,14 @@ from mwrun.worlds.interruptible import Waits, finish, interruptible, release
 from mwrun.worlds.worldspec import WorldSpec
 
 log = logging.getLogger("mwrun")
-_FOREVER = timedelta(hours=1)  # a watcher's wait, renewed for as long as the world lives
 
 
 class WorldClosed(BrokenWorldError):
     """The world's host decided it will not re-form (a BrokenWorldError all the same)."""
+
+
+class WorldFinished(WorldEnded, WorldClosed):
+    """Closed because a member finished (exited 0, not restarted): ended, not broken."""
 
 
 class World(Calls):
@@ -57,6 +60,7 @@ class World(Calls):
         self._waits = Waits()  # store waits in flight (interruptible); ended by close()
         self._closed = False
         self._broke_at = -1  # the last generation this member saw break
+        self._over: BrokenWorldError | None = None  # by hand: its store host has gone
         self._calls = self._bytes = self._failures = 0  # traffic, see calls.py
         self._last_call = 0.0
         self._first_call = (-1, 0.0)  # (generation, wall clock): its first completed call
@@ -106,8 +110,7 @@ class World(Calls):
         except BrokenWorldError:
             raise
         except (RuntimeError, TimeoutError) as exc:  # a store call: close() dropped it,
-            raise BrokenWorldError(self.name, max(self._generation, 0),  # or its host died
-                                   f"lost the world's store: {summarize(exc)}") from None
+            raise storehost.lost(self, max(self._generation, 0), exc) from None  # or its host died
 
     def _join(self, deadline: float | None) -> None:
         if self._spec.hosts_store and self._server is None:
@@ -126,7 +129,8 @@ class World(Calls):
                 decision = self._store_wait(store, protocol.key(generation, "next"),
                                             deadline, generation)
                 if decision.startswith(protocol.CLOSED):
-                    raise WorldClosed(self.name, generation, decision[len(protocol.CLOSED):])
+                    kind = WorldFinished if protocol.ended(store, generation) else WorldClosed
+                    raise kind(self.name, generation, decision[len(protocol.CLOSED):])
                 generation += 1
             incarnations = fencing.admitted(store, self.name, generation, self.rank,
                                             self.size, self._incarnation)  # a stale copy ends
@@ -157,7 +161,7 @@ class World(Calls):
             raise self._exiting()
         log.debug("%s: generation %d formed (rank %d of %d)", self.name, generation, self.rank,
                   self.size)
-        self._watcher = threading.Thread(target=self._watch, args=(generation,),
+        self._watcher = threading.Thread(target=watcher.watch, args=(self, generation),
                                          name=f"mwrun-watch-{self.name}", daemon=True)
         signals.start(self._watcher)
         if self._link is not None:
@@ -184,10 +188,11 @@ class World(Calls):
         try:
             interruptible(self._exiting, self._waits, wait)
             return True
+        except BrokenWorldError:
+            raise  # closed (or exiting) meanwhile: said as it is
         except (RuntimeError, TimeoutError) as exc:
             if not _is_timeout(exc):
-                raise BrokenWorldError(self.name, generation,
-                                       f"lost the world's store: {summarize(exc)}") from None
+                raise storehost.lost(self, generation, exc) from None
             return False
 
     def _exiting(self) -> BrokenWorldError:
@@ -200,7 +205,8 @@ class World(Calls):
             missing = [r for r, k in enumerate(arrivals) if not store.check([k])]
             ranks = ", ".join(map(str, missing))
             raise BrokenWorldError(self.name, generation,
-                                   f"rank(s) {ranks} did not join in time")
+                                   f"rank{'s' * (len(missing) > 1)} {ranks} did not join"
+                                   " in time")
 
     def _give_up(self, error: BrokenWorldError) -> None:
         """Forming failed for good: the world stays broken until a rejoin() succeeds."""
@@ -209,33 +215,11 @@ class World(Calls):
 
     # -- breaking --------------------------------------------------------------------------
 
-    def _watch(self, generation: int) -> None:
-        """One thread per world: sleeps in the store until this generation ends."""
-        wake = protocol.wake_key(generation, self.rank)
-        try:
-            client = self._client(self.timeout)
-            while True:
-                try:
-                    client.wait([wake], _FOREVER)
-                    break
-                except (RuntimeError, TimeoutError) as exc:
-                    if not _is_timeout(exc):
-                        raise
-            if protocol.text(client.get(wake)) == "close":
-                return
-            reason = protocol.broken_reason(client, generation) or "marked broken"
-        except (RuntimeError, TimeoutError, BrokenWorldError):
-            if self._closed:
-                return
-            reason = (f"lost the world's store at {self._spec.addr}:{self._spec.port}"
-                      " (its host has gone)")
-            self._store = None  # reconnect on rejoin
-        self._break(generation, reason, publish=False)
-
     def _break(self, generation: int, reason: str, publish: bool,
-               left: tuple[int, ...] = ()) -> BrokenWorldError:
-        """``left``: the peers that closed the world (a normal end, not a failure)."""
-        kind = WorldEnded if left else BrokenWorldError
+               left: tuple[int, ...] = (), ended: bool = False) -> BrokenWorldError:
+        """``left``: the peers that closed the world; ``ended``: its host closed it as a
+        member finished (either way a normal end, not a failure)."""
+        kind = WorldEnded if left or ended else BrokenWorldError
         with self._lock:
             if self._generation != generation or self._error is not None:
                 return self._error or kind(self.name, generation, reason)
@@ -278,8 +262,8 @@ class World(Calls):
             return error
         if generation != self._generation:  # a call from before a rejoin
             return BrokenWorldError(self.name, generation, "an earlier generation's call")
-        reason, left = self._agreed_reason(generation, f"rank {self.rank}: {summarize(exc)}")
-        return self._break(generation, reason, publish=False, left=left)
+        reason, left = self._agreed_reason(generation, failures.noticed(self.rank, exc))
+        return self._break(generation, reason, publish=False, left=left)  # or gone already
 
     def _agreed_reason(self, generation: int, mine: str) -> tuple[str, tuple[int, ...]]:
         """The reason the world's store records, which ours becomes if it is the first.
@@ -294,6 +278,9 @@ class World(Calls):
         if store is None:
             return mine, ()
         try:
+            host = protocol.host_left(store, generation)
+            if host is not None:
+                return storehost.gone(self, generation, host).reason, (host,)
             left = protocol.who_left(store, generation, self.size)
             if left:
                 # Not published: another member may still be reading the last words of
@@ -307,7 +294,9 @@ class World(Calls):
                         return found, ()
                     time.sleep(0.002)
             return protocol.mark_broken(store, generation, self.size, mine), ()
-        except (RuntimeError, TimeoutError):
+        except (RuntimeError, TimeoutError) as exc:
+            if storehost.by_a_peer(self._spec) and not self._closed:
+                return storehost.gone(self, generation, 0, exc).reason, (0,)
             return mine, ()
 
     def _live(self) -> backends.Backend:
@@ -330,6 +319,8 @@ class World(Calls):
         with self._rejoin_lock, signals.blocked_off_main():
             if self._closed:  # by another thread, maybe (Ctrl-C): WorldClosed
                 raise self._exiting()
+            if self._over is not None:
+                raise self._over
             if self._error is None and self._group is not None:
                 return self
             self._retire()
@@ -375,6 +366,7 @@ class World(Calls):
         if store is not None and generation >= 0:
             with contextlib.suppress(RuntimeError, TimeoutError):
                 protocol.leave(store, generation, self.rank)
+        storehost.leaving(self, generation)  # by hand, rank 0 takes the store away
         self._stop_watcher(generation)
         if group is not None:
             release(group)

@@ -66,3 +66,36 @@ def ended(proc, timeout: float = 20.0) -> int | str:
         proc.signal(signal.SIGABRT)
         proc.wait(timeout=30)
         return "still running after Ctrl-C; its threads:"
+
+
+def test_ctrl_c_on_the_store_host_ends_its_peers_worlds_in_one_line(procs):
+    """Rank 0 hosts each world's store by hand: when it goes, its peers' worlds end with
+    one line, no C++ dump of torch's store client, no traceback, and they exit 0."""
+    start = starter(procs)
+    leader = start("leader.py", "--worldinfo", "1,0", "--worldinfo", "2,0")
+    workers = [start("worker.py", "--worldinfo", f"{w},1", "--steps", "0", "--interval", "0.05")
+               for w in (1, 2)]
+    for world in ("world1", "world2"):
+        leader.expect(lambda line, world=world: f"from rank 1 in {world}" in str(line))
+    leader.signal(signal.SIGINT)
+    assert ended(leader) == 130, leader.output()
+    for world, worker in zip(("world1", "world2"), workers, strict=True):
+        assert ended(worker) == 0, worker.output()
+        said = [line for line in worker.lines if not line.startswith(f"{world}: sent ")]
+        assert said[1:] == [f"{world} ended: its store host, rank 0, has gone"], said
+        assert "TCPStore" not in worker.output() and "frame #" not in worker.output()
+        no_traceback(worker)
+
+
+def test_a_store_host_that_dies_ends_its_peers_worlds_all_the_same(procs):
+    """Killed, rank 0 cannot say it leaves; its peers read it from the lost store, in the
+    same one line, and exit 0. (torch's store client may log its own C++ warning first:
+    its log threshold is one per process, see worlds/storehost.py.)"""
+    start = starter(procs)
+    leader = start("leader.py", "--worldinfo", "1,0")
+    worker = start("worker.py", "--worldinfo", "1,1", "--steps", "0", "--interval", "0.05")
+    leader.expect(lambda line: "from rank 1 in world1" in str(line))
+    leader.signal(signal.SIGKILL)
+    assert ended(worker) == 0, worker.output()
+    assert "world1 ended: its store host, rank 0, has gone" in worker.lines
+    no_traceback(worker)

@@ -1,6 +1,7 @@
 """mwrun launch on real processes: failures, restarts, hangs, stops, and the CLI around it."""
 
 import json
+import os
 import signal
 import sys
 import time
@@ -97,11 +98,32 @@ def test_a_stopped_process_is_declared_hung_killed_and_restarted(procs, home, tm
     assert "hung" in broken["reason"] or "timed out" in broken["reason"]
     expect(job, "leader", "rejoined", world="world1", timeout=20)
     assert "worker-0 hung: stopped, no heartbeat for 2s; killing it" in job.output()
-    out = job.output()  # shown unresponsive first, as soon as its heartbeats were late
-    assert out.index("worker-0 is unresponsive (its heartbeats are late)") < \
-        out.index("worker-0 hung: ")
+    out = job.output()  # shown unresponsive first: stopped (or, on a starved machine,
+    # its beats already late when the STOP came)
+    assert out.index("worker-0 is unresponsive (") < out.index("worker-0 hung: ")
     doc = status(home)
     assert proc_state(doc, "worker-0")["restarts"] == 1
+    job.signal(signal.SIGINT)
+    assert job.wait() == 0
+    wait_gone(home)
+
+
+def test_a_stopped_library_process_is_unresponsive_at_once_and_running_once_continued(
+        procs, home, tmp_path):
+    # A long hang_timeout: the process must show unresponsive long before any verdict.
+    topology = write_star(tmp_path, top="hang_timeout: 60\n")
+    job = launch(procs, home, topology)
+    expect(job, "leader", "recv", world="world1")
+    cli(home, "kill-world", "world1", "--signal", "STOP", check=True)
+    doc = wait_status(home, lambda d: proc_state(d, "worker-0")["state"] == "unresponsive",
+                      "worker-0 unresponsive")
+    # stopped, as /proc shows (or late already, on a machine that starved its beats)
+    assert "worker-0 is unresponsive (" in job.output()
+    assert proc_state(doc, "leader")["state"] == "running"
+    os.kill(proc_state(doc, "worker-0")["pid"], signal.SIGCONT)
+    doc = wait_status(home, lambda d: proc_state(d, "worker-0")["state"] == "running",
+                      "worker-0 running again")
+    assert proc_state(doc, "worker-0")["restarts"] == 0  # never judged hung
     job.signal(signal.SIGINT)
     assert job.wait() == 0
     wait_gone(home)
@@ -264,3 +286,29 @@ def test_a_member_that_finishes_closes_its_world_for_the_others(procs, home, tmp
     job.signal(signal.SIGINT)
     assert job.wait() == 0
     assert "could not connect" not in job.output()
+
+
+def test_a_member_that_finishes_before_its_world_forms_ends_it_and_breaks_nothing(
+        procs, home, tmp_path):
+    topology = tmp_path / "early.yaml"
+    send_recv = ROOT / "examples" / "send_recv"
+    topology.write_text(f"""\
+version: 1
+name: early
+processes:
+  leader: {{cmd: {sys.executable} {send_recv / 'leader.py'}}}
+  worker-0: {{cmd: [{sys.executable}, -c, "print('done already')"]}}
+  worker-1: {{cmd: {sys.executable} {send_recv / 'worker.py'} --steps 3 --interval 0.05}}
+worlds:
+  world1: {{members: [leader, worker-0]}}
+  world2: {{members: [leader, worker-1]}}
+""")
+    job = launch(procs, home, topology)
+    assert job.wait(timeout=90) == 0, job.output()
+    out = job.output()
+    # the leader and the run's summary agree: the world ended, nothing broke
+    assert "leader   | world1 ended: worker-0 exited normally and will not restart" in out
+    assert "world1 broke" not in out
+    assert "finished after" in out and ": 0 restarts, 0 world breaks" in out
+    assert "mwrun    | run early-" in out and ": 3 processes in 2 worlds;" in out
+    wait_gone(home)

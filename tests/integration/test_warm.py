@@ -160,7 +160,7 @@ def test_a_zygote_that_cannot_fork_starts_processes_cold_with_one_warning(procs,
     assert {p["name"]: (p["start"], p["exit_code"]) for p in doc["processes"]} == {
         "threaded-0": ("cold", 0), "threaded-1": ("cold", 0), "missing": ("cold", 0)}
     said = [line for line in job.lines if "warm start not possible" in line]
-    assert len([s for s in said if "1 Python thread(s) running" in s]) == 1, said
+    assert len([s for s in said if "1 Python thread running" in s]) == 1, said
     assert len([s for s in said if "no_such_module_here" in s]) == 1, said
 
 

@@ -73,8 +73,7 @@ def test_a_hang_is_told_before_its_kill_and_the_kill_says_hang():
     mark = len(host.events)
     run_for(sup, host, 10.0, beating=("leader", "worker-1"))
     assert since(host, mark) == [
-        ev.ProcessChanged("worker-0", P.UNRESPONSIVE,
-                          "worker-0 is unresponsive (its heartbeats are late)"),
+        ev.ProcessChanged("worker-0", P.UNRESPONSIVE, "worker-0 is unresponsive (stopped)"),
         ev.Hung("worker-0", "stopped, no heartbeat for 10s"),
         ev.Signalled("worker-0", signal.SIGKILL, Why.HANG)]
     assert host.whys == [("worker-0", signal.SIGKILL, Why.HANG)]

@@ -39,6 +39,14 @@ def test_failures_are_classified_by_type_and_stage(exc, backend, stage, expected
     assert is_worlds(exc, backend, stage) is expected
 
 
+def test_a_failed_call_says_who_noticed_not_who_died():
+    assert failures.noticed(0, GLOO_CLOSED) == (
+        "rank 0 lost its connection to a peer (Connection closed by peer [127.0.0.1]:4242)")
+    timed_out = RuntimeError("[pair.cc:1] Timed out waiting 30000ms for recv operation")
+    assert failures.noticed(1, timed_out) == (
+        "rank 1: a call timed out waiting for a peer (the world's timeout)")
+
+
 def test_a_store_timeout_is_told_from_a_lost_store_by_type():
     assert store_timed_out(dist.DistStoreError("wait timeout after 10ms, keys: /k"))
     assert store_timed_out(TimeoutError())

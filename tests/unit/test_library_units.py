@@ -101,6 +101,29 @@ def test_protocol_generations_and_breaks():
     assert protocol.broken_reason(store, 1) == "worker-0 has no restarts left"
     assert protocol.wait_value(store, protocol.GEN, 1.0) == "1"
     assert protocol.pg_prefix(4) == "mwrun/g4/pg/"
+    assert not protocol.ended(store, 1)  # closed after a failure: it did not just end
+
+
+def test_protocol_normal_ends_and_a_leaving_store_host():
+    store = FakeStore()
+    protocol.start(store)
+    # a member finished: the world closes, and says it ended
+    protocol.close(store, 0, 2, "worker-0 exited normally and will not restart", ended=True)
+    assert protocol.ended(store, 0)
+    # by hand, rank 0 leaves with its store: every watcher wakes and reads who left
+    protocol.open_next(store, 0)
+    assert protocol.host_left(store, 1) is None
+    protocol.host_leaves(store, 1, 3, 0)
+    assert protocol.host_left(store, 1) == 0
+    assert protocol.broken_reason(store, 1) == "its store host, rank 0, has gone"
+    assert store.get(protocol.key(1, "next")).decode() == \
+        "closed: its store host, rank 0, has gone"
+    assert all(store.check([protocol.wake_key(1, r)]) for r in range(3))
+    keys = protocol.heard_keys(1, 3, 0)  # whose reading it waits for: the others'
+    assert keys == [protocol.key(1, "heard/1"), protocol.key(1, "heard/2")]
+    for rank in (1, 2):
+        protocol.heard(store, 1, rank)
+    assert store.check(keys)
 
 
 @pytest.fixture(autouse=True)

@@ -104,7 +104,10 @@ def test_a_relayed_request_is_checked_like_a_local_one_and_only_the_librarys(req
 def test_a_well_formed_relayed_heartbeat_reaches_the_supervisor():
     loop = Recorder()
     control.relayed(loop, {"verb": "heartbeat", "process": "leader", "pid": 42})
-    assert loop.calls == [("on_heartbeat", ("leader", 42))]
+    assert loop.calls == [("on_heartbeat", ("leader", 42, None))]
+    loop = Recorder()  # with when its next beat is due (worlds/supervisor_link.next_beat)
+    control.relayed(loop, {"verb": "heartbeat", "process": "leader", "pid": 42, "next": 1.0})
+    assert loop.calls == [("on_heartbeat", ("leader", 42, 1.0))]
 
 
 def test_the_times_a_member_tells_reach_the_faults_on_the_heads_clock():

@@ -76,7 +76,7 @@ class FakeHost:
         self.calls.append(("open", world, generation))
         self.admits.append((world, generation + 1, incarnations))
 
-    def close_world(self, world, generation, reason):
+    def close_world(self, world, generation, reason, ended=False):
         self.calls.append(("close", world, generation, reason))
 
     def probe(self, name):

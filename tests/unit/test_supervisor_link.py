@@ -53,3 +53,12 @@ def test_a_closed_link_stops_trying(tmp_path):
     link = SupervisorLink(str(tmp_path / "none.sock"), "p", 5.0, stderr=io.StringIO()).start()
     link.close()
     assert not link._thread.is_alive()
+
+
+def test_each_beat_says_when_the_next_is_due_at_the_latest():
+    tail = supervisor_link.TRAFFIC_TAIL
+    # calls moved just now: beats at every check (1 s) for the rate window
+    assert supervisor_link.next_beat(100.0, 100.0, 5.0, 1.0) == 1.0
+    assert supervisor_link.next_beat(100.0 + tail - 1.0, 100.0, 5.0, 1.0) == 1.0
+    # idle past the window: its own interval
+    assert supervisor_link.next_beat(100.0 + tail, 100.0, 5.0, 1.0) == 5.0

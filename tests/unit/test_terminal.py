@@ -48,3 +48,10 @@ def test_recent_events_reads_the_tail_of_the_events_log(tmp_path, monkeypatch):
     assert rundir.recent_events("r", 3) == ["10:49:57 e2997", "10:49:58 e2998",
                                              "10:49:59 e2999"]
     assert rundir.recent_events("missing") == []
+
+
+def test_counts_are_said_in_the_singular_or_plural():
+    from mwrun.terminal import count
+    assert [count(n, "world") for n in (0, 1, 2)] == ["0 worlds", "1 world", "2 worlds"]
+    assert count(1, "process", "processes") == "1 process"
+    assert count(3, "process", "processes") == "3 processes"

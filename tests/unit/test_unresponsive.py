@@ -1,7 +1,9 @@
 """A process whose heartbeats are late shows as unresponsive at once, hung only later."""
 
+import signal
+
 from mwrun.schema import ProcessState as P
-from tests.unit.test_supervisor import HANGS, join_all, make, run_for
+from tests.unit.test_supervisor import HANGS, FakeHost, join_all, make, run_for
 
 
 def test_late_heartbeats_show_unresponsive_then_running_again():
@@ -39,3 +41,68 @@ def test_a_stopped_plain_process_is_unresponsive_as_soon_as_proc_says_so():
     host.status["worker-1"] = "sleeping"
     sup.on_tick()
     assert sup.procs["worker-1"].state is P.RUNNING
+
+
+def hello_every(sup, interval):
+    """Every process joined, each saying it beats every ``interval`` seconds when idle."""
+    for name, rec in sup.procs.items():
+        sup.on_hello(name, rec.pid, interval)
+        for world in rec.plan.worlds:
+            sup.on_world_event(name, rec.pid, world, 0, "ready")
+
+
+class Probes(FakeHost):
+    """Counts the /proc reads the supervisor asks for."""
+
+    def __init__(self):
+        super().__init__()
+        self.probed = []
+
+    def probe(self, name):
+        self.probed.append(name)
+        return super().probe(name)
+
+
+def test_a_beat_is_late_by_the_pace_the_process_said_not_its_idle_interval():
+    sup, host = make(HANGS)
+    hello_every(sup, 5.0)  # idle, it would beat every 5 s; while its calls move, every 1 s
+    rec = sup.procs["worker-0"]
+    sup.on_heartbeat("worker-0", rec.pid, 1.0)
+    run_for(sup, host, 1.5, beating=("leader", "worker-1"))
+    assert rec.state is P.RUNNING  # its next beat is due; not late yet
+    run_for(sup, host, 1.0, beating=("leader", "worker-1"))
+    assert (rec.state, rec.why) == (P.UNRESPONSIVE,
+                                    "worker-0 is unresponsive (its heartbeats are late)")
+    sup.on_heartbeat("worker-0", rec.pid, 5.0)  # back, and idle now: 5 s to its next beat
+    run_for(sup, host, 9.5, beating=("leader", "worker-1"))
+    assert rec.state is P.RUNNING
+
+
+def test_a_stopped_library_process_is_unresponsive_once_a_beat_is_missing():
+    sup, host = make(HANGS)
+    hello_every(sup, 5.0)
+    host.status["worker-0"] = "stopped"  # SIGSTOP from anyone: only /proc knows
+    run_for(sup, host, 5.0, beating=("leader", "worker-1"))
+    assert sup.procs["worker-0"].state is P.RUNNING  # no beat is missing yet
+    run_for(sup, host, 0.5, beating=("leader", "worker-1"))
+    assert sup.procs["worker-0"].state is P.UNRESPONSIVE  # 5.5 s, not two beats (10 s)
+    assert ("worker-0 is unresponsive (stopped)",) in host.of("say")
+
+
+def test_a_drill_stop_shows_unresponsive_at_the_next_tick_and_cont_running_again():
+    sup, host = make(HANGS, host=Probes())
+    hello_every(sup, 5.0)
+    run_for(sup, host, 3.0, beating=list(sup.procs))
+    assert host.probed == []  # processes that beat on time cost no /proc read
+    sup.kill_world("world1", None, signal.SIGSTOP)
+    host.status["worker-0"] = "stopped"
+    sup.on_tick()
+    rec = sup.procs["worker-0"]
+    assert (rec.state, rec.why) == (P.UNRESPONSIVE, "worker-0 is unresponsive (stopped)")
+    assert set(host.probed) == {"worker-0"}
+    host.status["worker-0"] = "sleeping"  # SIGCONT: it beats again
+    sup.on_heartbeat("worker-0", rec.pid, 1.0)
+    assert rec.state is P.RUNNING
+    probed = len(host.probed)
+    run_for(sup, host, 3.0, beating=list(sup.procs))
+    assert len(host.probed) == probed  # on time again: no more reads
