@@ -157,7 +157,7 @@ def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):
 def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:
     from mwrun import runs
     from mwrun.cli import planview
-    from mwrun.plan import environment
+    from mwrun.plan import environment, timeouts
 
     topo, plan = _plan(topology)
     run_id = run_id or runs.new_run_id(plan.name)
@@ -172,7 +172,9 @@ def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:
 
     envs = {name: environment.mwrun_env(plan, name, run_id=run_id, control=control(p.host))
             for name, p in plan.processes.items()}
-    click.echo(planview.plan_json(plan, envs) if as_json else planview.plan_text(plan, envs))
+    chains = timeouts.chains(topo)
+    click.echo(planview.plan_json(plan, envs, chains) if as_json
+               else planview.plan_text(plan, envs, chains))
 
 
 def _warn(text: str) -> None:

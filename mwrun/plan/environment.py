@@ -23,6 +23,7 @@ members on its host.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 
 from mwrun.launchspec import LaunchSpec
@@ -52,7 +53,9 @@ def worlds_json(plan: Plan, proc: ProcessPlan, generations: Mapping[str, int]) -
         world = plan.worlds[name]
         worlds[name] = {"rank": rank, "size": world.size, "backend": world.backend,
                         "addr": world.addr, "port": world.port,
-                        "generation": generations.get(name, 0), "timeout": world.timeout}
+                        "generation": generations.get(name, 0), "timeout": world.timeout,
+                        # rejoin()'s default deadline; null: none (plan/timeouts.py)
+                        "rejoin": None if math.isinf(world.rejoin) else world.rejoin}
     return json.dumps(worlds, separators=(",", ":"))
 
 

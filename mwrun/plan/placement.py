@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mwrun.errors import Diagnostic, TopologyError
-from mwrun.plan import preload
+from mwrun.plan import preload, timeouts
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.topology import Process, Topology
 from mwrun.plan.yamlread import Pos
@@ -58,6 +58,8 @@ class WorldPlan:
     port: int
     port_auto: bool  # chosen at launch rather than written in the topology
     on_failure: str
+    # How long a member's rejoin() waits by default (plan/timeouts.py); inf: no deadline.
+    rejoin: float = float("inf")
 
     @property
     def size(self) -> int:
@@ -265,8 +267,10 @@ def _place_worlds(topology, store_host, choose_port, port_in_use,
                     f" {exc.strerror or exc}; give the worlds fewer or explicit ports"))
             else:
                 taken.add(port)
-        worlds[world.name] = WorldPlan(world.name, world.members, world.backend, world.timeout,
-                                       addr, port or 0, world.port is None, world.on_failure)
+        worlds[world.name] = WorldPlan(
+            world.name, world.members, world.backend, world.timeout, addr, port or 0,
+            world.port is None, world.on_failure,
+            timeouts.world_rejoin(topology, world.name).seconds)
     return worlds
 
 
