@@ -18,7 +18,7 @@ PY = sys.executable
 OWN = {"MASTER_PORT", "MWRUN_WORLDS", "MWRUN_PROCESS", "ROLE_NAME"}
 
 
-def write(tmp_path, processes: dict, preload="[torch]") -> str:
+def write(tmp_path, processes: dict, preload="[torch]") -> str:  # [torch]: the default
     """A job of one world per process; processes: name -> (cmd, extra yaml)."""
     lines = ["version: 1", "name: warm", f"preload: {preload}", "processes:"]
     for name, (cmd, extra) in processes.items():
@@ -153,7 +153,8 @@ def test_a_zygote_that_cannot_fork_starts_processes_cold_with_one_warning(procs,
     topology = write(tmp_path, {
         "threaded-0": (ok, ["preload: [tests.bin.threader]", path]),
         "threaded-1": (ok, ["preload: [tests.bin.threader]", path]),
-        "missing": (ok, ["preload: [no_such_module_here]"]),
+        # Found by validate (its package is there), failing only as the zygote imports it.
+        "missing": (ok, ["preload: [tests.bin.unimportable]", path]),
     })
     job = launch(procs, home, topology)
     doc = finish(job, home)
@@ -161,7 +162,7 @@ def test_a_zygote_that_cannot_fork_starts_processes_cold_with_one_warning(procs,
         "threaded-0": ("cold", 0), "threaded-1": ("cold", 0), "missing": ("cold", 0)}
     said = [line for line in job.lines if "warm start not possible" in line]
     assert len([s for s in said if "1 Python thread(s) running" in s]) == 1, said
-    assert len([s for s in said if "no_such_module_here" in s]) == 1, said
+    assert len([s for s in said if "import tests.bin.unimportable" in s]) == 1, said
 
 
 def test_processes_start_before_the_supervisor_has_imported_torch(procs, home, tmp_path):
