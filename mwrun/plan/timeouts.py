@@ -139,6 +139,8 @@ def world_timeout(topology: Topology, world: str) -> Setting:
 
 def world_rejoin(topology: Topology, world: str) -> Setting:
     hangs = [hang(topology, m).seconds for m in topology.worlds[world].members]
+    if math.isinf(max(hangs)):
+        return Setting(math.inf, DEFAULT, note="hang detection is off")
     return Setting(rejoin_deadline(hangs), DEFAULT,
                    note=f"2 x hang_timeout {text(max(hangs))} + {text(RESTART_ALLOWANCE)}")
 

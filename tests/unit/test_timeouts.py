@@ -122,3 +122,20 @@ def test_dry_run_prints_each_processes_chain_with_its_sources(tmp_path):
                                      "210s in w2 (default, 2 x hang_timeout 60s + 90s)"]
     # And the deadline reaches each process, for its rejoin() to use.
     assert '"rejoin":210.0' in result.output
+
+
+def test_dry_run_json_carries_the_chain_and_no_deadline_as_null(tmp_path):
+    import json
+
+    path = tmp_path / "job.yaml"
+    path.write_text("hang_timeout: .inf\n" + JOB)
+    result = CliRunner().invoke(main, ["launch", str(path), "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert plan["worlds"]["w1"]["rejoin"] is None  # hang detection off: rejoin() waits
+    assert plan["processes"]["leader"]["timeouts"] == {
+        "timeout": {"seconds": 30.0, "from": "default", "world": "w1"},
+        "heartbeat": 5.0,
+        "hang_timeout": {"seconds": None, "from": f"top level, {path}:1:15"},
+        "rejoin": {"seconds": None, "from": "default, hang detection is off",
+                   "world": "w1"}}
