@@ -112,14 +112,17 @@ def rejoin_deadline(hangs: list[float]) -> float:
     return 2 * max(hangs, default=MIN_HANG_TIMEOUT) + RESTART_ALLOWANCE
 
 
-def hang(topology: Topology, process: str) -> Setting:
-    """A process's hang_timeout: its own, the top level's, else derived."""
+def hang(topology: Topology, process: str, timeouts: list[float] | None = None) -> Setting:
+    """A process's hang_timeout: its own, the top level's, else derived from
+    ``timeouts``, its worlds' call timeouts (found when not given)."""
     proc = topology.processes[process]
     if proc.hang_timeout is not None:
         return Setting(proc.hang_timeout, PROCESS, proc.pos.get("hang_timeout"))
     if topology.hang_timeout is not None:
         return Setting(topology.hang_timeout, TOP, topology.pos.get("hang_timeout"))
-    return hang_default([w.timeout for w in topology.worlds.values() if process in w.members])
+    if timeouts is None:
+        timeouts = [w.timeout for w in topology.worlds.values() if process in w.members]
+    return hang_default(timeouts)
 
 
 def explicit_hang(topology: Topology, process: str) -> float | None:
@@ -137,35 +140,60 @@ def world_timeout(topology: Topology, world: str) -> Setting:
     return call_timeout(None, None, hangs)
 
 
-def world_rejoin(topology: Topology, world: str) -> Setting:
-    hangs = [hang(topology, m).seconds for m in topology.worlds[world].members]
+def world_rejoin(hangs: list[float]) -> Setting:
+    """The default rejoin() deadline of a world whose members' hang_timeouts are ``hangs``."""
     if math.isinf(max(hangs)):
         return Setting(math.inf, DEFAULT, note="hang detection is off")
     return Setting(rejoin_deadline(hangs), DEFAULT,
                    note=f"2 x hang_timeout {text(max(hangs))} + {text(RESTART_ALLOWANCE)}")
 
 
-def chain(topology: Topology, process: str) -> Chain:
-    worlds = [w.name for w in topology.worlds.values() if process in w.members]
-    timeouts = {w: world_timeout(topology, w) for w in worlds}
-    rejoins = {w: world_rejoin(topology, w) for w in worlds}
-    longest = max(worlds, key=lambda w: timeouts[w].seconds)
-    soonest = min(worlds, key=lambda w: rejoins[w].seconds)
-    own = hang(topology, process)
-    beat = beat_interval(min(t.seconds for t in timeouts.values()), own.seconds)
-    return Chain(process, timeouts[longest], longest, beat, own, rejoins[soonest], soonest)
+@dataclass(frozen=True)
+class Clocks:
+    """Every number of a topology's chains, each found once (a job of thousands of
+    processes and worlds is planned in time proportional to its memberships)."""
+
+    worlds_of: dict[str, list[str]]  # process -> its worlds, primary first
+    timeouts: dict[str, Setting]  # world -> its call timeout
+    hangs: dict[str, Setting]  # process -> its hang_timeout
+    rejoins: dict[str, Setting]  # world -> its members' default rejoin() deadline
+
+
+def clocks(topology: Topology) -> Clocks:
+    worlds_of: dict[str, list[str]] = {name: [] for name in topology.processes}
+    for world in topology.worlds.values():
+        for member in world.members:
+            worlds_of[member].append(world.name)
+    timeouts = {w: world_timeout(topology, w) for w in topology.worlds}
+    hangs = {p: hang(topology, p, [timeouts[w].seconds for w in worlds_of[p]])
+             for p in topology.processes}
+    rejoins = {w.name: world_rejoin([hangs[m].seconds for m in w.members])
+               for w in topology.worlds.values()}
+    return Clocks(worlds_of, timeouts, hangs, rejoins)
+
+
+def chain(found: Clocks, process: str) -> Chain:
+    worlds = found.worlds_of[process]
+    longest = max(worlds, key=lambda w: found.timeouts[w].seconds)
+    soonest = min(worlds, key=lambda w: found.rejoins[w].seconds)
+    own = found.hangs[process]
+    beat = beat_interval(min(found.timeouts[w].seconds for w in worlds), own.seconds)
+    return Chain(process, found.timeouts[longest], longest, beat, own, found.rejoins[soonest],
+                 soonest)
 
 
 def chains(topology: Topology) -> dict[str, Chain]:
-    return {name: chain(topology, name) for name in topology.processes}
+    found = clocks(topology)
+    return {name: chain(found, name) for name in topology.processes}
 
 
 def breaches(topology: Topology) -> list[Diagnostic]:
     """Every place where numbers written in the topology break the order, positioned
     at the number that breaks it (each pair once)."""
     found: dict[tuple, Diagnostic] = {}
+    every = clocks(topology)
     for name in topology.processes:
-        own = hang(topology, name)
+        own = every.hangs[name]
         if not own.written or math.isinf(own.seconds):  # derived, or hang detection off
             continue
         if own.seconds < BEATS_PER_HANG * MIN_BEAT:
@@ -174,14 +202,12 @@ def breaches(topology: Topology) -> list[Diagnostic]:
                 f" room for fewer than {BEATS_PER_HANG} heartbeats (one per"
                 f" {text(MIN_BEAT)} at the fastest); give at least"
                 f" {text(BEATS_PER_HANG * MIN_BEAT)}"))
-        for world in topology.worlds.values():
-            if name not in world.members:
-                continue
-            timeout = world_timeout(topology, world.name)
+        for world in every.worlds_of[name]:
+            timeout = every.timeouts[world]
             origin = "" if timeout.source == WORLD else f" ({timeout.source})"
             if timeout.written and timeout.seconds >= own.seconds:
                 found.setdefault((timeout.pos, own.pos), timeout.pos.diagnostic(  # type: ignore[union-attr]
-                    f"timeout {text(timeout.seconds)} of world '{world.name}'{origin}"
+                    f"timeout {text(timeout.seconds)} of world '{world}'{origin}"
                     " is not below hang_timeout"
                     f" {text(own.seconds)} of its member '{name}' ({own.where()}): a call"
                     " may block for its whole timeout without its process being declared"

@@ -47,14 +47,14 @@ def test_derived_defaults_keep_the_order(top, extra):
 def test_defaults_and_their_sources():
     topology = parse("timeout: 1\n" + JOB + "  w3: {members: [leader], timeout: 100}\n",
                      "t.yaml")
-    leader = timeouts.chain(topology, "leader")
+    leader = timeouts.chains(topology)["leader"]
     assert (leader.timeout.seconds, leader.timeout_world, leader.timeout.source) == \
         (100.0, "w3", timeouts.WORLD)
     assert leader.timeout.pos is not None and leader.timeout.pos.line == 7  # 0-based
     assert (leader.hang.seconds, leader.hang.source, leader.hang.note) == \
         (300.0, timeouts.DEFAULT, "3 x 100s")  # above the longest call, not the shortest
     assert leader.rejoin.seconds == 2 * 300 + timeouts.RESTART_ALLOWANCE
-    worker = timeouts.chain(topology, "worker-0")
+    worker = timeouts.chains(topology)["worker-0"]
     assert (worker.timeout.seconds, worker.timeout.source) == (1.0, timeouts.TOP)
     assert (worker.hang.seconds, worker.hang.note) == (60.0, "at least 1m")
     # Its peers in w1 outwait the leader's hang, the longest of that world's members.
@@ -66,10 +66,10 @@ def test_a_written_hang_timeout_shortens_the_default_call_timeout():
     topology = parse("hang_timeout: 6\n" + JOB.replace("{cmd: x}", "{cmd: x, hang_timeout: 3}"),
                      "t.yaml")
     assert topology.worlds["w1"].timeout == 1.0  # a third of its members' shortest, 3 s
-    chain = timeouts.chain(topology, "worker-0")
+    chain = timeouts.chains(topology)["worker-0"]
     assert (chain.timeout.seconds, chain.timeout.note) == (1.0, "hang_timeout 3s / 3")
     assert (chain.hang.seconds, chain.hang.source) == (6.0, timeouts.TOP)
-    assert timeouts.chain(topology, "leader").hang.source == timeouts.PROCESS
+    assert timeouts.chains(topology)["leader"].hang.source == timeouts.PROCESS
 
 
 @pytest.mark.parametrize("text, expected", [
