@@ -79,8 +79,6 @@ def plan_json(plan: Plan, envs: dict[str, dict[str, str]],
         proc["environment"] = envs[name]
         if chains:
             proc["timeouts"] = _chain_json(chains[name])
-    for world in data["worlds"].values():  # JSON has no infinity: null is no deadline
-        world["rejoin"] = None if world["rejoin"] == float("inf") else world["rejoin"]
     return json.dumps(data, indent=2)
 
 

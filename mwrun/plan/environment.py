@@ -23,7 +23,6 @@ members on its host.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 
 from mwrun.launchspec import LaunchSpec
@@ -55,7 +54,7 @@ def worlds_json(plan: Plan, proc: ProcessPlan, generations: Mapping[str, int]) -
                         "addr": world.addr, "port": world.port,
                         "generation": generations.get(name, 0), "timeout": world.timeout,
                         # rejoin()'s default deadline; null: none (plan/timeouts.py)
-                        "rejoin": None if math.isinf(world.rejoin) else world.rejoin}
+                        "rejoin": world.rejoin}
     return json.dumps(worlds, separators=(",", ":"))
 
 

@@ -9,6 +9,7 @@ position of the node that asked for the impossible.
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -58,8 +59,8 @@ class WorldPlan:
     port: int
     port_auto: bool  # chosen at launch rather than written in the topology
     on_failure: str
-    # How long a member's rejoin() waits by default (plan/timeouts.py); inf: no deadline.
-    rejoin: float = float("inf")
+    # How long a member's rejoin() waits by default (plan/timeouts.py); None: no deadline.
+    rejoin: float | None = None
 
     @property
     def size(self) -> int:
@@ -271,7 +272,7 @@ def _place_worlds(topology, store_host, choose_port, port_in_use, errors,
         worlds[world.name] = WorldPlan(
             world.name, world.members, world.backend, world.timeout, addr, port or 0,
             world.port is None, world.on_failure,
-            rejoins[world.name].seconds)
+            None if math.isinf(rejoins[world.name].seconds) else rejoins[world.name].seconds)
     return worlds
 
 
