@@ -226,10 +226,12 @@ def status(run, as_json, watch):
         if as_json:
             click.echo(json.dumps(doc, indent=1 if not watch else None))
         elif watch and sys.stdout.isatty():
-            click.echo(in_place(render(doc, live, use_colour()), first), nl=False)
+            click.echo(in_place(render(doc, live, use_colour(), plan=runs.read_plan(run_id)),
+                                first), nl=False)
         else:
             click.echo(("" if first else "\n") + render(doc, live, use_colour(),
-                                                 events=runs.recent_events(run_id)))
+                                                 events=runs.recent_events(run_id),
+                                                 plan=runs.read_plan(run_id)))
         first = False
         if not watch or doc["state"] in FINAL or not live:
             return

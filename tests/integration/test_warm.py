@@ -57,6 +57,9 @@ def test_a_forked_child_sees_what_a_fresh_one_does(procs, home, tmp_path):
     starts = {p["name"]: p["start"] for p in doc["processes"]}
     assert starts == {"warm": "warm", "cold": "cold", "warm2": "warm", "cold2": "cold",
                       "wmod": "warm", "cmod": "cold"}
+    said = cli(home, "status", doc["run_id"], check=True).stdout.splitlines()
+    assert [line for line in said if line.startswith("started cold")] == [
+        "started cold (preload: false): cold, cold2, cmod"]  # why, once
     for warm, cold in (("warm", "cold"), ("warm2", "cold2"), ("wmod", "cmod")):
         a, b = got[warm], got[cold]
         assert a["name"] == "__main__"
@@ -163,6 +166,9 @@ def test_a_zygote_that_cannot_fork_starts_processes_cold_with_one_warning(procs,
     said = [line for line in job.lines if "warm start not possible" in line]
     assert len([s for s in said if "1 Python thread(s) running" in s]) == 1, said
     assert len([s for s in said if "import tests.bin.unimportable" in s]) == 1, said
+    status_text = cli(home, "status", doc["run_id"], check=True).stdout
+    assert "started cold (its zygote could not start it; see the run's events): threaded-0," \
+        " threaded-1, missing" in status_text
 
 
 def test_processes_start_before_the_supervisor_has_imported_torch(procs, home, tmp_path):

@@ -56,3 +56,17 @@ def test_watch_draws_over_the_last_frame_on_a_terminal_and_plain_lines_when_pipe
                                 env={"MWRUN_HOME": str(tmp_path)})
     assert result.exit_code == 0 and "\033" not in result.output
     assert result.output.startswith("run r (star): finished")
+
+
+def test_status_says_why_processes_started_cold_once_per_reason():
+    procs = [{**PROC, "name": "a", "start": "warm"}, {**PROC, "name": "b", "start": "cold"},
+             {**PROC, "name": "c", "start": "cold"}, {**PROC, "name": "d", "start": "cold"}]
+    plan = {"processes": {"a": {"start": "warm"}, "b": {"start": "cold (preload: false)"},
+                          "c": {"start": "cold (preload: false)"},
+                          "d": {"start": "warm"}}}  # planned warm: its zygote failed
+    text = render({**DOC, "processes": procs}, live=True, now=200.0, plan=plan)
+    assert text.split("\n\n")[3].splitlines() == [
+        "started cold (preload: false): b, c",
+        "started cold (its zygote could not start it; see the run's events): d"]
+    assert "started cold" not in render({**DOC, "processes": procs[:1]}, live=True,
+                                        now=200.0, plan=plan)
