@@ -86,6 +86,19 @@ OPEN = "open"
 CLOSED = "closed: "
 ABORT_HUNG = "abort_hung"  # a world event of the library (worlds/aborts.py)
 
+# Heartbeats (the library to its supervisor): the plan checks a topology's timeouts
+# against the same cadence the library keeps (plan/timeouts.py).
+BEATS_PER_HANG = 5
+MIN_BEAT = 0.05
+MAX_BEAT = 5.0  # an idle job keeps its supervisor idle
+
+
+def beat_interval(call_timeout: float, hang_timeout: float) -> float:
+    """Seconds between a process's heartbeats: five per hang deadline (and per call
+    timeout, as before hang_timeout existed), at most one per 5 s."""
+    return max(MIN_BEAT, min(MAX_BEAT, call_timeout / BEATS_PER_HANG,
+                             hang_timeout / BEATS_PER_HANG))
+
 
 def key(generation: int, name: str) -> str:
     return f"{PREFIX}g{generation}/{name}"

@@ -95,6 +95,14 @@ def load_state(run_id: str) -> dict:
     return doc
 
 
+def read_plan(run_id: str) -> dict | None:
+    """The plan the run was launched with (plan.json), or None if it cannot be read."""
+    try:
+        return json.loads((run_path(run_id) / schema.PLAN).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def recent_events(run_id: str, count: int = 6) -> list[str]:
     """The last ``count`` lines of the run's events.log ("HH:MM:SS what happened"),
     oldest first: the order they happened in."""

@@ -9,6 +9,8 @@ import warnings
 import click
 
 from mwrun import __version__
+from mwrun.cli import acting
+from mwrun.cli.common import SECONDS, run_arg, topology_arg, warn
 from mwrun.errors import MwrunError, RunError, TopologyError
 from mwrun.schema import FINAL, LOGS, log_name
 
@@ -62,27 +64,8 @@ def main():
     """
 
 
-class _Seconds(click.ParamType):
-    """A finite, non-negative number of seconds (``nan`` and ``inf`` would never
-    escalate to SIGKILL)."""
-
-    name = "seconds"
-
-    def convert(self, value, param, ctx):
-        import math
-
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not math.isfinite(number) or number < 0:
-            self.fail(f"{value!r} must be a finite number of seconds, 0 or more", param, ctx)
-        return number
-
-
-_SECONDS = _Seconds()
-topology_arg = click.argument("topology", type=click.Path(dir_okay=False, path_type=str))
-run_arg = click.argument("run", required=False)
+for _command in (acting.kill_world, acting.drill, acting.stop):
+    main.add_command(_command)
 
 
 def _plan(path: str):
@@ -116,7 +99,7 @@ def validate(topology):
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as JSON.")
 @click.option("--detach", is_flag=True, help="Run in the background; print the run id.")
 @click.option("--run-id", help="Name of the run (default: NAME-YYYYMMDD-HHMMSS).")
-@click.option("--grace", type=_SECONDS, default=10.0, show_default=True,
+@click.option("--grace", type=SECONDS, default=10.0, show_default=True,
               envvar="MWRUN_GRACE", help="Seconds between SIGTERM and SIGKILL on stop.")
 @click.option("--detached-child", is_flag=True, hidden=True)
 def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):
@@ -159,7 +142,7 @@ def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):
 def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:
     from mwrun import runs
     from mwrun.cli import planview
-    from mwrun.plan import environment
+    from mwrun.plan import environment, timeouts
 
     topo, plan = _plan(topology)
     run_id = run_id or runs.new_run_id(plan.name)
@@ -174,18 +157,16 @@ def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:
 
     envs = {name: environment.mwrun_env(plan, name, run_id=run_id, control=control(p.host))
             for name, p in plan.processes.items()}
-    click.echo(planview.plan_json(plan, envs) if as_json else planview.plan_text(plan, envs))
-
-
-def _warn(text: str) -> None:
-    click.echo(f"mwrun: {text}", err=True)
+    chains = timeouts.chains(topo)
+    click.echo(planview.plan_json(plan, envs, chains) if as_json
+               else planview.plan_text(plan, envs, chains))
 
 
 def _live_status(run: str | None) -> tuple[str, dict, bool]:
     """(run id, status document, whether its supervisor answered)."""
     from mwrun import runs
 
-    run_id, state = runs.find(run, live_only=False, warn=_warn)
+    run_id, state = runs.find(run, live_only=False, warn=warn)
     if runs.is_live(state):
         try:
             reply = runs.request(state["control"], {"verb": "status"})
@@ -226,110 +207,17 @@ def status(run, as_json, watch):
         if as_json:
             click.echo(json.dumps(doc, indent=1 if not watch else None))
         elif watch and sys.stdout.isatty():
-            click.echo(in_place(render(doc, live, use_colour()), first), nl=False)
+            click.echo(in_place(render(doc, live, use_colour(), plan=runs.read_plan(run_id)),
+                                first), nl=False)
         else:
             click.echo(("" if first else "\n") + render(doc, live, use_colour(),
-                                                 events=runs.recent_events(run_id)))
+                                                 events=runs.recent_events(run_id),
+                                                 plan=runs.read_plan(run_id)))
         first = False
         if not watch or doc["state"] in FINAL or not live:
             return
         run = run_id
         time.sleep(1.0)
-
-
-@main.command("kill-world")
-@click.argument("world")
-@run_arg
-@click.option("--rank", type=int, help="Signal exactly this rank of WORLD.")
-@click.option("--signal", "sig", default="KILL", show_default=True,
-              help="Signal name or number: KILL for a crash, STOP for a hang, TERM...")
-def kill_world(world, run, rank, sig):
-    """Fault drill: break WORLD by signalling its members that are in no other world.
-
-    Members shared with other worlds survive and see WORLD break; restart policies
-    then apply. With --rank, exactly that rank is signalled.
-
-    \b
-    Examples:
-      mwrun kill-world world1
-  mwrun drill --every 10 --for 120
-      mwrun kill-world world1 --signal STOP      # a hang: declared hung after the timeout
-      mwrun kill-world world2 --rank 0 --signal TERM
-    """
-    from mwrun import runs
-
-    try:
-        runs.signal_number(sig)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--signal") from None
-    run_id, state = runs.find(run, warn=_warn)
-    _require_live(run_id, state)
-    reply = runs.request(state["control"], {"verb": "kill_world", "world": world,
-                                                "rank": rank, "signal": sig})
-    for hit in reply["signalled"]:
-        click.echo(f"sent SIG{sig.upper().removeprefix('SIG')} to {hit['process']}"
-                   f" (pid {hit['pid']}, rank {hit['rank']} of {world})")
-
-
-@main.command()
-@run_arg
-@click.option("--every", required=True, help="Mean seconds between faults.")
-@click.option("--for", "duration", required=True, help="Seconds of drill.")
-@click.option("--worlds", help="Comma-separated worlds to fault (default: every world).")
-@click.option("--signal", "sig", default="KILL", show_default=True,
-              help="KILL (a crash), TERM, SEGV, or STOP (a hang).")
-@click.option("--seed", type=int, help="Makes the schedule repeatable.")
-def drill(run, every, duration, worlds, sig, seed):
-    """A chaos loop against RUN (default: the newest live run).
-
-    Measures each world's fault-free pace, then for --for seconds signals a member
-    of a random world at random times (mean interval --every), only members in no
-    other world, as kill-world does. At the end (and in mwrun report), per world: its
-    faults and their phases, downtime median and max, and the share of its own
-    fault-free pace it kept. Ctrl-C ends the drill, never the job. Exit status 0 when
-    every world came back after every fault, 1 otherwise, 2 for bad usage.
-
-    Example: mwrun drill demo --every 5 --for 60 --worlds world1,world2 --seed 7
-    """
-    from mwrun.cli import drilling
-
-    sys.exit(drilling.start(run, every, duration, worlds, sig, seed, warn=_warn,
-                            say=lambda text: click.echo(text, nl=False)))
-
-
-def _require_live(run_id: str, state: dict) -> None:
-    from mwrun import runs
-
-    if not runs.is_live(state):
-        raise RunError(f"run {run_id} is not running (it is {state.get('state')});"
-                       " see mwrun status " + run_id)
-
-
-@main.command()
-@run_arg
-@click.option("--no-wait", is_flag=True, help="Ask for the stop and return at once.")
-def stop(run, no_wait):
-    """Stop RUN cleanly: SIGTERM, a grace period, then SIGKILL.
-
-    \b
-    Examples:
-      mwrun stop
-      mwrun stop star-20261122-101500
-    """
-    from mwrun import runs
-
-    run_id, state = runs.find(run, warn=_warn)
-    _require_live(run_id, state)
-    runs.request(state["control"], {"verb": "stop"})
-    click.echo(f"stopping {run_id}...")
-    if no_wait:
-        return
-    while True:
-        state = runs.read_state(run_id) or state
-        if state.get("state") in FINAL or not runs.supervisor_alive(state):
-            break
-        time.sleep(0.2)  # the state file is the other process's; nothing to block on
-    click.echo(f"run {run_id} {state.get('state')}")
 
 
 @main.command()
@@ -347,7 +235,7 @@ def logs(process, run, follow):
     from mwrun import runs
     from mwrun.cli import logview
 
-    run_id, state = runs.find(run, live_only=False, warn=_warn)
+    run_id, state = runs.find(run, live_only=False, warn=warn)
     names = [p["name"] for p in state["processes"]]
     if process not in names:
         raise RunError(f"run {run_id} has no process {process!r}; it has: {', '.join(names)}")

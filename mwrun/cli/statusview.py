@@ -60,10 +60,25 @@ def _offset(value: float) -> str:
     return f"+{value * 1000:.0f} ms" if value < 1 else f"+{value:.2f} s"
 
 
+def cold_starts(doc: dict, plan: dict | None) -> list[str]:
+    """Why the processes that started cold did, one line per reason: the plan's
+    ('preload: false', 'python -c', ...) or, planned warm, their zygote's failure."""
+    planned = (plan or {}).get("processes", {})
+    names: dict[str, list[str]] = {}
+    for p in doc["processes"]:
+        if p.get("start") == "cold":
+            start = planned.get(p["name"], {}).get("start", "")
+            why = start[len("cold ("):-1] if start.startswith("cold (") else \
+                "its zygote could not start it; see the run's events"
+            names.setdefault(why, []).append(p["name"])
+    return [f"started cold ({why}): {', '.join(found)}" for why, found in names.items()]
+
+
 def render(doc: dict, live: bool, colour: bool = False, now: float | None = None,
-           events: list[str] | None = None) -> str:
+           events: list[str] | None = None, plan: dict | None = None) -> str:
     """The status tables; ``events``: the run's latest events, oldest first (else each
-    process's and world's last word)."""
+    process's and world's last word); ``plan``: the run's plan, which says why a
+    process started cold."""
     now = time.time() if now is None else now
 
     def state(value: str) -> str:
@@ -109,6 +124,9 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
     faults = [line for w in doc["worlds"] if (line := fault_line(w)) is not None]
     if faults:
         out += ["", "last fault per world (each phase after the first known):", *faults]
+    cold = cold_starts(doc, plan)
+    if cold:
+        out += ["", *cold]
     if notes:
         out += ["", "last events:", *notes]
     return "\n".join(out)

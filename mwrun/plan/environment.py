@@ -52,7 +52,9 @@ def worlds_json(plan: Plan, proc: ProcessPlan, generations: Mapping[str, int]) -
         world = plan.worlds[name]
         worlds[name] = {"rank": rank, "size": world.size, "backend": world.backend,
                         "addr": world.addr, "port": world.port,
-                        "generation": generations.get(name, 0), "timeout": world.timeout}
+                        "generation": generations.get(name, 0), "timeout": world.timeout,
+                        # rejoin()'s default deadline; null: none (plan/timeouts.py)
+                        "rejoin": world.rejoin}
     return json.dumps(worlds, separators=(",", ":"))
 
 

@@ -138,9 +138,10 @@ class FieldReader(Reader):
                     env[key] = text
         return env
 
-    def preload(self, node, what) -> tuple[str, ...] | None:
+    def preload(self, node, what, where: dict | None = None) -> tuple[str, ...] | None:
         """Module names to import in the zygote; ``false`` (or ``[]``) turns warm starts
-        off, ``true`` means [torch]."""
+        off, ``true`` means [torch] (the default). ``where`` gets each name's position
+        (``preload:NAME``)."""
         if isinstance(node, yaml.ScalarNode) and isinstance(scalar_value(node), bool):
             return _preload.DEFAULT if scalar_value(node) else ()
         if not isinstance(node, yaml.SequenceNode):
@@ -159,4 +160,6 @@ class FieldReader(Reader):
                 self.error(item, f"{what}: '{name}' is listed twice")
             else:
                 modules.append(name)
+                if where is not None:
+                    where[f"preload:{name}"] = self.pos(item)
         return tuple(modules)

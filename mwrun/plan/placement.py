@@ -9,11 +9,12 @@ position of the node that asked for the impossible.
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from mwrun.errors import Diagnostic, TopologyError
-from mwrun.plan import preload
+from mwrun.plan import preload, timeouts
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.topology import Process, Topology
 from mwrun.plan.yamlread import Pos
@@ -58,6 +59,8 @@ class WorldPlan:
     port: int
     port_auto: bool  # chosen at launch rather than written in the topology
     on_failure: str
+    # How long a member's rejoin() waits by default (plan/timeouts.py); None: no deadline.
+    rejoin: float | None = None
 
     @property
     def size(self) -> int:
@@ -208,12 +211,13 @@ def place(topology: Topology, inventory: dict[str, HostInventory],
                 elif not explicit and isinstance(wanted, int) and wanted:
                     got[kind] = pools[proc.host].take_count(proc, wanted, at, errors)
     check = port_in_use if inventory[store_host].local else None
-    worlds = _place_worlds(topology, store_host, choose_port, check, errors)
+    found = timeouts.clocks(topology)
+    worlds = _place_worlds(topology, store_host, choose_port, check, errors, found.rejoins)
     if errors:
         raise TopologyError(errors)
     memberships, local = _memberships(topology)
     processes = {name: _process_plan(topology, proc, resources[name], memberships[name],
-                                     local[name], python)
+                                     local[name], python, found.hangs[name].seconds)
                  for name, proc in topology.processes.items()}
     return Plan(topology.name, topology.source, store_host, processes, worlds)
 
@@ -232,8 +236,8 @@ def store_addr(topology: Topology, world, store_host: str) -> str:
         return "127.0.0.1"
 
 
-def _place_worlds(topology, store_host, choose_port, port_in_use,
-                  errors) -> dict[str, WorldPlan]:
+def _place_worlds(topology, store_host, choose_port, port_in_use, errors,
+                  rejoins) -> dict[str, WorldPlan]:
     explicit: dict[int, str] = {}
     for world in topology.worlds.values():
         if world.port is None:
@@ -265,8 +269,10 @@ def _place_worlds(topology, store_host, choose_port, port_in_use,
                     f" {exc.strerror or exc}; give the worlds fewer or explicit ports"))
             else:
                 taken.add(port)
-        worlds[world.name] = WorldPlan(world.name, world.members, world.backend, world.timeout,
-                                       addr, port or 0, world.port is None, world.on_failure)
+        worlds[world.name] = WorldPlan(
+            world.name, world.members, world.backend, world.timeout, addr, port or 0,
+            world.port is None, world.on_failure,
+            None if math.isinf(rejoins[world.name].seconds) else rejoins[world.name].seconds)
     return worlds
 
 
@@ -292,7 +298,8 @@ def _memberships(topology) -> tuple[dict[str, dict[str, int]], dict[str, tuple[i
     return memberships, local
 
 
-def _process_plan(topology, proc: Process, got, memberships, local, python) -> ProcessPlan:
+def _process_plan(topology, proc: Process, got, memberships, local, python,
+                  hang_timeout: float) -> ProcessPlan:
     host = topology.hosts[proc.host]
     cmd = proc.cmd
     if (python or host.python) and cmd[0] in ("python", "python3"):
@@ -307,7 +314,7 @@ def _process_plan(topology, proc: Process, got, memberships, local, python) -> P
         cpus=got["cpus"], worlds=memberships, local_rank=local[0], local_world_size=local[1],
         restart=proc.restart, max_restarts=proc.max_restarts,
         restart_backoff=proc.restart_backoff, replica_of=proc.replica_of,
-        hang_timeout=topology.hang_deadline(proc.name),
+        hang_timeout=hang_timeout,
         preload=() if why_cold else proc.preload,
         start=f"cold ({why_cold})" if why_cold else "warm",
         warm=None if why_cold else _warm_target(cmd, runs_on))

@@ -3,17 +3,18 @@
 Pure: a command qualifies when it is the interpreter mwrun runs on followed by a script
 path or ``-m module`` and nothing else the interpreter would read before the script
 (``-c``, ``-O``, ``-X ...`` change what a fresh interpreter is, so those start cold).
+Warm starts are the default. ``installed`` alone reads the machine (validate's check
+of a ``preload`` name on the python mwrun runs on).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 
-DEFAULT = ("torch",)  # what ``preload: true`` means
-# Warm starts are opt-in: with them on, the examples' test of the resnet drill fails
-# (it expects the other pipeline to serve a batch before the killed one re-forms, and a
-# warm restart is quicker than that). The README says so.
-OFF = ()
+# What a topology that says nothing of preload (or ``preload: true``) means: warm
+# starts are the default, ``preload: false`` turns them off.
+DEFAULT = ("torch",)
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
@@ -38,7 +39,7 @@ def target(cmd, python: str) -> tuple[str, str, list[str]] | None:
 def why_cold(cmd, python: str, preload: tuple[str, ...], netns: str | None) -> str | None:
     """Why a process starts the ordinary way, or None when it is forked warm."""
     if not preload:
-        return "no preload"
+        return "preload: false"
     if netns:
         return "it runs in a network namespace"
     if not cmd or cmd[0] != python:
@@ -47,3 +48,21 @@ def why_cold(cmd, python: str, preload: tuple[str, ...], netns: str | None) -> s
         option = cmd[1] if len(cmd) > 1 else ""
         return f"python {option}".strip() if option else "an interactive python"
     return None
+
+
+def installed(name: str) -> bool:
+    """Whether the python mwrun runs on has module ``name``, found without importing
+    it: a dotted name counts as found when its top package is (looking up ``a.b``
+    would import ``a``)."""
+    try:
+        return importlib.util.find_spec(name.partition(".")[0]) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def missing(modules, where, has_module) -> list:
+    """A diagnostic for each of ``modules`` written in the topology (its position in
+    ``where``, as ``preload:NAME``) that ``has_module`` does not find."""
+    return [where[f"preload:{m}"].diagnostic(
+                f"preload: no module named '{m}' for the python mwrun runs on")
+            for m in modules if f"preload:{m}" in where and not has_module(m)]

@@ -3,11 +3,12 @@
 ``parse(text, source, folder)`` turns YAML text into a ``Topology`` with replicas
 expanded and defaults filled in, or raises ``TopologyError`` listing every mistake as
 ``FILE:LINE:COL: message``. ``load(path)`` reads a file and also checks what needs the
-file system (that each ``cwd`` exists).
+machine (that each ``cwd`` exists, and each ``preload`` module on mwrun's python).
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,18 +16,16 @@ from pathlib import Path
 import yaml
 
 from mwrun.errors import TopologyError, UsageError
+from mwrun.plan import preload as _preload
+from mwrun.plan import timeouts
 from mwrun.plan.fields import NAME, NAME_RULE, FieldReader, parse_cpus  # noqa: F401 - parse_cpus is public here
 from mwrun.plan.hosts import LAUNCHERS, Host, read_hosts
-from mwrun.plan.preload import OFF
+from mwrun.plan.timeouts import DEFAULT_TIMEOUT, Setting
 from mwrun.plan.yamlread import Pos, compose
 
 BACKENDS = ("gloo", "nccl")
 RESTART_POLICIES = ("never", "on-failure", "always")
 ON_FAILURE = ("isolate", "stop")
-DEFAULT_TIMEOUT = 30.0
-# The default hang deadline: this many call timeouts, and never under a minute.
-HANG_FACTOR = 3.0
-MIN_HANG_TIMEOUT = 60.0
 # Far beyond any job one supervisor can watch on one machine's file descriptors, and
 # small enough that a typo (replicas: 100000) is an error, not a long wait.
 MAX_PROCESSES = 4096
@@ -92,25 +91,18 @@ class Topology:
                 for w in self.worlds.values() if process in w.members]
 
     def hang_deadline(self, process: str) -> float:
-        """Seconds without a heartbeat before the process counts as hung.
-
-        Its own ``hang_timeout``, else the topology's, else well above the shortest call
-        timeout of its worlds: a process may hold the GIL in one long C call for as long
-        as a call may take, and that is slow, not hung.
-        """
-        own = self.processes[process].hang_timeout
-        if own is not None or self.hang_timeout is not None:
-            return own if own is not None else self.hang_timeout
-        timeouts = [self.worlds[w].timeout for w, _ in self.memberships(process)]
-        return max(HANG_FACTOR * min(timeouts, default=self.timeout), MIN_HANG_TIMEOUT)
+        """Seconds without a heartbeat before the process counts as hung: its own
+        ``hang_timeout``, else the topology's, else derived (plan/timeouts.py)."""
+        return timeouts.hang(self, process).seconds
 
 
 class _Parser:
-    def __init__(self, source: str, folder: str, isdir=None):
+    def __init__(self, source: str, folder: str, isdir=None, has_module=None):
         self.r = FieldReader(source)
         self.source = source
         self.folder = folder
         self.isdir = isdir
+        self.has_module = has_module  # checks preload names on this machine's python
         self.replicas: dict[str, list[str]] = {}  # replicated name -> its processes
 
     # -- top level ---------------------------------------------------------------------
@@ -135,8 +127,11 @@ class _Parser:
             if not NAME.match(name):
                 r.error(top["name"][1], f"name '{name}': {NAME_RULE}")
         backend = self._get(top, "backend", r.choice, "backend", BACKENDS) or "gloo"
-        timeout = self._get(top, "timeout", r.number, "timeout", positive=True) or DEFAULT_TIMEOUT
-        hang_timeout = self._get(top, "hang_timeout", r.number, "hang_timeout", positive=True)
+        timeout = self._get(top, "timeout", r.number, "timeout", positive=True)
+        self.timeout = None if timeout is None else \
+            Setting(timeout, timeouts.TOP, r.pos(top["timeout"][1]))
+        self.hang_timeout = hang_timeout = self._get(top, "hang_timeout", r.number,
+                                                     "hang_timeout", positive=True)
         launcher = self._get(top, "launcher", r.choice, "launcher", LAUNCHERS)
         hosts = self.hosts(top.get("hosts"), launcher == "slurm")
         if hosts and launcher is None:
@@ -144,17 +139,18 @@ class _Parser:
         elif hosts and launcher != "ssh" and any(h.ssh for h in hosts.values()):
             r.error(top["launcher"][1], f"launcher: {launcher} with hosts that name 'ssh:';"
                     " use launcher: ssh, or leave 'ssh:' out")
-        self.preload = self._get(top, "preload", r.preload, "preload")
+        self.preload_at: dict[str, Pos] = {}  # where the top level names each module
+        self.preload = self._get(top, "preload", r.preload, "preload", self.preload_at)
         processes = self.processes(top, hosts)
-        worlds = self.worlds(top, processes, backend, timeout)
+        worlds = self.worlds(top, processes, backend)
         if worlds is not None and processes is not None:
             self.check_membership(processes, worlds)
         if r.diagnostics:
             return None
         return Topology(name=name, source=self.source, folder=self.folder, backend=backend,
-                        timeout=timeout, hosts=hosts or {}, processes=processes or {},
-                        worlds=worlds or {}, pos={k: r.pos(v[1]) for k, v in top.items()},
-                        hang_timeout=hang_timeout,
+                        timeout=timeout or DEFAULT_TIMEOUT, hosts=hosts or {},
+                        processes=processes or {}, worlds=worlds or {},
+                        pos={k: r.pos(v[1]) for k, v in top.items()}, hang_timeout=hang_timeout,
                         launcher=launcher or "local")
 
     def _get(self, items, key, read, *args, **kwargs):
@@ -222,14 +218,16 @@ class _Parser:
                     f"{what}: cwd {cwd} is not a folder")
         hang_timeout = self._get(spec, "hang_timeout", r.number, f"{what}: hang_timeout",
                                  positive=True)
-        preload = self._get(spec, "preload", r.preload, f"{what}: preload")
+        preload = self._get(spec, "preload", r.preload, f"{what}: preload", pos)
         base = Process(
             name=name, cmd=tuple(cmd or ()), host=host or "", gpus=gpus if gpus is not None else (),
             cpus=cpus, env=env, cwd=cwd,
             restart=restart or "never", max_restarts=3 if max_restarts is None else max_restarts,
             restart_backoff=1.0 if backoff is None else backoff, pos=pos,
             hang_timeout=hang_timeout,
-            preload=next((p for p in (preload, self.preload) if p is not None), OFF))
+            preload=next((p for p in (preload, self.preload) if p is not None),
+                         _preload.DEFAULT))
+        self.check_preload(base, preload is None, hosts)
         if replicas is None:
             return [base]
         explicit = [k for k in ("gpus", "cpus") if isinstance(getattr(base, k), tuple)
@@ -241,6 +239,17 @@ class _Parser:
                     for i in range(replicas)]
         self.replicas[name] = [p.name for p in expanded]
         return expanded
+
+    def check_preload(self, proc: Process, inherited: bool, hosts) -> None:
+        """Each module written in ``preload`` exists for the python that runs the
+        process. Known only where that is this interpreter: on a host of this machine
+        with no ``python:`` of its own (a remote host's modules are its own)."""
+        host = (hosts or {}).get(proc.host)
+        if self.has_module and host and not host.remote and not host.python:
+            where = self.preload_at if inherited else proc.pos
+            for found in _preload.missing(proc.preload, where, self.has_module):
+                if found not in self.r.diagnostics:  # a top-level list, once
+                    self.r.diagnostics.append(found)
 
     def host_of(self, spec, hosts, what, key_node) -> str | None:
         r = self.r
@@ -258,7 +267,7 @@ class _Parser:
 
     # -- worlds ------------------------------------------------------------------------
 
-    def worlds(self, top, processes, backend, timeout) -> dict[str, World] | None:
+    def worlds(self, top, processes, backend) -> dict[str, World] | None:
         r = self.r
         if "worlds" not in top:
             r.diagnostics.append(Pos(self.source, 0, 0).diagnostic(
@@ -275,12 +284,12 @@ class _Parser:
             return None
         worlds = {}
         for name, (key_node, node) in items.items():
-            world = self.world(name, key_node, node, processes, backend, timeout)
+            world = self.world(name, key_node, node, processes, backend)
             if world is not None:
                 worlds[name] = world
         return worlds
 
-    def world(self, name, key_node, node, processes, backend, timeout) -> World | None:
+    def world(self, name, key_node, node, processes, backend) -> World | None:
         r = self.r
         what = f"world '{name}'"
         if not NAME.match(name):
@@ -294,10 +303,13 @@ class _Parser:
             r.error(node, f"{what}: 'members' is missing (the processes in rank order)")
         members = self._get(spec, "members", self.members, what, processes, pos) or []
         world_backend = self._get(spec, "backend", r.choice, f"{what}: backend", BACKENDS)
+        own = self._get(spec, "timeout", r.number, f"{what}: timeout", positive=True)
+        hangs = [h for m in members if (h := self.explicit_hang(processes, m)) is not None]
+        timeout = timeouts.call_timeout(
+            None if own is None else Setting(own, timeouts.WORLD), self.timeout, hangs)
         world = World(
             name=name, members=tuple(members), backend=world_backend or backend,
-            timeout=self._get(spec, "timeout", r.number, f"{what}: timeout", positive=True)
-            or timeout,
+            timeout=timeout.seconds,
             port=self._get(spec, "port", r.integer, f"{what}: port", minimum=1, maximum=65535),
             on_failure=self._get(spec, "on_failure", r.choice, f"{what}: on_failure", ON_FAILURE)
             or "isolate", pos=pos)
@@ -309,6 +321,11 @@ class _Parser:
                         f"{what}: uses nccl but member '{member}' has no GPU pinned;"
                         " give it 'gpus:' or use backend: gloo"))
         return world
+
+    def explicit_hang(self, processes, member: str) -> float | None:
+        """The hang_timeout written for a member (its own, else the top level's)."""
+        own = processes[member].hang_timeout if processes and member in processes else None
+        return own if own is not None else self.hang_timeout
 
     def members(self, node, what, processes, pos) -> list[str] | None:
         r = self.r
@@ -325,7 +342,10 @@ class _Parser:
             if name is None:
                 continue
             if processes is not None and name not in processes and name not in replicas:
-                r.error(item, f"{what}: unknown process '{name}'")
+                close = difflib.get_close_matches(name, [*replicas, *processes], n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else \
+                    f"; processes are {', '.join(replicas or processes)}"
+                r.error(item, f"{what}: unknown process '{name}'{hint}")
                 continue
             for member in replicas.get(name, [name]):
                 if member in seen:
@@ -345,18 +365,24 @@ class _Parser:
                     f"process '{proc.name}' is in no world; add '{what}' to a world's members"))
 
 
-def parse(text: str, source: str, folder: str = ".", isdir=None) -> Topology:
+def parse(text: str, source: str, folder: str = ".", isdir=None,
+          has_module=None) -> Topology:
     """Parse topology text; raise TopologyError with every mistake found.
 
-    ``isdir(path)``, when given, checks each process's cwd along with everything else.
+    ``isdir(path)``, when given, checks each process's cwd along with everything else;
+    ``has_module(name)`` (with its ``python``) each module named in a ``preload``.
+    Timeouts written out of order (plan/timeouts.py) are mistakes too.
     """
     root, diagnostics = compose(text, source)
     if diagnostics:
         raise TopologyError(diagnostics)
-    parser = _Parser(source, os.path.abspath(folder), isdir)
+    parser = _Parser(source, os.path.abspath(folder), isdir, has_module)
     topology = parser.topology(root)
     if parser.r.diagnostics or topology is None:
         raise TopologyError(parser.r.diagnostics)
+    breaches = timeouts.breaches(topology)
+    if breaches:
+        raise TopologyError(breaches)
     return topology
 
 
@@ -369,4 +395,4 @@ def load(path: str | os.PathLike) -> Topology:
         raise UsageError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read: {exc}") from None
-    return parse(text, str(path), str(path.parent), os.path.isdir)
+    return parse(text, str(path), str(path.parent), os.path.isdir, _preload.installed)

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError
 from mwrun.worlds import nccl as discipline
 from mwrun.worlds import signals
@@ -61,13 +62,12 @@ def _specs(worlds) -> dict[str, WorldSpec]:
 
 
 def beat_interval(timeout: float, hang_timeout: str | None) -> float:
-    """Seconds between heartbeats: five per hang deadline (and per call timeout, as
-    before hang_timeout existed), at most one per 5 s to keep the supervisor idle."""
+    """Seconds between heartbeats (protocol.beat_interval) for MWRUN_HANG_TIMEOUT's text."""
     try:
         hang = float(hang_timeout) if hang_timeout else float("inf")
     except ValueError:
         hang = float("inf")
-    return max(0.05, min(5.0, timeout / 5, hang / 5))
+    return protocol.beat_interval(timeout, hang)
 
 
 def init(worlds: Mapping[str, WorldSpec] | None = None, *, timeout: float | None = None) -> Job:

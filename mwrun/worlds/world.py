@@ -313,8 +313,11 @@ class World(Calls):
         """After a break: wait for the next generation of the world and join it.
 
         Returns at once if the world is not broken. Raises ``BrokenWorldError`` if the
-        world will not re-form (its host closed it) or ``timeout`` seconds pass.
+        world will not re-form (its host closed it) or ``timeout`` seconds pass: by
+        default, under the launcher, long enough for a hung peer to be declared, killed
+        and restarted (the world's ``rejoin`` in MWRUN_WORLDS); by hand, no deadline.
         """
+        timeout = self._spec.rejoin if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._rejoin_lock, signals.blocked_off_main():
             if self._closed:  # by another thread, maybe (Ctrl-C): WorldClosed

@@ -29,6 +29,9 @@ class WorldSpec:
     timeout: float = 30.0
     generation: int = 0
     host_store: bool | None = None  # None: rank 0 by hand, never under the launcher
+    # How long rejoin() waits by default; None: until the world re-forms or is closed.
+    # The launcher derives it above every member's hang_timeout (plan/timeouts.py).
+    rejoin: float | None = None
 
     def __post_init__(self):
         if not isinstance(self.size, int) or self.size < 1:
@@ -58,7 +61,8 @@ def from_environment(environ: Mapping[str, str] = os.environ) -> dict[str, World
         return {name: WorldSpec(rank=int(w["rank"]), size=int(w["size"]), addr=w["addr"],
                                 port=int(w["port"]), backend=w.get("backend", "gloo"),
                                 timeout=float(w.get("timeout", 30.0)),
-                                generation=int(w.get("generation", 0)), host_store=False)
+                                generation=int(w.get("generation", 0)), host_store=False,
+                                rejoin=None if w.get("rejoin") is None else float(w["rejoin"]))
                 for name, w in data.items()}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise MwrunError(f"MWRUN_WORLDS is malformed ({exc}): {text[:200]}") from None

@@ -1,6 +1,7 @@
 """The worlds library on real processes, gloo over 127.0.0.1, started by hand."""
 
 import signal
+import sys
 import time
 from datetime import timedelta
 
@@ -181,3 +182,30 @@ def test_a_member_that_leaves_is_named_and_rejoin_honours_its_timeout(procs):
     # by hand, a world whose every peer left is over: rejoin() says so at once
     assert report["final"] == "every peer left the world (they closed it)"
     assert report["rejoin_seconds"] < 1.0 + 1.5  # not the world's 30 s timeout
+
+
+REJOIN_DEFAULT = """
+import json, sys, time
+import mwrun
+alone, pair = (int(p) for p in sys.argv[1:3])
+job = mwrun.init(worlds={
+    "alone": mwrun.WorldSpec(rank=0, size=1, port=alone),
+    "pair": mwrun.WorldSpec(rank=0, size=2, port=pair, rejoin=1.0)}, timeout=1.0)
+started = time.monotonic()
+try:
+    job.world("pair").rejoin()  # no timeout given: the spec's (the launcher's) default
+except mwrun.BrokenWorldError as exc:
+    print(json.dumps({"seconds": time.monotonic() - started, "reason": exc.reason}))
+job.close()
+"""
+
+
+def test_rejoin_waits_by_default_as_long_as_its_spec_says(procs):
+    # Under the launcher the deadline comes in MWRUN_WORLDS (plan/timeouts.py); here a
+    # world whose peer never comes gives up after it, not never.
+    proc = procs.start([sys.executable, "-c", REJOIN_DEFAULT, str(free_port()),
+                        str(free_port())])
+    report = proc.expect_key("seconds", timeout=60)
+    assert report["seconds"] >= 1.0
+    assert report["reason"] == "rank(s) 1 did not join in time"
+    assert proc.wait() == 0, proc.output()

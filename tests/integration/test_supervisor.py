@@ -89,7 +89,9 @@ def test_crash_restarts_only_that_process_and_the_world_reforms(procs, home, tmp
 
 
 def test_a_stopped_process_is_declared_hung_killed_and_restarted(procs, home, tmp_path):
-    topology = write_star(tmp_path, restart0="on-failure", timeout=2, top="hang_timeout: 2\n")
+    # The calls' timeout below the hang deadline (the timeout chain): the leader's call
+    # may time out first, or see the hang; either breaks the world.
+    topology = write_star(tmp_path, restart0="on-failure", timeout=1.5, top="hang_timeout: 2\n")
     job = launch(procs, home, topology)
     expect(job, "leader", "recv", world="world1")
     result = cli(home, "kill-world", "world1", "--signal", "STOP", check=True)
@@ -130,19 +132,20 @@ def test_a_stopped_library_process_is_unresponsive_at_once_and_running_once_cont
 
 
 def test_a_supervisor_stopped_past_the_hang_deadline_kills_nobody(procs, home, tmp_path):
-    # The calls' own timeout stays long (a loaded machine must not break a world): what
-    # is tested is the supervisor's heartbeat deadline, 2 s.
-    topology = write_star(tmp_path, timeout=30, top="hang_timeout: 2\n")
+    # What is tested is the supervisor's heartbeat deadline, 3 s; the calls' own timeout
+    # stays below it (the timeout chain) but as long as it may (a loaded machine must not
+    # break a world).
+    topology = write_star(tmp_path, timeout=2.5, top="hang_timeout: 3\n")
     job = launch(procs, home, topology)
     expect(job, "leader", "recv", world="world1")
     expect(job, "leader", "recv", world="world2")
     job.signal(signal.SIGSTOP)  # a debugger, a swap storm, a paused VM
-    time.sleep(5.0)  # the stall itself: past the deadline and the grace (2 s + 1.2 s)
+    time.sleep(6.0)  # the stall itself: past the deadline and the grace (3 s + 1.5 s)
     job.signal(signal.SIGCONT)
     job.expect(lambda line: "the supervisor itself was not running for" in str(line))
     # Had it counted the stall, it would kill at its first turn; had it not confirmed,
-    # within a deadline and a grace (2 s + 1.2 s) of awake time. Watch past both.
-    time.sleep(4.0)
+    # within a deadline and a grace (3 s + 1.5 s) of awake time. Watch past both.
+    time.sleep(5.0)
     doc = status(home)
     assert "hung" not in job.output()
     assert [(p["state"], p["restarts"]) for p in doc["processes"]] == [("running", 0)] * 3

@@ -18,7 +18,7 @@ PY = sys.executable
 OWN = {"MASTER_PORT", "MWRUN_WORLDS", "MWRUN_PROCESS", "ROLE_NAME"}
 
 
-def write(tmp_path, processes: dict, preload="[torch]") -> str:
+def write(tmp_path, processes: dict, preload="[torch]") -> str:  # [torch]: the default
     """A job of one world per process; processes: name -> (cmd, extra yaml)."""
     lines = ["version: 1", "name: warm", f"preload: {preload}", "processes:"]
     for name, (cmd, extra) in processes.items():
@@ -57,6 +57,9 @@ def test_a_forked_child_sees_what_a_fresh_one_does(procs, home, tmp_path):
     starts = {p["name"]: p["start"] for p in doc["processes"]}
     assert starts == {"warm": "warm", "cold": "cold", "warm2": "warm", "cold2": "cold",
                       "wmod": "warm", "cmod": "cold"}
+    said = cli(home, "status", doc["run_id"], check=True).stdout.splitlines()
+    assert [line for line in said if line.startswith("started cold")] == [
+        "started cold (preload: false): cold, cold2, cmod"]  # why, once
     for warm, cold in (("warm", "cold"), ("warm2", "cold2"), ("wmod", "cmod")):
         a, b = got[warm], got[cold]
         assert a["name"] == "__main__"
@@ -153,7 +156,8 @@ def test_a_zygote_that_cannot_fork_starts_processes_cold_with_one_warning(procs,
     topology = write(tmp_path, {
         "threaded-0": (ok, ["preload: [tests.bin.threader]", path]),
         "threaded-1": (ok, ["preload: [tests.bin.threader]", path]),
-        "missing": (ok, ["preload: [no_such_module_here]"]),
+        # Found by validate (its package is there), failing only as the zygote imports it.
+        "missing": (ok, ["preload: [tests.bin.unimportable]", path]),
     })
     job = launch(procs, home, topology)
     doc = finish(job, home)
@@ -161,7 +165,10 @@ def test_a_zygote_that_cannot_fork_starts_processes_cold_with_one_warning(procs,
         "threaded-0": ("cold", 0), "threaded-1": ("cold", 0), "missing": ("cold", 0)}
     said = [line for line in job.lines if "warm start not possible" in line]
     assert len([s for s in said if "1 Python thread running" in s]) == 1, said
-    assert len([s for s in said if "no_such_module_here" in s]) == 1, said
+    assert len([s for s in said if "import tests.bin.unimportable" in s]) == 1, said
+    status_text = cli(home, "status", doc["run_id"], check=True).stdout
+    assert "started cold (its zygote could not start it; see the run's events): threaded-0," \
+        " threaded-1, missing" in status_text
 
 
 def test_processes_start_before_the_supervisor_has_imported_torch(procs, home, tmp_path):

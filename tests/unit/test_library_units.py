@@ -65,6 +65,10 @@ def test_worlds_from_environment():
                                         backend="gloo", timeout=7.0, generation=3,
                                         host_store=False)
     assert specs["world1"].hosts_store is False  # under the launcher the supervisor hosts
+    assert specs["world1"].rejoin is None  # no deadline given: rejoin() waits until it re-forms
+    given = json.loads(env["MWRUN_WORLDS"])
+    given["world1"]["rejoin"] = 150.0  # the plan's, above every member's hang_timeout
+    assert from_environment({"MWRUN_WORLDS": json.dumps(given)})["world1"].rejoin == 150.0
     with pytest.raises(MwrunError, match="start this script with 'mwrun launch'"):
         from_environment({})
     with pytest.raises(MwrunError, match="MWRUN_WORLDS is malformed"):

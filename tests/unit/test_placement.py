@@ -180,11 +180,12 @@ def test_environment_of_a_process():
     assert env["MWRUN_CONTROL"] == "/r/control.sock"
     assert env["CUDA_VISIBLE_DEVICES"] == ""
     assert env["OMP_NUM_THREADS"] == "2"
+    # rejoin(): its default deadline outwaits the members' hang (2 x 90 s + 90 s).
     assert json.loads(env["MWRUN_WORLDS"]) == {
         "world1": {"rank": 0, "size": 2, "backend": "gloo", "addr": "127.0.0.1",
-                   "port": 29501, "generation": 2, "timeout": 30.0},
+                   "port": 29501, "generation": 2, "timeout": 30.0, "rejoin": 270.0},
         "world2": {"rank": 0, "size": 2, "backend": "gloo", "addr": "127.0.0.1",
-                   "port": 40000, "generation": 0, "timeout": 30.0}}
+                   "port": 40000, "generation": 0, "timeout": 30.0, "rejoin": 270.0}}
     worker = mwrun_env(plan, "worker-1", run_id="r", control="c")
     assert (worker["RANK"], worker["MASTER_PORT"]) == ("1", "40000")
     assert env["MWRUN_HANG_TIMEOUT"] == "90"  # 3 x the 30 s call timeout

@@ -1,9 +1,12 @@
 """The preload key, which processes start warm, and what --dry-run says about it."""
 
+import sys
+
 import pytest
 from click.testing import CliRunner
 
 from mwrun.cli.commands import main
+from mwrun.errors import TopologyError
 from mwrun.plan import preload
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import place
@@ -33,19 +36,22 @@ def plan_of(text):
     return place(parse(text, "t.yaml"), inv, lambda addr, taken: 40000, PY)
 
 
-def test_preload_is_opt_in_for_the_job_or_per_process_and_false_turns_it_off():
+def test_warm_starts_are_the_default_and_false_turns_them_off_for_the_job_or_a_process():
     text = ("processes:\n  a: {cmd: python a.py}\n  b: {cmd: python b.py, preload: false}\n"
             "  c: {cmd: python -c 'x'}\n  d: {cmd: 'python -m m', preload: [torch, numpy]}\n"
-            "  e: {cmd: python e.py, preload: true}\n"
-            "worlds:\n  w: {members: [a, b, c, d, e]}\n")
+            "  e: {cmd: python e.py, preload: true}\n  f: {cmd: bash f.sh}\n"
+            "worlds:\n  w: {members: [a, b, c, d, e, f]}\n")
     procs = plan_of(text).processes
-    assert [procs[n].preload for n in "abcde"] == [(), (), (), ("torch", "numpy"), ("torch",)]
-    assert [procs[n].start for n in "abcde"] == [
-        "cold (no preload)", "cold (no preload)", "cold (no preload)", "warm", "warm"]
-    on = plan_of("preload: [torch]\n" + text).processes
-    assert [on[n].start for n in "abcde"] == [
-        "warm", "cold (no preload)", "cold (python -c)", "warm", "warm"]
-    assert on["a"].preload == ("torch",) and on["d"].preload == ("torch", "numpy")
+    assert [procs[n].start for n in "abcdef"] == [
+        "warm", "cold (preload: false)", "cold (python -c)", "warm", "warm",
+        "cold (not the interpreter mwrun runs on)"]
+    assert [procs[n].preload for n in "abcdef"] == [
+        ("torch",), (), (), ("torch", "numpy"), ("torch",), ()]
+    off = plan_of("preload: false\n" + text).processes  # the job's default, per process
+    assert [off[n].start for n in "abcdef"] == [
+        "cold (preload: false)", "cold (preload: false)", "cold (preload: false)", "warm",
+        "warm", "cold (preload: false)"]
+    assert off["d"].preload == ("torch", "numpy")
 
 
 @pytest.mark.parametrize("top, line, expected", [
@@ -66,11 +72,46 @@ def test_bad_preload_values_are_positioned(top, line, expected):
 
 def test_dry_run_shows_which_processes_start_warm(tmp_path):
     path = tmp_path / "job.yaml"
-    path.write_text("preload: [torch]\nprocesses:\n  a: {cmd: python a.py}\n"
+    path.write_text("processes:\n  a: {cmd: python a.py}\n"
                     "  b: {cmd: python a.py, preload: false}\nworlds:\n  w: {members: [a, b]}\n")
     result = CliRunner().invoke(main, ["launch", str(path), "--dry-run"])
     assert result.exit_code == 0, result.output
-    rows = {line.split()[0]: line for line in result.output.splitlines()
-            if line[:2] in ("a ", "b ")}
+    rows: dict[str, str] = {}  # the process table's row of each (the first)
+    for line in result.output.splitlines():
+        if line[:2] in ("a ", "b "):
+            rows.setdefault(line.split()[0], line)
     assert rows["a"].rstrip().endswith("warm (torch)")
-    assert rows["b"].rstrip().endswith("cold (no preload)")
+    assert rows["b"].rstrip().endswith("cold (preload: false)")
+
+
+def test_a_preload_module_this_python_lacks_is_a_positioned_mistake():
+    text = ("preload: [torch, torchh]\nhosts:\n  here: {addr: 127.0.0.1}\n"
+            "  there: {addr: 10.0.0.2, ssh: 10.0.0.2}\n"
+            "processes:\n  a: {cmd: python a.py, host: here}\n"
+            "  b: {cmd: python b.py, host: here, preload: [numpy.linalg, nope]}\n"
+            "  c: {cmd: python c.py, host: there, preload: [only_there]}\n"
+            "  d: {cmd: python d.py, host: here}\n"
+            "worlds:\n  w: {members: [a, b, c, d]}\n")
+    with pytest.raises(TopologyError) as caught:
+        parse(text, "t.yaml", has_module=lambda name: name.split(".")[0] in ("torch", "numpy"))
+    # Said once for the top level's list; a remote host's own modules are not known here.
+    assert [str(d) for d in caught.value.diagnostics] == [
+        "t.yaml:1:18: preload: no module named 'torchh' for the python mwrun runs on",
+        "t.yaml:7:61: preload: no module named 'nope' for the python mwrun runs on"]
+
+
+def test_installed_finds_a_module_without_importing_it():
+    assert preload.installed("json") and preload.installed("mwrun.plan")
+    assert not preload.installed("torchh") and not preload.installed("no_such.sub")
+    assert "tests.bin.threader" not in sys.modules
+    assert preload.installed("tests.bin.threader")  # found by its package, not imported
+    assert "tests.bin.threader" not in sys.modules
+
+
+def test_validate_refuses_a_preload_module_that_is_not_installed(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("preload: [torchh]\nprocesses:\n  a: {cmd: python a.py}\n"
+                    "worlds:\n  w: {members: [a]}\n")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert f"{path}:1:11: preload: no module named 'torchh'" in result.output

@@ -121,3 +121,21 @@ def test_the_shipped_multi_host_configs_parse(name):
     topo = load(str(Path(__file__).parents[2] / "configs" / f"{name}.yaml"))
     assert topo.launcher == name.split("_")[1]
     assert sum(h.remote for h in topo.hosts.values()) == (2 if name == "star_ssh" else 3)
+
+
+def test_a_slurm_dry_run_says_where_its_empty_addresses_come_from():
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from mwrun.cli.commands import main
+
+    path = Path(__file__).parents[2] / "configs" / "star_slurm.yaml"
+    result = CliRunner().invoke(main, ["launch", str(path), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1] == ("Addresses left empty come from the allocation (SLURM_JOB_NODELIST)"
+                        " at launch.")
+    assert "    MASTER_ADDR=" in lines  # empty here: the node's address is known at launch
+    local = CliRunner().invoke(main, ["launch", str(path.parent / "star.yaml"), "--dry-run"])
+    assert "SLURM_JOB_NODELIST" not in local.output

@@ -76,3 +76,17 @@ def test_the_last_fault_of_each_world_shows_its_phases_after_the_first_known():
         " survivors_told +3 ms, restarted +51 ms, reformed -, first_call -" in text
     assert "world3 generation" not in text
     assert "last fault" not in render(DOC, live=True, now=200.0)
+
+
+def test_status_says_why_processes_started_cold_once_per_reason():
+    procs = [{**PROC, "name": "a", "start": "warm"}, {**PROC, "name": "b", "start": "cold"},
+             {**PROC, "name": "c", "start": "cold"}, {**PROC, "name": "d", "start": "cold"}]
+    plan = {"processes": {"a": {"start": "warm"}, "b": {"start": "cold (preload: false)"},
+                          "c": {"start": "cold (preload: false)"},
+                          "d": {"start": "warm"}}}  # planned warm: its zygote failed
+    text = render({**DOC, "processes": procs}, live=True, now=200.0, plan=plan)
+    assert text.split("\n\n")[3].splitlines() == [
+        "started cold (preload: false): b, c",
+        "started cold (its zygote could not start it; see the run's events): d"]
+    assert "started cold" not in render({**DOC, "processes": procs[:1]}, live=True,
+                                        now=200.0, plan=plan)

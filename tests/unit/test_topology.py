@@ -188,11 +188,22 @@ def test_explicit_devices_cannot_be_shared_by_replicas():
     ("    members: [a]\n    backend: nccl\n",
      "t.yaml:7:15: world 'w2': uses nccl but member 'a' has no GPU pinned"),
     ("    member: [a]\n", "t.yaml:7:5: world 'w2': unknown key 'member'; did you mean 'members'"),
+    ("    members: [aa]\n", "t.yaml:7:15: world 'w2': unknown process 'aa'; did you mean 'a'?"),
+    ("    members: [zebra]\n", "t.yaml:7:15: world 'w2': unknown process 'zebra'; processes"
+                             " are a"),
 ])
 def test_world_errors(world, expected):
     text = "processes:\n  a:\n    cmd: x\nworlds:\n  w1: {members: [a]}\n  w2:\n" + world
     found = problems(text)
     assert any(p.startswith(expected) for p in found), found
+
+
+def test_an_unknown_member_is_matched_against_replicated_names_too():
+    text = ("processes:\n  leader: {cmd: x}\n  worker: {cmd: y, replicas: 2}\n"
+            "worlds:\n  w: {members: [leader, workers]}\n  v: {members: [worker, leder]}\n")
+    assert problems(text) == [
+        "t.yaml:5:25: world 'w': unknown process 'workers'; did you mean 'worker'?",
+        "t.yaml:6:25: world 'v': unknown process 'leder'; did you mean 'leader'?"]
 
 
 def test_nccl_with_pinned_gpu_is_fine():

@@ -1,0 +1,99 @@
+"""The verbs that act on a live run through its supervisor: break a world on purpose
+(``kill-world``), a chaos loop of such faults (``drill``), and ``stop``. Each is a thin
+click command; ``commands`` adds them to the ``mwrun`` group."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from mwrun.cli.common import require_live, run_arg, warn
+from mwrun.schema import FINAL
+
+
+@click.command("kill-world")
+@click.argument("world")
+@run_arg
+@click.option("--rank", type=int, help="Signal exactly this rank of WORLD.")
+@click.option("--signal", "sig", default="KILL", show_default=True,
+              help="Signal name or number: KILL for a crash, STOP for a hang, TERM...")
+def kill_world(world, run, rank, sig):
+    """Fault drill: break WORLD by signalling its members that are in no other world.
+
+    Members shared with other worlds survive and see WORLD break; restart policies
+    then apply. With --rank, exactly that rank is signalled.
+
+    \b
+    Examples:
+      mwrun kill-world world1
+      mwrun kill-world world1 --signal STOP      # a hang: declared hung after the timeout
+      mwrun kill-world world2 --rank 0 --signal TERM
+    """
+    from mwrun import runs
+
+    try:
+        runs.signal_number(sig)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--signal") from None
+    run_id, state = runs.find(run, warn=warn)
+    require_live(run_id, state)
+    reply = runs.request(state["control"], {"verb": "kill_world", "world": world,
+                                                "rank": rank, "signal": sig})
+    for hit in reply["signalled"]:
+        click.echo(f"sent SIG{sig.upper().removeprefix('SIG')} to {hit['process']}"
+                   f" (pid {hit['pid']}, rank {hit['rank']} of {world})")
+
+
+@click.command()
+@run_arg
+@click.option("--every", required=True, help="Mean seconds between faults.")
+@click.option("--for", "duration", required=True, help="Seconds of drill.")
+@click.option("--worlds", help="Comma-separated worlds to fault (default: every world).")
+@click.option("--signal", "sig", default="KILL", show_default=True,
+              help="KILL (a crash), TERM, SEGV, or STOP (a hang).")
+@click.option("--seed", type=int, help="Makes the schedule repeatable.")
+def drill(run, every, duration, worlds, sig, seed):
+    """A chaos loop against RUN (default: the newest live run).
+
+    Measures each world's fault-free pace, then for --for seconds signals a member
+    of a random world at random times (mean interval --every), only members in no
+    other world, as kill-world does. At the end (and in mwrun report), per world: its
+    faults and their phases, downtime median and max, and the share of its own
+    fault-free pace it kept. Ctrl-C ends the drill, never the job. Exit status 0 when
+    every world came back after every fault, 1 otherwise, 2 for bad usage.
+
+    Example: mwrun drill demo --every 5 --for 60 --worlds world1,world2 --seed 7
+    """
+    from mwrun.cli import drilling
+
+    sys.exit(drilling.start(run, every, duration, worlds, sig, seed, warn=warn,
+                            say=lambda text: click.echo(text, nl=False)))
+
+
+@click.command()
+@run_arg
+@click.option("--no-wait", is_flag=True, help="Ask for the stop and return at once.")
+def stop(run, no_wait):
+    """Stop RUN cleanly: SIGTERM, a grace period, then SIGKILL.
+
+    \b
+    Examples:
+      mwrun stop
+      mwrun stop star-20261122-101500
+    """
+    from mwrun import runs
+
+    run_id, state = runs.find(run, warn=warn)
+    require_live(run_id, state)
+    runs.request(state["control"], {"verb": "stop"})
+    click.echo(f"stopping {run_id}...")
+    if no_wait:
+        return
+    while True:
+        state = runs.read_state(run_id) or state
+        if state.get("state") in FINAL or not runs.supervisor_alive(state):
+            break
+        time.sleep(0.2)  # the state file is the other process's; nothing to block on
+    click.echo(f"run {run_id} {state.get('state')}")
