@@ -95,6 +95,9 @@ class Loop:
         self.supervisor = Supervisor(plan, self, self.events, grace)
         self.unformed = set(plan.worlds)  # worlds not formed yet since launch
         self.starts: dict[str, str] = {}  # process -> "warm" | "cold", as last started
+        # Processes whose first start is not known yet: a warm start waits for its
+        # zygote's imports, so the launch's progress line waits for the last of them.
+        self.unstarted: set[str] | None = set(plan.processes)
         self.hands = Hands(self.selector, self, run_dir / ZYGOTE_LOG,
                            lambda: self.supervisor.stopping)
 
@@ -139,6 +142,7 @@ class Loop:
         pid = self._hands_of(name).start(spec)
         if pid is not None:
             self.starts[name] = "warm" if self.hands.was_warm(name) else "cold"
+            self._started(name)
         return pid
 
     # -- what the hands (here, or a host's agent) tell: host.hands.Owner ------------------
@@ -147,9 +151,11 @@ class Loop:
         """``at``: when its host (a remote agent) made it, on the head's clock."""
         self.starts[name] = "warm" if warm else "cold"
         self.supervisor.on_spawned(name, pid, at)
+        self._started(name)
 
     def failed(self, name: str, error: str) -> None:
         self.supervisor.on_spawn_failed(name, error)
+        self._started(name)
 
     def lines(self, name: str, lines: list[str]) -> None:
         self.printer.lines(name, lines)
@@ -164,9 +170,15 @@ class Loop:
     def say(self, text: str) -> None:
         self.events.emit(Said(text))
 
-    def _started(self) -> None:
-        """Progress while the job comes up: what started how, then (``_formed``) when
-        every world has formed."""
+    def _started(self, name: str) -> None:
+        """Progress while the job comes up: what started how, said once the first start
+        of every process is known, then (``_formed``) when every world has formed."""
+        if self.unstarted is None:
+            return
+        self.unstarted.discard(name)
+        if self.unstarted:
+            return
+        self.unstarted = None
         warm_count = sum(1 for how in self.starts.values() if how == "warm")
         self.say(f"{count(len(self.starts), 'process', 'processes')} started in"
                  f" {time.time() - self.started_at:.1f}s"
@@ -234,7 +246,6 @@ class Loop:
         try:
             self._prepare_warm()
             self.supervisor.start()
-            self._started()
             self.stores.serve(lambda: self._wake(wake_write))
             self._save()
             while not self.supervisor.finished:

@@ -56,10 +56,13 @@ def backoff(first: float, loop: int) -> float:
     return min(first * 2 ** (loop - 1), BACKOFF_CAP)
 
 
-def crash_loop(loop: int, joined_at: float | None, now: float) -> int:
+def crash_loop(loop: int, joined_at: float | None, now: float, drilled: bool = False) -> int:
     """The restarts of the current crash loop when a process ends: over (0) once it had
-    rejoined its worlds (``joined_at``) and stayed up STABLE_AFTER seconds."""
-    if joined_at is not None and now - joined_at >= STABLE_AFTER:
+    rejoined its worlds (``joined_at``) and stayed up STABLE_AFTER seconds, or when a
+    drill's signal ended it (``drilled``: the fault came from outside, so it says
+    nothing of a process that cannot stay up; a chaos drill that hits one worker twice
+    in a few seconds measures a recovery, not a backoff)."""
+    if drilled or (joined_at is not None and now - joined_at >= STABLE_AFTER):
         return 0
     return loop
 

@@ -39,6 +39,7 @@ class ProcessRecord:
     why: str = ""  # the last thing that happened to it, for status
     joined_at: float | None = None  # monotonic; when it last went STARTING -> RUNNING
     loop: int = 0  # restarts of its current crash loop (policy.crash_loop)
+    drilled: bool = False  # a drill signalled this start of it (policy.crash_loop)
 
 
 @dataclass

@@ -90,6 +90,7 @@ class Supervisor:
 
     def _signal(self, name: str, sig: int, why: Why) -> None:
         self.host.signal(name, sig, why)
+        self.procs[name].drilled |= why is Why.DRILL
         if sig in hangs.STOPS:  # /proc is read at the next tick, not beats later
             self.procs[name].stop_sent_at = self._awake()
         self._emit(ev.Signalled(name, signal.Signals(sig), why))
@@ -110,6 +111,7 @@ class Supervisor:
         rec.generations, rec.ready, rec.left = generations, set(), set()
         rec.said_hello, rec.beat_every, rec.stopped_since, rec.hung = False, None, None, None
         rec.restart_at = rec.suspect_since = rec.joined_at = rec.beat_gap = rec.stop_sent_at = None
+        rec.drilled = False
         self.restarts_due.clear(name)
         self._emit(ev.Spawned(name, pid, rec.restarts) if pid is not None else
                    ev.ProcessChanged(name, P.STARTING, rec.why))  # its pid comes later
@@ -177,7 +179,7 @@ class Supervisor:
             rec.why = what
             self._emit(ev.Exited(name, pid, exit.code, rec.state, what, at, bool(exit.lost)))
             return
-        rec.loop = policy.crash_loop(rec.loop, rec.joined_at, self.host.now())
+        rec.loop = policy.crash_loop(rec.loop, rec.joined_at, self.host.now(), rec.drilled)
         decision = policy.after_exit(rec.plan.restart, rec.plan.max_restarts,
                                      rec.plan.restart_backoff, rec.restarts, exit, rec.loop)
         if decision.restart:
@@ -363,8 +365,7 @@ class Supervisor:
         self._settle(*self.procs.values())
 
     def _escalate(self, now: float) -> list[ProcessRecord]:
-        """SIGKILL once the grace is over, give up once KILL_WAIT is; the records
-        this moved."""
+        """SIGKILL once the grace is over, give up once KILL_WAIT is: what it moved."""
         given_up = []
         if self.kill_at is not None and now >= self.kill_at:
             self.kill_at = None
@@ -394,7 +395,6 @@ class Supervisor:
         return hit
 
     def deadline(self) -> float | None:
-        """The next moment something is due (a restart, a kill), besides the regular
-        TICK the loop keeps for hang checks; None if nothing is."""
+        """The next moment a restart or a kill is due (hang checks keep TICK); or None."""
         times = (self.restarts_due.earliest(), self.kill_at, self.give_up_at)
         return min((t for t in times if t is not None), default=None)

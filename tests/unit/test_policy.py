@@ -73,3 +73,11 @@ def test_only_failures_stop_the_job():
     assert stops_the_job("stop", Exit(1))
     assert not stops_the_job("stop", Exit(0))
     assert not stops_the_job("isolate", Exit(1))
+
+
+def test_a_drills_fault_is_no_crash_loop():
+    # Hit again 1 s after it rejoined: a crash loop if it died by itself, but a drill's
+    # signal says nothing of the process, so its restart is not delayed.
+    assert crash_loop(2, joined_at=10.0, now=11.0) == 2
+    assert crash_loop(2, joined_at=10.0, now=11.0, drilled=True) == 0
+    assert crash_loop(2, joined_at=None, now=11.0, drilled=True) == 0

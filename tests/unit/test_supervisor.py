@@ -197,6 +197,22 @@ def test_backoff_doubles_in_a_crash_loop_and_resets_once_stable():
     assert rec.restart_at == host.t and rec.why.endswith("at once")
 
 
+def test_a_drills_kill_restarts_at_once_even_inside_a_crash_loop():
+    sup, host = make(STAR.replace("max_restarts: 2", "max_restarts: 9"))
+    join_all(sup)
+    rec = sup.procs["worker-1"]
+    sup.on_exit("worker-1", 1)  # a crash: restarted at once, a crash loop begins
+    host.t = rec.restart_at
+    sup.on_tick()
+    sup.kill_world("world2", None, signal.SIGKILL)  # the drill hits it again, at once
+    sup.on_exit("worker-1", -9)
+    assert rec.restart_at == host.t and rec.why.endswith("at once")
+    host.t = rec.restart_at
+    sup.on_tick()
+    sup.on_exit("worker-1", 1)  # crashing by itself after that is the loop again
+    assert rec.restart_at - host.t == 1.0
+
+
 def test_restart_budget_exhausted_fails_the_process_closes_the_world_and_the_job():
     sup, host = make()
     join_all(sup)
