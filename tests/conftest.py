@@ -7,6 +7,7 @@ import psutil
 import pytest
 
 from tests.helpers import (
+    EXIT_WAIT,
     ROOT,
     Proc,
     assert_gone,
@@ -109,7 +110,7 @@ def procs(request):
     yield started
     ended = [p.pid for p in started if p.popen.poll() is not None]
     leaked = settle(lambda: [s for pid in ended for s in session_survivors(pid)],
-                    5.0 if _passed(request) else 0.0)
+                    EXIT_WAIT if _passed(request) else 0.0)
     seen = describe(leaked)
     for proc in started:
         proc.kill_group()
@@ -128,7 +129,7 @@ def home(request, tmp_path):
     over: checked first (a leak fails the test), then killed all the same."""
     path = tmp_path / "home"
     yield path
-    left = settle(lambda: leftovers(path), 5.0 if _passed(request) else 0.0)
+    left = settle(lambda: leftovers(path), EXIT_WAIT if _passed(request) else 0.0)
     seen = describe(left)
     for proc in left:  # a failed test must not leave a job running either
         for p in [proc, *proc.children(recursive=True)]:

@@ -15,10 +15,14 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.mark.parametrize("size", [2, 3, 4])
-def test_every_call_gives_the_right_values(procs, size):
-    port = free_port()
-    ranks = [procs.start(python("calls.py", "--rank", r, "--size", size, "--port", port))
-             for r in range(size)]
+def test_every_call_gives_the_right_values(procs, size, tmp_path):
+    port, gate = free_port(), tmp_path / "gate"
+    ranks = [procs.start(python("calls.py", "--rank", r, "--size", size, "--port", port,
+                                "--gate", gate)) for r in range(size)]
+    for proc in ranks:  # every rank is done with its calls before any leaves the world
+        proc.expect(lambda v: isinstance(v, dict) and v.get("call") == "async_all_reduce",
+                    timeout=90)
+    gate.write_text("")
     for rank, proc in enumerate(ranks):
         assert proc.wait() == 0, proc.output()
         calls = {rec["call"]: rec for rec in proc.records()}

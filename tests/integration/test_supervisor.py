@@ -244,7 +244,7 @@ def test_run_time_mistakes_get_clear_errors(procs, home, tmp_path):
     unknown = cli(home, "status", "never-was")
     assert unknown.stderr.startswith("Error: no run 'never-was'")
     job.signal(signal.SIGKILL)  # a dead supervisor: its socket answers no more
-    wait_gone(home, timeout=5.0)
+    wait_gone(home)
     dead = cli(home, "stop", "twice")
     assert dead.returncode == 1
     assert dead.stderr.startswith("Error: run twice is not running")
