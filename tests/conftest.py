@@ -25,6 +25,11 @@ from tests.helpers import (
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# The tests' processes compute on tiny tensors: torch's OpenMP pool (a thread per core
+# in each of dozens of processes, spinning between ops) only makes them contend for
+# the cores. One thread each, unless the caller chose (the processes inherit it).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # The suite runs on parallel workers (pytest-xdist) when ``pytest`` is given folders (or
 # nothing: README's command): most tests wait on their processes (torch's imports,
 # sockets, timeouts), so more workers than cores pay. 4 was the fastest on the 2-core

@@ -142,6 +142,7 @@ def expected_line(op: str, rank: int, step: int) -> str:
     }[op]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", OPS)
 def test_collective_drill_the_other_world_finishes(procs, home, tmp_path, op):
     path = config(tmp_path, f"{op}_multi", ("--steps 100 --interval 0.1",

@@ -91,6 +91,7 @@ def test_stopped_peer_breaks_within_the_world_timeout(procs):
     s1.signal(signal.SIGCONT)
 
 
+@pytest.mark.slow
 def test_break_restart_rejoin_and_communicate_again(procs):
     leader, s1, _, p1 = start_star(procs, rejoin=True, interval1=0.01)
     s1.popen.send_signal(signal.SIGKILL)
@@ -130,6 +131,7 @@ def cpu_share(proc: psutil.Process, seconds: float) -> float:
     return (sum(proc.cpu_times()[:2]) - before) / seconds
 
 
+@pytest.mark.slow
 def test_fifty_break_rejoin_cycles_do_not_leak(procs):
     import torch.distributed as dist
 

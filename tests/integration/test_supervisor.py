@@ -137,6 +137,7 @@ def test_a_supervisor_stopped_past_the_hang_deadline_kills_nobody(procs, home, t
     wait_gone(home)
 
 
+@pytest.mark.slow
 def test_restart_budget_exhausted_fails_the_job(procs, home, tmp_path):
     topology = write_star(tmp_path, spoke0="--crash-after 0.2 --crash-restarts 99",
                           spoke1="--count 40", restart0="on-failure", max_restarts=2,

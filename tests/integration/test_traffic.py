@@ -58,6 +58,7 @@ def first_times(job, event):
     return found
 
 
+@pytest.mark.slow
 def test_a_drill_rates_history_and_report(procs, home, tmp_path):
     topology = write_star(tmp_path, spoke=f"--interval {1 / RATE} --numel {NUMEL}")
     job = launch(procs, home, topology, "--run-id", "drill")
@@ -110,6 +111,7 @@ def test_a_drill_rates_history_and_report(procs, home, tmp_path):
     assert "world2: no breaks" in report
 
 
+@pytest.mark.slow
 def test_sixteen_worlds_show_forming_until_they_have_formed(procs, home, tmp_path):
     topology = write_star(tmp_path, workers=16, spoke="--interval 0.2", restart="never")
     job = launch(procs, home, topology)
