@@ -137,8 +137,10 @@ def test_fifty_break_rejoin_cycles_do_not_leak(procs):
 
     cycles = 50
     port = free_port()
+    # The calls' timeout, which also bounds how long a rejoining member waits for its
+    # peer's address, is long enough for a busy machine (cycler.py's own is 5 s).
     members = [procs.start(python("cycler.py", "--rank", r, "--port", port,
-                                  "--cycles", cycles)) for r in (0, 1)]
+                                  "--cycles", cycles, "--timeout", 20)) for r in (0, 1)]
     store = dist.TCPStore("127.0.0.1", port, None, False, timeout=timedelta(seconds=10))
     for generation in range(cycles + 1):
         for member in members:
