@@ -38,20 +38,21 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 WORKERS = 4
 
 
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
     """Workers by default for this project's suite, here rather than in addopts so that
-    a machine without pytest-xdist (the GPU one) still runs it, in one process."""
+    a machine without pytest-xdist (the GPU one) still runs it, in one process; and
+    the groups below kept on any number of workers (``-n N``)."""
     if hasattr(config, "workerinput") or os.environ.get("PYTEST_XDIST_WORKER") \
             or not config.pluginmanager.hasplugin("xdist") \
-            or config.option.numprocesses is not None or config.inipath != ROOT / "pyproject.toml" \
-            or config.option.usepdb or config.option.capture == "no":
+            or config.inipath != ROOT / "pyproject.toml":
         return
-    if any(os.path.isdir(arg) for arg in config.args):
+    if config.option.numprocesses is None and not config.option.usepdb \
+            and config.option.capture != "no" \
+            and any(os.path.isdir(arg) for arg in config.args):
         config.option.numprocesses = WORKERS
-        if config.option.dist == "no":
-            config.option.dist = "loadgroup"
+    if config.option.numprocesses and config.option.dist == "no":
+        config.option.dist = "loadgroup"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
@@ -60,7 +61,7 @@ def pytest_collection_modifyitems(config, items):
     is left with a long test when the others have finished."""
     for item in items:
         group = _group(item)
-        if group is not None:
+        if group is not None and config.pluginmanager.hasplugin("xdist"):
             item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
