@@ -132,6 +132,7 @@ def cpu_share(proc: psutil.Process, seconds: float) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # 50 breaks and rejoins: 30 s alone, 80 s on a busy machine
 def test_fifty_break_rejoin_cycles_do_not_leak(procs):
     import torch.distributed as dist
 
