@@ -32,10 +32,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # The suite runs on parallel workers (pytest-xdist) when ``pytest`` is given folders (or
 # nothing: README's command): most tests wait on their processes (torch's imports,
-# sockets, timeouts), so more workers than cores pay. 4 was the fastest on the 2-core
-# development machine (2: 4m51s, 3: ..., 4: ...; bench/README.rst "The test suite").
-# Files and single tests run in this process, as ``-n 0`` always does; ``-n N`` chooses.
-WORKERS = 4
+# sockets, timeouts), so more workers than cores pay: 6 were the fastest of 3, 4 and 6
+# on the 2-core development machine (bench/README.rst, "The test suite"). Files and
+# single tests run in this process, as ``-n 0`` always does; ``-n N`` chooses.
+WORKERS = 6
 
 
 @pytest.hookimpl(tryfirst=True)
