@@ -1,10 +1,14 @@
 import contextlib
+import os
 import signal
+import sys
 
 import psutil
 import pytest
 
 from tests.helpers import (
+    EXIT_WAIT,
+    ROOT,
     Proc,
     assert_gone,
     describe,
@@ -20,6 +24,66 @@ from tests.helpers import (
 # default: so do the tests (a handler of our own is not inherited; the default is).
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# The tests' processes compute on tiny tensors: torch's OpenMP pool (a thread per core
+# in each of dozens of processes, spinning between ops) only makes them contend for
+# the cores. One thread each, unless the caller chose (the processes inherit it).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# The suite runs on parallel workers (pytest-xdist) when ``pytest`` is given folders (or
+# nothing: README's command): most tests wait on their processes (torch's imports,
+# sockets, timeouts), so more workers than cores pay: 6 were the fastest of 3, 4 and 6
+# on the 2-core development machine (bench/README.rst, "The test suite"). Files and
+# single tests run in this process, as ``-n 0`` always does; ``-n N`` chooses.
+WORKERS = 6
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Workers by default for this project's suite, here rather than in addopts so that
+    a machine without pytest-xdist (the GPU one) still runs it, in one process; and
+    the groups below kept on any number of workers (``-n N``)."""
+    if hasattr(config, "workerinput") or os.environ.get("PYTEST_XDIST_WORKER") \
+            or not config.pluginmanager.hasplugin("xdist") \
+            or config.inipath != ROOT / "pyproject.toml":
+        return
+    if config.option.numprocesses is None and not config.option.usepdb \
+            and config.option.capture != "no" \
+            and any(os.path.isdir(arg) for arg in config.args):
+        config.option.numprocesses = WORKERS
+    if config.option.numprocesses and config.option.dist == "no":
+        config.option.dist = "loadgroup"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Group what must not run at once; start the ``slow`` tests first, so that no worker
+    is left with a long test when the others have finished."""
+    for item in items:
+        group = _group(item)
+        if group is not None and config.pluginmanager.hasplugin("xdist"):
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are gone
+def pytest_runtest_teardown(item, nextitem):
+    """The Slurm cluster is kept for the tests of its group that follow, no longer."""
+    slurmbed = sys.modules.get("tests.integration.slurmbed")
+    if slurmbed is not None and (nextitem is None or _group(nextitem) != "slurm"):
+        slurmbed.close()
+
+
+def _group(item) -> str | None:
+    """Tests that share something of the machine run one after another, on one worker:
+    the Slurm cluster (munge, /etc/hosts, node two's name: every module that imports
+    slurmbed) and the one GPU. A test that shares another such thing says so itself,
+    with ``@pytest.mark.xdist_group("its name")``."""
+    if getattr(getattr(item, "module", None), "slurmbed", None) is not None:
+        return "slurm"
+    if item.nodeid.startswith("tests/gpu/"):
+        return "gpu"
+    return None
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -52,7 +116,7 @@ def procs(request):
     yield started
     ended = [p.pid for p in started if p.popen.poll() is not None]
     leaked = settle(lambda: [s for pid in ended for s in session_survivors(pid)],
-                    5.0 if _passed(request) else 0.0)
+                    EXIT_WAIT if _passed(request) else 0.0)
     seen = describe(leaked)
     for proc in started:
         proc.kill_group()
@@ -71,7 +135,7 @@ def home(request, tmp_path):
     over: checked first (a leak fails the test), then killed all the same."""
     path = tmp_path / "home"
     yield path
-    left = settle(lambda: leftovers(path), 5.0 if _passed(request) else 0.0)
+    left = settle(lambda: leftovers(path), EXIT_WAIT if _passed(request) else 0.0)
     seen = describe(left)
     for proc in left:  # a failed test must not leave a job running either
         for p in [proc, *proc.children(recursive=True)]:

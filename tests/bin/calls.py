@@ -2,6 +2,8 @@
 
 import argparse
 import json
+import os
+import time
 
 import torch
 
@@ -11,6 +13,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--rank", type=int, required=True)
 parser.add_argument("--size", type=int, required=True)
 parser.add_argument("--port", type=int, required=True)
+parser.add_argument("--gate", help="leave the world only once this file exists")
 args = parser.parse_args()
 r, n = args.rank, args.size
 
@@ -78,5 +81,9 @@ work = w.all_reduce(t, async_op=True)
 work.wait()
 report("async_all_reduce", [t.item(), work.is_completed()], [float(n), True])
 
+# A member done with its calls may be ahead of a peer still finishing the last one:
+# leaving now (the store's host, rank 0, above all) would break the peer's world.
+while args.gate and not os.path.exists(args.gate):
+    time.sleep(0.05)  # the test opens the gate once every rank has reported
 job.close()
 raise SystemExit(0 if all(results.values()) else 1)

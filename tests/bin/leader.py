@@ -51,9 +51,12 @@ try:
     w1.recv(t, 1)
 except mwrun.BrokenWorldError:
     say(again_raises=True)
-time.sleep(1.0)  # measure w2's pace over a fixed second on either side of the break
-say(w2_before=sum(1 for s in stamps if broken_at - 1.0 <= s < broken_at),
-    w2_during=sum(1 for s in stamps if broken_at <= s < broken_at + 1.0))
+# w2 goes on through w1's break: a few of its calls complete after it (how many a
+# second, beside a world untouched: bench/supervisor.py).
+deadline = time.monotonic() + 60
+while sum(1 for s in stamps if s > broken_at) < 5 and time.monotonic() < deadline:
+    time.sleep(0.01)
+say(w2_after_break=sum(1 for s in stamps if s > broken_at))
 if args.rejoin:
     w1.rejoin(timeout=60)
     say(rejoined=w1.generation)

@@ -19,7 +19,9 @@ w = job.world("w")
 if args.rank == 1:
     w.send(torch.ones(1), 0)
     w.close()
-    time.sleep(1.0)  # stay alive (not leaving by dying): the world ends by the close alone
+    # Stay alive (not leaving by dying) until the test ends and kills us, however late
+    # rank 0 (a busy machine) sees the close: the world ends by the close alone.
+    time.sleep(600)
 else:
     w.recv(torch.zeros(1), 1)
     try:

@@ -4,18 +4,29 @@ Node one is this machine (its end of a veth pair), node two a network namespace 
 hostname of its own. munged, slurmctld and both slurmds run as children of the test
 (never forked away, so they can always be stopped); the /etc/hosts line for node two
 and every file are removed afterwards, also on failure.
+
+The cluster is made once for the tests that use it one after another (pytest runs them
+on one worker: tests/conftest.py groups every module that imports this one, and stops
+the cluster after the last of them); each test finds no job and both nodes idle, and a
+test that leaves a job or a process on node two fails. Only one cluster runs on this
+machine at a time (munge, /etc/hosts and the node names are the machine's): a second
+suite waits for the lock.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import pwd
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 from tests.integration import testbed
 
@@ -52,9 +63,99 @@ def _wait(condition, what: str, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
+class _Shared:
+    """The cluster kept between tests, with what holds it up."""
+
+    def __init__(self) -> None:
+        self.stack = contextlib.ExitStack()
+        self.folder = Path(tempfile.mkdtemp(prefix="mwrun-slurm-"))
+        self.stack.callback(shutil.rmtree, self.folder, ignore_errors=True)
+        try:
+            self.stack.enter_context(testbed.machine_lock("slurm", timeout=150))
+            # (a suite of an older checkout makes its cluster without the lock)
+            _wait(lambda: not _daemons_running(), "another Slurm test cluster's end", 150)
+            self.env, self.n2, self.names, self.daemons = self.stack.enter_context(
+                _cluster(self.folder))
+        except BaseException:
+            self.stack.close()
+            raise
+
+    def strays(self) -> list[str]:
+        """Processes on node two other than its slurmd, and jobs still in the queue."""
+        found = [f"pid {pid} on node two" for pid in self.n2.leftovers()
+                 if pid not in {d.pid for d in self.daemons}]
+        queue = subprocess.run(["squeue", "-h", "-o", "%i %j"], env=self.env,
+                               capture_output=True, text=True, timeout=30).stdout
+        return found + [f"job {line}" for line in queue.splitlines()]
+
+    def clear(self) -> None:
+        subprocess.run(["scancel", "--full", "-u", "root"], env=self.env,
+                       capture_output=True, timeout=30)
+        testbed.kill_inside_but(self.n2.ns, {d.pid for d in self.daemons})
+
+
+_shared: _Shared | None = None
+
+
 @contextlib.contextmanager
-def cluster(tmp: Path):
-    """Yields (environment with SLURM_CONF, node two's testbed.Node, node names)."""
+def cluster(tmp: Path | None = None):
+    """Yields (environment with SLURM_CONF, node two's testbed.Node, node names). The
+    cluster is this worker's (made on first use, kept until close()); ``tmp`` is not
+    used and is taken for the callers that pass their test's folder."""
+    global _shared
+    if _shared is not None and not _idle(_shared.env, wait=10.0):
+        close()  # the last test left it unwell: a fresh one
+    if _shared is None:
+        _shared = _Shared()
+    shared = _shared
+    try:
+        yield dict(shared.env), shared.n2, list(shared.names)
+    except BaseException:
+        close()  # its failure may have left anything: the next test gets a fresh one
+        raise
+    # The test passed: look for what it left behind before clearing it (never after).
+    deadline = time.monotonic() + 10.0
+    while (left := shared.strays()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    shared.clear()
+    assert not left, f"left behind on the Slurm cluster: {left}"
+
+
+def close() -> None:
+    """Stop this worker's cluster, if it has one."""
+    global _shared
+    if _shared is not None:
+        shared, _shared = _shared, None
+        shared.clear()
+        shared.stack.close()
+
+
+atexit.register(close)  # a session cut short stops it too
+
+
+def _daemons_running() -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] in ("munged", "slurmctld", "slurmd"):
+            found.append(proc.pid)
+    return found
+
+
+def _idle(env: dict, wait: float) -> bool:
+    deadline = time.monotonic() + wait
+    while True:
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env,
+                             capture_output=True, text=True, timeout=30).stdout
+        if out.split() == ["idle", "idle"]:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def _cluster(tmp: Path):
+    """Yields (environment with SLURM_CONF, node two, node names, the daemons)."""
     here = socket.gethostname()
     daemons: list[subprocess.Popen] = []
     hosts_line = None
@@ -99,13 +200,10 @@ PartitionName=all Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                  f"hostname {NODE2}; exec slurmd -D -N {NODE2}"], env=env,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
-            def idle() -> bool:
-                out = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env,
-                                     capture_output=True, text=True, timeout=30).stdout
-                return out.split() == ["idle", "idle"]
-
-            _wait(idle, "both nodes idle")
-            yield env, n2, [here, NODE2]
+            if not _idle(env, wait=30.0):
+                raise RuntimeError("slurm test cluster: both nodes idle did not happen"
+                                   " in 30 s")
+            yield env, n2, [here, NODE2], daemons
         finally:
             for proc in reversed(daemons):
                 _stop(proc)

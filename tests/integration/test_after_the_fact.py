@@ -3,7 +3,6 @@ interrupted launch says so, and the output of a fresh install is clean."""
 
 import signal
 import sys
-import time
 
 import pytest
 
@@ -46,13 +45,11 @@ def test_ctrl_c_in_the_first_seconds_leaves_a_run_that_says_it_ended(procs, home
     wait_for(lambda: runs.is_dir() and any(runs.iterdir()), 60, "the run folder")
     job.signal(signal.SIGINT)
     job.wait()
-    started = time.monotonic()
-    shown = cli(home, "status")
+    shown = cli(home, "status")  # answers (cli's own timeout): never waits for a start
     assert shown.returncode == 0, shown.stderr
     assert "still starting" not in shown.stdout + shown.stderr
     assert "ended before it started" in shown.stdout or "finished" in shown.stdout, \
         shown.stdout
-    assert time.monotonic() - started < 30
     doc = status(home)  # the document says it too: never "starting" once it has ended
     assert doc["state"] in ("failed", "finished"), (doc, job.output())
     if not doc["processes"]:

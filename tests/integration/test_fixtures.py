@@ -54,7 +54,8 @@ def test_leaks_fail_the_test_and_are_still_cleaned_up(tmp_path):
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
                              "-p", "tests.conftest",
                              "--rootdir", str(tmp_path), "-c", os.devnull, str(inner)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=80)
+                            cwd=ROOT, capture_output=True, text=True, timeout=80,
+                            env={**os.environ, "MWRUN_TEST_EXIT_WAIT": "2"})  # leaks: short
     out = result.stdout
     # each leak of a passing test: an error at its teardown; a failed test: its failure
     assert "1 failed, 3 passed, 2 errors" in out, out

@@ -24,6 +24,7 @@ def node(tmp_path):
         yield made.ns, made.head_addr, made.addr
 
 
+@pytest.mark.slow
 def test_a_world_across_a_network_namespace(procs, home, tmp_path, node):
     ns, head, remote = node
     topology = tmp_path / "hosts.yaml"

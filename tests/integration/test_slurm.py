@@ -48,6 +48,7 @@ def job_processes(node) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_a_job_across_the_allocations_nodes(tmp_path):
     topology = tmp_path / "slurm.yaml"
     topology.write_text(TOPOLOGY)
@@ -74,6 +75,7 @@ def test_a_job_across_the_allocations_nodes(tmp_path):
         assert "2 hosts, but the allocation has 1 node" in too_many.stderr
 
 
+@pytest.mark.slow
 def test_a_lost_agent_is_started_again_by_a_new_srun_and_its_process_restarts(
         procs, tmp_path):
     topology = tmp_path / "slurm.yaml"

@@ -96,6 +96,7 @@ def on_node(pid: int, node: testbed.Node) -> bool:
     return os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{node.ns}").st_ino
 
 
+@pytest.mark.slow
 def test_a_star_across_two_ssh_hosts_survives_a_remote_kill(procs, home, tmp_path):
     with testbed.nodes(tmp_path, [True, True]) as (n1, n2):
         topology = star_topology(tmp_path, n1.head_addr, [n1, n2], restart="on-failure",
@@ -154,6 +155,7 @@ def test_a_remote_fault_is_timed_with_its_agents_clock(procs, home, tmp_path):
     assert None not in times and times == sorted(times), record
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", ["head", "agent"])
 def test_sigkill_of_head_or_agent_leaves_no_remote_process(procs, home, tmp_path, victim):
     with testbed.node(tmp_path) as n1:
@@ -274,6 +276,7 @@ def test_processes_on_an_ssh_host_fork_warm_from_that_hosts_zygote(procs, home, 
         wait_for(lambda: not n1.leftovers(), timeout=10, what="a clean node")
 
 
+@pytest.mark.slow
 def test_a_stalled_agent_never_stalls_the_head_or_another_host(procs, home, tmp_path):
     """SIGSTOP the agent of a host that runs plain processes (the head asks about them
     every tick): the head keeps answering, the other host's worker is untouched, and
@@ -330,6 +333,7 @@ def test_detach_places_remote_processes_with_what_their_host_reports(procs, home
         wait_for(lambda: not n1.leftovers(), timeout=20, what="a clean node")
 
 
+@pytest.mark.slow
 def test_a_short_agent_stall_during_a_restart_ends_in_a_started_shown_process(
         procs, home, tmp_path):
     """The agent stalls (under the silence limit) just as a restart is due: the start
@@ -369,6 +373,7 @@ def test_a_short_agent_stall_during_a_restart_ends_in_a_started_shown_process(
         wait_for(lambda: not n1.leftovers(), timeout=20, what="a clean node")
 
 
+@pytest.mark.slow
 def test_a_stalled_host_never_leaves_two_copies_of_a_rank_in_a_generation(
         procs, home, tmp_path):
     """The agent is stopped past the link's silence limit while its worker keeps running

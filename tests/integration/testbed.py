@@ -4,13 +4,19 @@ A node is a network namespace linked to this one by a veth pair on a bridge (a /
 10.232, our own; the nodes of one test share it), with an sshd of its own listening on
 the node's address and accepting one key made for the test. Everything made here
 (namespaces, links, daemons, keys) is removed when the context ends, also on failure.
+
+Test beds are made side by side (parallel workers, another suite on the same machine):
+each takes a /24 that no link of this machine has, under a lock of the whole machine,
+and names its links and namespaces after it, so no two beds ever share either.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -72,16 +78,21 @@ def node(tmp: Path, with_sshd: bool = True):
 def nodes(tmp: Path, sshd: list[bool]):
     """A namespace host per entry (with an sshd where True), all on one bridge of this
     machine, so they reach each other and this machine as hosts on one switch would."""
-    tag = f"{os.getpid() % 1000}{random.randrange(1000)}"
-    subnet = f"10.232.{random.randrange(1, 250)}"
-    bridge = f"mwb{tag}"
     made: list[Node] = []
-    _ip("link", "add", bridge, "type", "bridge")
+    with machine_lock("testbed", timeout=60):
+        number = _free_subnet()
+        subnet, bridge = f"10.232.{number}", f"mwt{number}"
+        _ip("link", "add", bridge, "type", "bridge")
+        try:
+            _ip("addr", "add", f"{subnet}.1/24", "dev", bridge)  # taken: seen by the next
+        except BaseException:
+            subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=30)
+            raise
     try:
-        _ip("addr", "add", f"{subnet}.1/24", "dev", bridge)
         _ip("link", "set", bridge, "up")
         for i, wants_sshd in enumerate(sshd):
-            ns, outside, inside_end = f"mws{tag}{i}", f"mws{tag}{i}a", f"mws{tag}{i}b"
+            ns = f"mwt{number}n{i}"
+            outside, inside_end = f"{ns}a", f"{ns}b"
             _ip("netns", "add", ns)
             made.append(Node(ns, f"{subnet}.1", f"{subnet}.{i + 2}"))
             _ip("link", "add", outside, "type", "veth", "peer", "name", inside_end)
@@ -108,6 +119,45 @@ def nodes(tmp: Path, sshd: list[bool]):
         subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=30)
 
 
+@contextlib.contextmanager
+def machine_lock(name: str, timeout: float):
+    """Held by one test of this whole machine at a time (every worker, every suite):
+    for what the machine has only one of."""
+    with open(f"/tmp/mwrun-test-{name}.lock", "a") as held:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the {name} lock was held for {timeout:.0f} s"
+                                       " by another test of this machine") from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
+def _free_subnet() -> int:
+    """A number N such that 10.232.N.0/24 is on no link of this machine and no link or
+    namespace of ours is named after it (one a killed run left behind)."""
+    addrs = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True,
+                           text=True, timeout=30, check=True).stdout
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True,
+                           timeout=30, check=True).stdout
+    taken = {int(n) for n in re.findall(r"inet 10\.232\.(\d+)\.", addrs)}
+    taken |= {int(n) for n in re.findall(r"\bmwt(\d+)", links)}
+    with contextlib.suppress(OSError):
+        taken |= {int(n) for name in os.listdir("/run/netns")
+                  for n in re.findall(r"^mwt(\d+)n", name)}
+    free = [n for n in range(1, 250) if n not in taken]
+    if not free:
+        raise RuntimeError("every 10.232.N.0/24 is taken on this machine")
+    return random.choice(free)
+
+
 def inside(ns: str) -> list[int]:
     """Every process whose network namespace is ``ns``."""
     try:
@@ -123,11 +173,16 @@ def inside(ns: str) -> list[int]:
 
 
 def kill_inside(ns: str) -> None:
-    for pid in inside(ns):
+    kill_inside_but(ns, set())
+
+
+def kill_inside_but(ns: str, spared: set[int]) -> None:
+    """Kill every process of ``ns`` but the ``spared`` ones, and wait for them to go."""
+    for pid in set(inside(ns)) - spared:
         with contextlib.suppress(OSError):
             os.kill(pid, 9)
     deadline = time.monotonic() + 5
-    while inside(ns) and time.monotonic() < deadline:
+    while set(inside(ns)) - spared and time.monotonic() < deadline:
         time.sleep(0.05)
 
 

@@ -3,7 +3,6 @@
 import json
 import socket
 import textwrap
-import time
 
 import pytest
 from click.testing import CliRunner
@@ -82,20 +81,18 @@ def test_too_many_worlds_is_a_positioned_error(monkeypatch):
     assert MAX_WORLDS >= 1024
 
 
-def test_planning_the_largest_job_is_fast():
-    """Placement once took 4.3 s for 4,000 replicas (quadratic). Linear, the largest
-    allowed job plans in well under the bound even on a loaded machine."""
+def test_the_largest_job_plans():
+    """The largest allowed job is placed, every replica on its own CPU (how long it
+    takes: bench/plan.py; placement was once quadratic, 4.3 s for 4,000 replicas)."""
     text = (f"version: 1\nhosts:\n  h: {{addr: 10.0.0.9, cpus: {MAX_PROCESSES}}}\n"
             f"processes:\n  w:\n    cmd: run\n    replicas: {MAX_PROCESSES}\n    cpus: 1\n"
             "worlds:\n  x:\n    members: [w]\n  y:\n    members: [w]\n")
-    started = time.process_time()
     topo = parsed(text)
     plan = place(topo, {"h": HostInventory(False, tuple(range(MAX_PROCESSES)), ())},
                  lambda addr, taken: 40000 + len(taken), here=False)
-    took = time.process_time() - started
     assert plan.processes[f"w-{MAX_PROCESSES - 1}"].local_rank == MAX_PROCESSES - 1
     assert plan.processes[f"w-{MAX_PROCESSES - 1}"].cpus == (MAX_PROCESSES - 1,)
-    assert took < 3.0, took
+    assert len({p.cpus for p in plan.processes.values()}) == MAX_PROCESSES
 
 
 def test_no_free_port_is_a_positioned_error():

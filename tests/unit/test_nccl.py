@@ -215,24 +215,47 @@ def test_a_broken_communicator_is_aborted_once_and_never_destroyed():
 
 
 def test_two_hanging_aborts_take_one_deadline_not_two(monkeypatch):
-    release = threading.Event()
-    monkeypatch.setattr(StandInNCCL, "hang", release)
-    monkeypatch.setattr(discipline, "ABORT_DEADLINE", 0.6)
-    worlds = [world_with(made()[0], f"gpu{i}") for i in range(2)]
-    began = time.monotonic()
+    # Side by side: each abort begins while the other still hangs. One after the other,
+    # the second would begin only once the first had passed its deadline (60 s here).
+    monkeypatch.setattr(discipline, "ABORT_DEADLINE", 60.0)
+    made_two = [made() for _ in range(2)]
+    worlds = [world_with(backend, f"gpu{i}") for i, (backend, _) in enumerate(made_two)]
+    hanging = release_once_all_abort(monkeypatch, [group for _, group in made_two])
     threads = [threading.Thread(target=w._break, args=(0, "host lost", False)) for w in worlds]
     for thread in threads:  # as two watcher threads see their worlds break at once
         thread.start()
     for thread in threads:
-        thread.join(10)
-    both = time.monotonic() - began
-    began = time.monotonic()
-    hung = aborts.abort_all([("a", made()[0].abort), ("b", made()[0].abort)], 0.6)
-    together = time.monotonic() - began
+        thread.join(60)
+    assert hanging.wait(0) and all(w.broken for w in worlds)  # both hung at once
+
+    made_two = [made() for _ in range(2)]
+    hanging = release_once_all_abort(monkeypatch, [group for _, group in made_two])
+    hung = aborts.abort_all([("a", made_two[0][0].abort), ("b", made_two[1][0].abort)], 60)
+    assert hanging.wait(0) and hung == {}  # both hung at once, then both returned
+
+    release = threading.Event()  # never set before the deadline: both are named
+    monkeypatch.setattr(StandInNCCL, "hang", release)
+    hung = aborts.abort_all([("a", made()[0].abort), ("b", made()[0].abort)], 0.2)
     release.set()
     assert sorted(hung) == ["a", "b"]
-    assert all(w.broken for w in worlds)
-    assert 0.55 <= both < 1.1 and 0.55 <= together < 1.1, (both, together)  # not 1.2
+
+
+def release_once_all_abort(monkeypatch, groups) -> threading.Event:
+    """Make every abort() hang until all of ``groups`` are in abort() at once (set on
+    the event returned), or 30 s have passed (not set: they were not side by side)."""
+    release, together = threading.Event(), threading.Event()
+    monkeypatch.setattr(StandInNCCL, "hang", release)
+
+    def watch():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not together.is_set():
+            if all(("abort",) in g.calls for g in groups):
+                together.set()
+            time.sleep(0.01)
+        release.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    return together
 
 
 def test_an_abort_past_its_deadline_is_told_to_the_supervisor(monkeypatch):
@@ -241,10 +264,8 @@ def test_an_abort_past_its_deadline_is_told_to_the_supervisor(monkeypatch):
     monkeypatch.setattr(discipline, "ABORT_DEADLINE", 0.3)
     link = Link()
     world = world_with(made()[0], link=link)
-    began = time.monotonic()
-    world._break(0, "a peer died", publish=False)
-    assert time.monotonic() - began < 2.0  # the process never hangs in an abort
-    release.set()
+    world._break(0, "a peer died", publish=False)  # returned with the abort still hung:
+    release.set()  # the process never hangs in an abort
     hung = [e for e in link.events if e[2] == protocol.ABORT_HUNG]
     assert len(hung) == 1 and hung[0][:2] == ("gpu", 0)
     assert "did not return within 0.3s" in hung[0][3]
@@ -315,7 +336,7 @@ def test_nccl_work_is_never_given_a_timed_wait():
     began = time.monotonic()
     with pytest.raises(TimeoutError):
         pending.wait(timeout=0.2)  # a deadline on the work's result future
-    assert 0.15 <= time.monotonic() - began < 2.0
+    assert time.monotonic() - began >= 0.15  # it did wait (no later than: not asserted)
     group.works[-1].result.complete(0)  # done on the GPU
     pending.wait(timeout=0.2)
     assert all(args == () for w in group.works for args in w.waits)
