@@ -218,5 +218,5 @@ def test_rejoin_waits_by_default_as_long_as_its_spec_says(procs):
                         str(free_port())])
     report = proc.expect_key("seconds", timeout=60)
     assert report["seconds"] >= 1.0
-    assert report["reason"] == "rank(s) 1 did not join in time"
+    assert report["reason"] == "rank 1 did not join in time"
     assert proc.wait() == 0, proc.output()
