@@ -105,9 +105,24 @@ def wait_healthy(env: dict, settle: float, timeout: float = 240.0) -> None:
 
 def figures(home: str) -> dict:
     history = Path(home) / "runs" / "drill" / "history.jsonl"
-    [record] = [r for r in map(json.loads, history.read_text().splitlines())
-                if r.get("event") == "drill"]
-    return record
+    records = [r for r in map(json.loads, history.read_text().splitlines())
+               if r.get("event") == "drill"]
+    if not records:
+        raise SystemExit("the drill wrote no summary into the run's history")
+    return records[-1]
+
+
+def run_drill(args, env: dict) -> None:
+    """``mwrun drill``, live. Ctrl-C reaches it too (one process group): it ends the
+    drill with the summary so far, in the history, and this script goes on to stop the
+    run and report, as after a full drill."""
+    proc = subprocess.Popen([sys.executable, "-m", "mwrun", "drill", "drill", "--every",
+                             str(args.every), "--for", str(args.duration), "--seed",
+                             str(args.seed)], env=env, cwd=ROOT)
+    try:
+        proc.wait()
+    except KeyboardInterrupt:
+        proc.wait(timeout=60)  # its summary; a second Ctrl-C gives up (stop follows)
 
 
 def drill(args, nodes, home: str) -> tuple[dict, tuple, tuple]:
@@ -119,8 +134,7 @@ def drill(args, nodes, home: str) -> tuple[dict, tuple, tuple]:
     try:
         mwrun("launch", str(path), "--detach", "--run-id", "drill", env=env)
         wait_healthy(env, args.settle)
-        mwrun("drill", "drill", "--every", str(args.every), "--for", str(args.duration),
-              "--seed", str(args.seed), env=env, check=False, live=True)
+        run_drill(args, env)
     finally:
         # A second Ctrl-C must not cut the stop short: the run's processes (and, with
         # --ssh, its agent in the namespace) would outlive the script.
@@ -150,16 +164,24 @@ def main() -> None:
     if args.output is None:
         args.output = (os.path.join(tempfile.gettempdir(), "mwrun-drill-report-ssh.png")
                        if args.ssh else str(ROOT / "docs" / "drill-report.png"))
+    try:
+        record, load_before, load_after = in_home(args)
+    except KeyboardInterrupt:
+        raise SystemExit("interrupted; the run was stopped") from None
+    show(args, record, load_before, load_after)
+
+
+def in_home(args) -> tuple[dict, tuple, tuple]:
+    """The drill under a fresh MWRUN_HOME (and, with --ssh, a fresh ssh host), both
+    removed at the end whatever happens."""
     with tempfile.TemporaryDirectory(prefix="mwrun-drill-") as home:
         if args.ssh:
             from tests.integration import testbed  # the project's test bed: netns + sshd
             if testbed.missing():
                 raise SystemExit(f"--ssh: {testbed.missing()}")
             with testbed.nodes(Path(home) / "nodes", [True]) as nodes:
-                record, load_before, load_after = drill(args, nodes, home)
-        else:
-            record, load_before, load_after = drill(args, [], home)
-    show(args, record, load_before, load_after)
+                return drill(args, nodes, home)
+        return drill(args, [], home)
 
 
 def show(args, record: dict, load_before: tuple, load_after: tuple) -> None:
@@ -172,7 +194,8 @@ def show(args, record: dict, load_before: tuple, load_after: tuple) -> None:
     print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores,"
           f" load average {load_before[0]:.1f} before, {load_after[0]:.1f} after"
           f" ({'2 workers on an ssh host' if args.ssh else 'one host'})")
-    print(f"{faults} faults in {args.duration:.0f} s (--every {args.every:g}, seed"
+    took = record["ended"] - record["started"]  # shorter than --for after a Ctrl-C
+    print(f"{faults} faults in {took:.0f} s (--every {args.every:g}, seed"
           f" {args.seed}); outages {len(outages)}; not recovered:"
           f" {len(record['not_recovered'])}")
     for name in record["not_recovered"]:
