@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from tests.helpers import prefixed
+from tests.helpers import BIN, prefixed
 
 
 def launch(procs, home, topology, *extra):
@@ -67,3 +67,18 @@ def proc_state(doc, name):
     return next(p for p in doc["processes"] if p["name"] == name)
 
 
+def write_star(tmp_path, workers=2, spoke="", restart="on-failure", max_restarts=3, numel=1):
+    """A leader (tests/bin/hub.py) and WORKERS spokes, each pair a world of its own."""
+    procs = "\n".join(f"""\
+  worker-{i}:
+    cmd: {sys.executable} {BIN / 'spoke.py'} {spoke}
+    restart: {restart}
+    max_restarts: {max_restarts}
+    restart_backoff: 0.2""" for i in range(workers))
+    worlds = "\n".join(f"  world{i + 1}: {{members: [leader, worker-{i}]}}"
+                       for i in range(workers))
+    path = tmp_path / "star.yaml"
+    path.write_text(f"version: 1\nname: star\ntimeout: 20\nprocesses:\n  leader:\n"
+                    f"    cmd: {sys.executable} {BIN / 'hub.py'} {numel}\n{procs}\n"
+                    f"worlds:\n{worlds}\n")
+    return path

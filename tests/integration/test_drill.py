@@ -8,7 +8,7 @@ import pytest
 
 from mwrun.cli import drill as d
 from tests.helpers import BIN, wait_gone
-from tests.integration import slurmbed, testbed
+from tests.integration import jobs, slurmbed, testbed
 from tests.integration.jobs import cli, expect, launch, status, wait_for, wait_status
 from tests.integration.test_slurm import job_processes
 from tests.integration.test_ssh import star_topology
@@ -18,19 +18,9 @@ pytestmark = pytest.mark.timeout(120)
 SEED, EVERY, FOR = 3, 2.0, 6.0
 
 
-def write_star(tmp_path, workers=2):
-    """A leader and WORKERS spokes at 20 messages a second. ``preload: [torch]``:
-    recovery in a fraction of a second until warm starts are the default."""
-    procs = "".join(f"  worker-{i}:\n    cmd: {sys.executable} {BIN / 'spoke.py'}"
-                    f" --interval 0.05\n    restart: on-failure\n    max_restarts: 50\n"
-                    f"    restart_backoff: 0.2\n" for i in range(workers))
-    worlds = "".join(f"  world{i + 1}: {{members: [leader, worker-{i}]}}\n"
-                     for i in range(workers))
-    path = tmp_path / "star.yaml"
-    path.write_text(f"version: 1\nname: star\ntimeout: 20\npreload: [torch]\nprocesses:\n"
-                    f"  leader:\n    cmd: {sys.executable} {BIN / 'hub.py'} 1\n{procs}"
-                    f"worlds:\n{worlds}")
-    return path
+def write_star(tmp_path):
+    """A leader and 2 spokes at 20 messages a second; restarts enough for any drill."""
+    return jobs.write_star(tmp_path, spoke="--interval 0.05", max_restarts=50)
 
 
 def drilled(home, run, *extra):

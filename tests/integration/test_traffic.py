@@ -19,27 +19,13 @@ from tests.integration.jobs import (
     wait_for,
     wait_status,
     world_state,
+    write_star,
 )
 
 pytestmark = pytest.mark.timeout(180)
 
 RATE = 20  # messages per second each spoke sends
 NUMEL = 1024  # float32 elements: 4 KiB a message
-
-
-def write_star(tmp_path, workers=2, spoke="", restart="on-failure"):
-    procs = "\n".join(f"""\
-  worker-{i}:
-    cmd: {sys.executable} {BIN / 'spoke.py'} {spoke}
-    restart: {restart}
-    restart_backoff: 0.2""" for i in range(workers))
-    worlds = "\n".join(f"  world{i + 1}: {{members: [leader, worker-{i}]}}"
-                       for i in range(workers))
-    path = tmp_path / "star.yaml"
-    path.write_text(f"version: 1\nname: star\ntimeout: 20\nprocesses:\n  leader:\n"
-                    f"    cmd: {sys.executable} {BIN / 'hub.py'} {NUMEL}\n{procs}\n"
-                    f"worlds:\n{worlds}\n")
-    return path
 
 
 def started(home):
@@ -60,7 +46,7 @@ def first_times(job, event):
 
 @pytest.mark.slow
 def test_a_drill_rates_history_and_report(procs, home, tmp_path):
-    topology = write_star(tmp_path, spoke=f"--interval {1 / RATE} --numel {NUMEL}")
+    topology = write_star(tmp_path, spoke=f"--interval {1 / RATE} --numel {NUMEL}", numel=NUMEL)
     job = launch(procs, home, topology, "--run-id", "drill")
     started(home)
     # Rates: members that send messages of 4 KiB (RATE a second, fewer on a loaded
@@ -116,7 +102,8 @@ def test_a_drill_rates_history_and_report(procs, home, tmp_path):
 
 @pytest.mark.slow
 def test_sixteen_worlds_show_forming_until_they_have_formed(procs, home, tmp_path):
-    topology = write_star(tmp_path, workers=16, spoke="--interval 0.2", restart="never")
+    topology = write_star(tmp_path, workers=16, spoke="--interval 0.2", restart="never",
+                          numel=NUMEL)
     job = launch(procs, home, topology)
     started(home)
     healthy_at: dict[str, float] = {}
