@@ -278,6 +278,11 @@ class World(Calls):
         if store is None:
             return mine, ()
         try:
+            # A break recorded already is the cause; members that left after it (a
+            # survivor that saw it and ended) are its consequence.
+            found = protocol.broken_reason(store, generation)
+            if found is not None:
+                return found, ()
             host = protocol.host_left(store, generation)
             if host is not None:
                 return storehost.gone(self, generation, host).reason, (host,)

@@ -304,3 +304,22 @@ def test_mwrun_threads_leave_ctrl_c_to_the_main_thread():
     assert signal.SIGINT in seen["child"] and signal.SIGINT in seen["off_main"]
     with signals.blocked_off_main():
         assert signal.SIGINT not in mask()  # the main thread's waits must hear Ctrl-C
+
+
+def test_a_recorded_break_is_the_cause_not_a_member_that_left_after_it():
+    # A drill marks generation 0 broken; one survivor sees it, ends and closes the world;
+    # a slower peer's failed call must still say "drill", not that rank 1 left.
+    from types import SimpleNamespace
+
+    from mwrun.worlds.world import World
+
+    store = FakeStore()
+    protocol.mark_broken(store, 0, 3, "drill")
+    protocol.leave(store, 0, 1)
+    peer = SimpleNamespace(_store=store, _link=None, size=3, rank=2)
+    assert World._agreed_reason(peer, 0, "rank 2 lost its connection") == ("drill", ())
+    fresh = FakeStore()  # with no break recorded, the member that left is the reason
+    protocol.leave(fresh, 0, 1)
+    peer = SimpleNamespace(_store=fresh, _link=None, size=3, rank=2)
+    assert World._agreed_reason(peer, 0, "mine") == \
+        ("rank 1 left the world (it closed it)", (1,))
