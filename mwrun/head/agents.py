@@ -105,10 +105,13 @@ class Agents:
 
     def to_head(self, host: str, t) -> float | None:
         """A time on ``host``'s clock (as its agent, or a process there, told it), on the
-        head's; None for what is not a time."""
+        head's; None for what is not a time. Told in a frame that has just arrived, so
+        never later than now: the measured offset is good to a few milliseconds, and
+        without this bound a remote exit could land after the break the head wrote
+        because of it (a fault's phases out of order)."""
         t = _number(t)
         offset = self.offsets.get(host)
-        return t if t is None or offset is None else offset.to_head(t)
+        return t if t is None or offset is None else min(offset.to_head(t), self.loop.wall())
 
     def up(self, host: str) -> bool:
         return self.links[host].state == H.UP

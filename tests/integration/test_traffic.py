@@ -96,7 +96,7 @@ def test_a_drill_rates_history_and_report(procs, home, tmp_path):
         down = fault["phases"]["first_call"] - fault["phases"]["t_fault"]
     shown_down = f"{down * 1000:.0f} ms" if down < 1 else f"{down:.2f} s"
     assert f"world1: 1 break(s), down {shown_down} in all" in report
-    assert "meanwhile world2: " in report  # its pace, kept or not (a loaded machine)
+    assert "meanwhile world2: " in report, report  # its pace, kept or not (a loaded machine)
     assert "world2: no breaks" in report
 
 

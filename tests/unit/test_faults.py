@@ -185,3 +185,18 @@ def test_a_stop_drill_is_timed_from_the_stop_not_the_hang_kill_it_led_to():
     fault = faults.last_fault("world1")
     assert fault["signal"] == "SIGSTOP" and fault["at"] == round(t_stop, 4)
     assert fault["phases"]["exit_seen"] == 90.01
+
+
+def test_a_remote_time_is_never_later_than_the_frame_that_told_it():
+    """The offset is good to a few ms: a corrected exit time past the moment its frame
+    arrived would land after the break the head wrote because of it."""
+    from types import SimpleNamespace
+
+    from mwrun.head.agents import Agents
+
+    offset = Offset()
+    offset.add(100.0, 105.0, 100.0)  # the agent's clock 5 s ahead, as measured
+    agents = SimpleNamespace(offsets={"node1": offset}, loop=SimpleNamespace(wall=lambda: 201.0))
+    assert Agents.to_head(agents, "node1", 205.5) == 200.5  # corrected
+    assert Agents.to_head(agents, "node1", 206.2) == 201.0  # not after its arrival
+    assert Agents.to_head(agents, "node1", "soon") is None
