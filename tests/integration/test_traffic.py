@@ -28,6 +28,13 @@ RATE = 20  # messages per second each spoke sends
 NUMEL = 1024  # float32 elements: 4 KiB a message
 
 
+def counted_past_the_drill(path) -> bool:
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    kill = next((r["t"] for r in records if r.get("why") == "drill"), None)
+    return kill is not None and any(
+        r.get("calls", {}).get("world2", [0, 0])[1] > kill + 1.0 for r in records)
+
+
 def started(home):
     wait_for(lambda: cli(home, "status").returncode == 0 and status(home)["processes"],
              what="the run to answer")
@@ -68,6 +75,10 @@ def test_a_drill_rates_history_and_report(procs, home, tmp_path):
                 "world1 re-formed")
     live = cli(home, "report", "-o", str(tmp_path / "live.png"), check=True).stdout
     assert "run drill (star)" in live and "re-formed +" in live  # a live run draws too
+    # world2's pace around the fault is known once its calls were counted past it (the
+    # counts come about once a second; a warm re-form takes a fraction of one).
+    wait_for(lambda: counted_past_the_drill(home / "runs" / "drill" / "history.jsonl"), 30,
+             "world2's calls counted past the fault")
     cli(home, "stop", "drill", check=True)
     assert job.wait() == 0
     wait_gone(home)
