@@ -201,18 +201,20 @@ def status(run, as_json, watch):
     from mwrun.cli.statusview import in_place, render
     from mwrun.terminal import use_colour
 
-    first = True
+    first, plans = True, {}  # a run's plan never changes: read once, not every second
     while True:
         run_id, doc, live = _live_status(run)
+        if run_id not in plans and not as_json:
+            plans[run_id] = runs.read_plan(run_id)
         if as_json:
             click.echo(json.dumps(doc, indent=1 if not watch else None))
         elif watch and sys.stdout.isatty():
-            click.echo(in_place(render(doc, live, use_colour(), plan=runs.read_plan(run_id)),
-                                first), nl=False)
+            click.echo(in_place(render(doc, live, use_colour(), plan=plans[run_id]), first),
+                       nl=False)
         else:
             click.echo(("" if first else "\n") + render(doc, live, use_colour(),
                                                  events=runs.recent_events(run_id),
-                                                 plan=runs.read_plan(run_id)))
+                                                 plan=plans[run_id]))
         first = False
         if not watch or doc["state"] in FINAL or not live:
             return
