@@ -6,7 +6,7 @@ loaded on first use so that ``import mwrun`` — and with it the CLI — never i
 torch unless a script actually asks for a world.
 """
 
-from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
+from mwrun.errors import BrokenWorldError, MwrunError, WorldClosedError, WorldEnded
 
 __version__ = "0.1.0"
 
@@ -17,7 +17,9 @@ __all__ = [
     "ReduceOp",
     "Work",
     "World",
+    "WorldClosedError",
     "WorldEnded",
+    "WorldEvent",
     "WorldSpec",
     "__version__",
     "from_worldinfo",
@@ -30,6 +32,7 @@ _LAZY = {
     "WorldSpec": "mwrun.worlds.worldspec",
     "from_worldinfo": "mwrun.worlds.worldspec",
     "World": "mwrun.worlds.world",
+    "WorldEvent": "mwrun.worlds.events",
     "Work": "mwrun.worlds.work",
 }
 

@@ -77,3 +77,20 @@ class WorldEnded(BrokenWorldError):
     def __init__(self, world: str, generation: int, reason: str):
         super().__init__(world, generation, reason)
         self.args = (f"world {world!r} (generation {generation}) has ended: {reason}",)
+
+
+class WorldClosedError(MwrunError, RuntimeError):
+    """A world was closed on purpose: drained away (``mwrun scale``, ``mwrun drain``,
+    ``world.release()``) or this member was removed from it by a resize. Not a
+    ``BrokenWorldError``: nothing failed and nothing will re-form, so code that rejoins
+    after a break does not catch it. The world has left ``job.worlds``.
+    """
+
+    def __init__(self, world: str, generation: int, reason: str):
+        self.world = world
+        self.generation = generation
+        self.reason = reason
+        super().__init__(f"world {world!r} (generation {generation}) is closed: {reason}")
+
+    def __reduce__(self):
+        return (type(self), (self.world, self.generation, self.reason))

@@ -66,6 +66,24 @@ exactly that):
     By hand only: rank R's watcher has read ``host_left`` and will not touch the store
     again. The leaving host waits for these (briefly, bounded: a peer may be dead)
     before its store closes, so no member's store call fails on the way out.
+``mwrun/gN/members``
+    Under the launcher: the processes of generation N, by rank, comma-joined
+    (``worker-0,frontend``). The host writes it with the admit keys, before it names
+    the generation, so a member joining N learns its rank and the world's size there:
+    a world's membership can change from one generation to the next (elastic jobs).
+    A member whose process is not among them was removed from the world: for it the
+    world is closed (``mwrun.WorldClosedError``), not broken.
+``mwrun/gN/removed``
+    Written with ``closed: ...`` when the world itself is removed (its replica was
+    drained, ``mwrun scale``/``mwrun drain``): it closes on purpose, nothing broke.
+    Members raise ``mwrun.WorldClosedError``, not ``BrokenWorldError``.
+
+A *resize* (a member added to or removed from a world that lists a scaled process
+bare) is a break of the current generation with a reason that starts with
+``resized`` (``RESIZED``), written after the next generation's admit and members keys:
+members see one ``BrokenWorldError`` saying so, and ``rejoin()`` returns with their
+new rank and the new size. A member woken by it checks the next generation's
+``members``: without its name there, it was the one removed.
 
 Hangs are caught two ways: every call carries the world's timeout (never the backend's
 30-minute default), and under the launcher a heartbeat thread lets the supervisor
@@ -136,12 +154,29 @@ def text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def start(store, incarnations: list[int] | None = None) -> None:
+def start(store, incarnations: list[int] | None = None,
+          members: list[str] | None = None) -> None:
     """The host's first act: generation 0 is the one to join (admitting these
-    incarnations, under the launcher: every process's first start)."""
-    if incarnations is not None:
-        admit(store, 0, incarnations)
+    incarnations, under the launcher: every process's first start; naming these
+    members, by rank)."""
+    _open(store, 0, incarnations, members)
     store.set(GEN, "0")
+
+
+def _open(store, generation: int, incarnations: list[int] | None,
+          members: list[str] | None) -> None:
+    """What a generation's members must find before anyone can see it named."""
+    if incarnations is not None:
+        admit(store, generation, incarnations)
+    if members is not None:
+        store.set(key(generation, "members"), ",".join(members))
+
+
+def members(store, generation: int) -> list[str] | None:
+    """The processes of ``generation`` by rank, or None where none were written (by
+    hand, or a host from before elastic jobs)."""
+    k = key(generation, "members")
+    return text(store.get(k)).split(",") if store.check([k]) else None
 
 
 def arrival_keys(generation: int, size: int) -> list[str]:
@@ -169,12 +204,47 @@ def broken_reason(store, generation: int) -> str | None:
     return text(store.get(k)) if store.check([k]) else None
 
 
-def open_next(store, generation: int, incarnations: list[int] | None = None) -> None:
-    """Host: after generation N broke, let N+1 form (admitting these incarnations)."""
-    if incarnations is not None:
-        admit(store, generation + 1, incarnations)
+def open_next(store, generation: int, incarnations: list[int] | None = None,
+              members: list[str] | None = None) -> None:
+    """Host: after generation N broke, let N+1 form (admitting these incarnations,
+    naming these members)."""
+    _open(store, generation + 1, incarnations, members)
     store.set(GEN, str(generation + 1))
     store.set(key(generation, "next"), OPEN)
+
+
+RESIZED = "resized"  # the reason of a resize's break starts with it
+
+
+def resized(old: int, new: int) -> str:
+    """The reason members see when their world is resized."""
+    return f"{RESIZED}: {old} -> {new} members; rejoin() joins it at its new size"
+
+
+def is_resize(reason: str | None) -> bool:
+    return bool(reason) and reason.startswith(RESIZED)
+
+
+def resize(store, generation: int, size: int, incarnations: list[int],
+           members: list[str], reason: str) -> None:
+    """Host: generation N (of ``size`` members) ends for a new membership, N+1: its
+    admit and members keys first, then the break that wakes N's members, then N+1
+    named (a woken member finds its new rank, or that it was removed)."""
+    _open(store, generation + 1, incarnations, members)
+    mark_broken(store, generation, size, reason)
+    store.set(GEN, str(generation + 1))
+    store.set(key(generation, "next"), OPEN)
+
+
+def remove(store, generation: int, size: int, reason: str) -> None:
+    """Host: the world closes for good on purpose (drained): members raise
+    WorldClosedError with ``reason``."""
+    store.set(key(generation, "removed"), "1")
+    close(store, generation, size, reason)
+
+
+def removed(store, generation: int) -> bool:
+    return bool(store.check([key(generation, "removed")]))
 
 
 def close(store, generation: int, size: int, reason: str, ended: bool = False) -> None:
