@@ -1,15 +1,22 @@
-"""The library's line to the supervisor: heartbeats and world events.
+"""The library's line to the supervisor: heartbeats and world events up, orders down.
 
 Under ``mwrun launch``, ``MWRUN_CONTROL`` names the supervisor's control socket. The
 library keeps one connection to it and writes JSON lines that need no reply:
-``hello`` once (with ``nccl``: this process's NCCL version, or null; worlds/nccl.py),
-``heartbeat`` from one thread at a steady pace (so the supervisor can
+``hello`` once per connection (with ``nccl``: this process's NCCL version, or null;
+worlds/nccl.py), ``heartbeat`` from one thread at a steady pace (so the supervisor can
 tell a stopped or wedged process from a quiet one), and ``world`` events (a
-generation formed, or broke as seen from here; or ``abort_hung``: aborting a broken
-world's communicator did not return in time, and the supervisor must kill this
-process, see worlds/aborts.py). If the supervisor goes away the link
-falls silent; the job's worlds do not depend on it. ``bye`` ends the beating when the
-process leaves its worlds (``job.close()``).
+generation formed (``ready``), broke as seen from here, or was closed by this member;
+a world the head added formed here (``added``); this member lets a draining world go
+(``released``); or ``abort_hung``: aborting a broken world's communicator did not
+return in time, and the supervisor must kill this process, see worlds/aborts.py).
+``bye`` ends the beating when the process leaves its worlds (``job.close()``).
+``scale`` (``job.scale``) is the one request: it carries an ``id``, and its answer
+comes down as a ``reply`` with that id.
+
+The head may write lines down at any time after the hello (orders.py: ``add``,
+``drain``, ``reply``); the same thread reads them as they come (it waits on the socket
+until the next beat is due, never longer), so the head never finds its lines piling
+up unread, and hands each order to the job. Lines it does not know are ignored.
 
 Each heartbeat carries this process's traffic per world, counted by the calls
 themselves (see calls.py): ``"t"`` (its monotonic clock) and ``"traffic": {world:
@@ -23,9 +30,10 @@ move (and for the supervisor's rate window after), beats come once a second what
 the hang timeout allows; an idle process beats only at its interval, which keeps a
 supervisor watching hundreds of idle processes idle itself.
 The supervisor may be busy when a process starts (forking hundreds of others, its
-listen backlog full): the link then keeps trying from its thread, with backoff, says so
-once on stderr, and holds the world events it must not lose (in order, bounded) until
-the hello has gone out. A process is never silently left without its supervisor.
+listen backlog full), or its connection may drop: the link then keeps trying from its
+thread, with backoff, says so once on stderr, and holds the world events it must not
+lose (in order, bounded) until the hello has gone out. A process is never silently
+left without its supervisor; its worlds never wait for it.
 """
 
 from __future__ import annotations
@@ -33,22 +41,28 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import logging
 import os
+import select
 import socket
 import sys
 import threading
 import time
+import uuid
+from collections.abc import Callable, Mapping
 
-from mwrun.worlds import signals
+from mwrun.worlds import orders, signals
 
+log = logging.getLogger("mwrun")
 TRAFFIC_EVERY = 1.0  # seconds between beats while traffic moves, for its rates
 # Seconds of fast beats after the counts last moved: the supervisor's rate window
 # (head/traffic.py WINDOW), so a rate falls to 0 in steps, as the traffic did.
 TRAFFIC_TAIL = 5.0
-CONNECT_TIMEOUT = 1.0  # one attempt to reach the supervisor's socket
+CONNECT_TIMEOUT = 1.0  # one attempt to reach the supervisor's socket; one line sent
 RETRY_FIRST, RETRY_CAP = 0.05, 2.0  # backoff between attempts, seconds
 SAY_AFTER = 5.0  # seconds of failed attempts before the process says so, once
 HELD_EVENTS = 1000  # world events kept, in order, until the supervisor is reached
+MAX_LINE = 1 << 20  # a longer line from the head is dropped (the head's own limit)
 
 
 def beat_due(now: float, sent_at: float, moved_at: float, interval: float,
@@ -76,28 +90,54 @@ def aligned(step: float, now: float | None = None) -> float:
     return step - now % step
 
 
+class Lines:
+    """Bytes from the head cut into lines; a line longer than MAX_LINE is dropped."""
+
+    def __init__(self):
+        self._buffer = b""
+        self._skipping = False  # inside a line too long to keep
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buffer += data
+        *whole, self._buffer = self._buffer.split(b"\n")
+        if self._skipping and whole:
+            whole, self._skipping = whole[1:], False
+        if len(self._buffer) > MAX_LINE:
+            self._buffer, self._skipping = b"", True
+        return [line for line in whole if line.strip()]
+
+
 class SupervisorLink:
-    def __init__(self, path: str, process: str, interval: float, *, stderr=None,
+    """``worlds()``: the worlds whose traffic each beat carries (the job's live set);
+    ``on_order(order)``: what to do with an ``add`` or ``drain`` from the head (called
+    on the link's thread, so it must not block)."""
+
+    def __init__(self, path: str, process: str, interval: float, *,
+                 worlds: Callable[[], Mapping] = dict, on_order=None, stderr=None,
                  nccl: str | None = None):
         self._path = path
         self._nccl = nccl  # this process's NCCL version, told in the hello (None: no NCCL)
         self._process = process
         self._interval = interval
+        self._worlds = worlds
+        self._on_order = on_order
         self._stderr = stderr
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._sock: socket.socket | None = None
+        self._wake_r, self._wake_w = socket.socketpair()  # close() wakes the thread
+        self._sock: socket.socket | None = None  # where lines go up (None: not connected)
+        self._reading: socket.socket | None = None  # the thread's: where lines come down
         self._held: collections.deque[dict] = collections.deque(maxlen=HELD_EVENTS)
+        self._replies: dict[str, list] = {}  # request id -> [Event, Reply or None]
         self._thread: threading.Thread | None = None
-        self.worlds: dict = {}  # name -> World, set by init once they exist
 
     @property
     def connected(self) -> bool:
         return self._sock is not None
 
     def start(self) -> SupervisorLink:
-        """One attempt now; if the supervisor cannot be reached yet, the beating
-        thread keeps trying (the process's worlds never wait for it)."""
+        """One attempt now; if the supervisor cannot be reached yet, the link's thread
+        keeps trying (the process's worlds never wait for it)."""
         self._connect()
         self._thread = threading.Thread(target=self._run, name="mwrun-heartbeat", daemon=True)
         signals.start(self._thread)
@@ -117,43 +157,113 @@ class SupervisorLink:
         hello = {"verb": "hello", "process": self._process, "pid": os.getpid(),
                  "interval": self._interval, "nccl": self._nccl}
         with self._lock:
-            self._sock = sock
+            self._sock = self._reading = sock
             held, self._held = list(self._held), collections.deque(maxlen=HELD_EVENTS)
             for message in [hello, *held]:  # hello first: events of a stranger are ignored
                 self._send_locked(message)
         return self._sock is not None
 
-    def send(self, message: dict) -> None:
+    def send(self, message: dict) -> bool:
+        """Send a line up; False where it could not go (held, if a world event)."""
         with self._lock:
             if self._sock is None:
                 if message.get("verb") == "world":  # the supervisor must hear these
                     self._held.append(message)
-                return
-            self._send_locked(message)
+                return False
+            return self._send_locked(message)
 
-    def _send_locked(self, message: dict) -> None:
+    def _send_locked(self, message: dict) -> bool:
         if self._sock is None:
-            return
+            return False
         try:
             self._sock.sendall(json.dumps(message).encode() + b"\n")
+            return True
         except OSError:
-            self._sock.close()
+            # The thread reading it closes it: shut down, it reads the end at once.
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
             self._sock = None
+            return False
 
     def world_event(self, world: str, generation: int, event: str, reason: str = "") -> None:
         self.send({"verb": "world", "process": self._process, "pid": os.getpid(),
                    "world": world, "generation": generation, "event": event,
                    "reason": reason, "t": time.time()})
 
+    def request(self, message: dict, timeout: float) -> orders.Reply | None:
+        """Send ``message`` with a fresh ``id`` and wait up to ``timeout`` seconds for
+        the head's reply; None if it could not be sent or no reply came in time."""
+        rid = uuid.uuid4().hex
+        slot = [threading.Event(), None]
+        with self._lock:
+            self._replies[rid] = slot
+        try:
+            if not self.send({**message, "id": rid}):
+                return None
+            slot[0].wait(timeout)
+            return slot[1]
+        finally:
+            with self._lock:
+                self._replies.pop(rid, None)
+
     def _run(self) -> None:
-        if self._reach():
-            self._beat()
+        step = min(self._interval, TRAFFIC_EVERY)
+        pace = {"sent": time.monotonic(), "moved": time.monotonic(), "counts": None}
+        check_at = time.time() + aligned(step)
+        lines = Lines()
+        while not self._stop.is_set():
+            sock = self._reading
+            if sock is None:
+                if not self._reach():
+                    return
+                lines = Lines()  # a new connection: nothing of the old one is a line
+                continue
+            wanted = [self._wake_r, sock]
+            try:
+                readable, _, _ = select.select(wanted, [], [], max(check_at - time.time(), 0))
+            except (OSError, ValueError):  # closed under us: close() is ending the link
+                return
+            if sock in readable:
+                self._read(sock, lines)
+            if time.time() >= check_at:
+                self._check(pace, step)
+                check_at = time.time() + aligned(step)
+
+    def _read(self, sock: socket.socket, lines: Lines) -> None:
+        try:
+            data = sock.recv(65536)
+        except (BlockingIOError, InterruptedError, TimeoutError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # the supervisor went away, or a send failed: try again
+            with self._lock:
+                if self._sock is sock:
+                    self._sock = None
+                self._reading = None
+            sock.close()
+            return
+        for line in lines.feed(data):
+            self._hear(orders.parse(line))
+
+    def _hear(self, order: orders.Order | None) -> None:
+        if isinstance(order, orders.Reply):
+            with self._lock:
+                slot = self._replies.get(order.id)
+            if slot is not None:
+                slot[1] = order
+                slot[0].set()
+        elif order is not None and self._on_order is not None:
+            try:
+                self._on_order(order)
+            except Exception:  # an order the job cannot follow never ends the link
+                log.exception("mwrun: could not follow the supervisor's %s", order)
 
     def _reach(self) -> bool:
         """Until the supervisor answers (or the link is closed): try with backoff, and
         say once that the process runs unsupervised meanwhile."""
         began, wait, said = time.monotonic(), RETRY_FIRST, False
-        while self._sock is None:
+        while self._reading is None:
             if self._stop.wait(wait):
                 return False
             if self._connect():
@@ -174,35 +284,36 @@ class SupervisorLink:
         with contextlib.suppress(OSError, ValueError):
             print(text, file=stream, flush=True)
 
-    def _beat(self) -> None:
-        step = min(self._interval, TRAFFIC_EVERY)
-        sent_at = moved_at = time.monotonic()
-        counts = None
-        while not self._stop.wait(aligned(step)):
-            now = time.monotonic()
-            worlds = list(self.worlds.items())
-            traffic = {name: w._traffic() for name, w in worlds}
-            seen = {name: t[:3] for name, t in traffic.items()}
-            if seen != counts:
-                counts, moved_at = seen, now
-            if not beat_due(now, sent_at, moved_at, self._interval, step):
-                continue
-            sent_at = now
-            firsts = {name: first for name, w in worlds if (first := w._first()) is not None}
-            self.send({"verb": "heartbeat", "process": self._process, "pid": os.getpid(),
-                       "t": now, "traffic": traffic, "first_calls": firsts,
-                       "next": next_beat(now, moved_at, self._interval, step)})
-            if self._sock is None:
-                return  # the supervisor went away: the job's worlds do not need it
+    def _check(self, pace: dict, step: float) -> None:
+        """One beat check: a heartbeat goes up if one is due (see beat_due)."""
+        now = time.monotonic()
+        worlds = list(self._worlds().items())
+        traffic = {name: w._traffic() for name, w in worlds}
+        seen = {name: t[:3] for name, t in traffic.items()}
+        if seen != pace["counts"]:
+            pace["counts"], pace["moved"] = seen, now
+        if not beat_due(now, pace["sent"], pace["moved"], self._interval, step):
+            return
+        pace["sent"] = now
+        firsts = {name: first for name, w in worlds if (first := w._first()) is not None}
+        self.send({"verb": "heartbeat", "process": self._process, "pid": os.getpid(),
+                   "t": now, "traffic": traffic, "first_calls": firsts,
+                   "next": next_beat(now, pace["moved"], self._interval, step)})
 
     def close(self) -> None:
         """Stop beating, and say so: a process may go on working after leaving its
         worlds, and silence must not then look like a hang."""
         self._stop.set()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.send({"verb": "bye", "process": self._process, "pid": os.getpid()})
         with self._lock:
-            if self._sock is not None:
-                self._sock.close()
-                self._sock = None
+            socks = {self._sock, self._reading} - {None}
+            self._sock = self._reading = None
+        for sock in socks:
+            sock.close()
+        if self._thread is None or not self._thread.is_alive():
+            self._wake_r.close()
+            self._wake_w.close()

@@ -1,7 +1,8 @@
 """A world's watcher: one light thread per world and member, asleep in the world's
 store on its own wake key until the generation ends (no polling; see mwrun.protocol).
-Woken, it reads why: a break (which it applies to the world), this member's own close,
-or, by hand, the store's host leaving; a lost store is a break of its own.
+Woken, it reads why: a break (which it applies to the world), a removal or a resize
+that leaves this member out (the world is closed for it: seats.py), this member's own
+close, or, by hand, the store's host leaving; a lost store is a break of its own.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from datetime import timedelta
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError
-from mwrun.worlds import failures, storehost
+from mwrun.worlds import failures, seats, storehost
 
 _FOREVER = timedelta(hours=1)  # a watcher's wait, renewed for as long as the world lives
 
@@ -36,6 +37,7 @@ def watch(world, generation: int) -> None:
             return
         reason = protocol.broken_reason(client, generation) or "marked broken"
         ended = protocol.ended(client, generation)
+        closes = seats.closes(client, generation, reason, world._process)
     except (RuntimeError, TimeoutError, BrokenWorldError) as exc:
         if world._closed:
             return
@@ -45,5 +47,5 @@ def watch(world, generation: int) -> None:
         reason = (f"lost the world's store at {world._spec.addr}:{world._spec.port}"
                   " (its host has gone)")
         world._store = None  # reconnect on rejoin
-        ended = False
-    world._break(generation, reason, publish=False, ended=ended)
+        ended, closes = False, None
+    world._break(generation, reason, publish=False, ended=ended, closes=closes)

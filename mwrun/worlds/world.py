@@ -9,19 +9,21 @@ import contextlib
 import logging
 import threading
 import time
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from mwrun import protocol
-from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
-from mwrun.worlds import aborts, backends, failures, fencing, signals, storehost, watcher
+from mwrun.errors import BrokenWorldError, MwrunError, WorldClosedError, WorldEnded
+from mwrun.worlds import aborts, backends, failures, fencing, seats, signals, storehost, watcher
 from mwrun.worlds import nccl as discipline
 from mwrun.worlds.calls import Calls
+from mwrun.worlds.events import EventKind
 from mwrun.worlds.failures import summarize
-from mwrun.worlds.interruptible import Waits, finish, interruptible, release
+from mwrun.worlds.interruptible import finish, interruptible, release
+from mwrun.worlds.reasons import agreed
 from mwrun.worlds.worldspec import WorldSpec
+from mwrun.worlds.worldstore import WorldStore, left
 
 log = logging.getLogger("mwrun")
 
@@ -38,7 +40,7 @@ class World(Calls):
     """A world as one of its members uses it. Made by ``mwrun.init``."""
 
     def __init__(self, name: str, spec: WorldSpec, *, link=None, local_addr: str | None = None,
-                 incarnation: int | None = None):
+                 incarnation: int | None = None, process: str | None = None, tell=None):
         self.name = name
         self.rank = spec.rank
         self.size = spec.size
@@ -48,6 +50,10 @@ class World(Calls):
         self._link = link
         self._local_addr = local_addr or backends.local_address(spec.addr)
         self._incarnation = incarnation  # which start of this process (fencing.py)
+        self._process = process  # its name under the launcher: its seat (seats.py)
+        self._tell = tell  # (world, EventKind, generation, reason): the job hears it
+        self._draining = False
+        self._gone: WorldClosedError | None = None  # closed for this member for good
         self._lock = threading.Lock()  # state below changes under it; calls read it bare
         self._rejoin_lock = threading.Lock()
         self._retiring = threading.Lock()  # held while a rejoin lets a group go: close() waits
@@ -57,7 +63,9 @@ class World(Calls):
         self._group: backends.Backend | None = None
         self._error: BrokenWorldError | None = None
         self._watcher: threading.Thread | None = None
-        self._waits = Waits()  # store waits in flight (interruptible); ended by close()
+        self._stores = WorldStore(name, spec, self._exiting,
+                                  lambda generation, exc: storehost.lost(self, generation, exc))
+        self._waits = self._stores.waits  # store waits in flight; ended by close()
         self._closed = False
         self._broke_at = -1  # the last generation this member saw break
         self._over: BrokenWorldError | None = None  # by hand: its store host has gone
@@ -78,37 +86,37 @@ class World(Calls):
 
     @property
     def broken(self) -> bool:
-        return self._error is not None
+        return isinstance(self._error, BrokenWorldError)
+
+    @property
+    def draining(self) -> bool:
+        """The head is retiring this world: calls work until ``release()`` lets it go."""
+        return self._draining
 
     @property
     def reason(self) -> str | None:
         return self._error.reason if self._error else None
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "broken" if self._error else "healthy"
+        state = "closed" if self._closed or self._gone else \
+            "broken" if self._error else "healthy"
         return (f"<World {self.name} rank {self.rank}/{self.size} {self.backend}"
                 f" generation {self._generation} {state}>")
 
     # -- forming ---------------------------------------------------------------------------
 
     def _client(self, timeout: float):
-        spec = self._spec
-        try:
-            store = dist.TCPStore(spec.addr, spec.port, None, False,
-                                  timeout=timedelta(seconds=max(timeout, 0.001)))
-        except (RuntimeError, TimeoutError) as exc:
-            raise BrokenWorldError(self.name, max(self._generation, 0),
-                                   f"cannot reach the world's store at {spec.addr}:{spec.port}"
-                                   f" ({summarize(exc)})") from None
-        store.set_timeout(timedelta(seconds=self.timeout))
-        return store
+        return self._stores.client(timeout, self._generation)
 
-    def _form(self, deadline: float | None) -> None:
-        """Join the generation the store names (or the one after a break) and build it."""
+    def form(self, deadline: float | None) -> None:
+        """Join the generation the store names (or the one after a break) and build it
+        (``init`` and ``job.add_world`` do; after a break, call ``rejoin()``)."""
         try:
             self._join(deadline)
         except BrokenWorldError:
             raise
+        except WorldClosedError as exc:  # removed from the world: for good
+            raise self._close_for_good(exc) from None
         except (RuntimeError, TimeoutError) as exc:  # a store call: close() dropped it,
             raise storehost.lost(self, max(self._generation, 0), exc) from None  # or its host died
 
@@ -117,27 +125,32 @@ class World(Calls):
             storehost.host(self)  # not once closed: see storehost
         if self._store is None:
             self._store = interruptible(self._exiting, self._waits, self._client,
-                                        _left(deadline, 300.0))
+                                        left(deadline, 300.0))
         store = self._store  # close() may drop self._store meanwhile
-        generation = int(self._store_wait(store, protocol.GEN, deadline, 0))
+        generation = int(self._stores.value(store, protocol.GEN, deadline, 0))
         while True:
             # Never join a generation again once it broke, even if the store does not
             # say so yet (a peer that left publishes nothing): its key space holds the
             # old group's addresses. Wait for the host's word on it instead.
             while generation <= self._broke_at or \
                     protocol.broken_reason(store, generation) is not None:
-                decision = self._store_wait(store, protocol.key(generation, "next"),
-                                            deadline, generation)
+                decision = self._stores.value(store, protocol.key(generation, "next"),
+                                              deadline, generation)
                 if decision.startswith(protocol.CLOSED):
+                    why = decision[len(protocol.CLOSED):]
+                    if protocol.removed(store, generation):
+                        raise WorldClosedError(self.name, generation, why)
                     kind = WorldFinished if protocol.ended(store, generation) else WorldClosed
-                    raise kind(self.name, generation, decision[len(protocol.CLOSED):])
+                    raise kind(self.name, generation, why)
                 generation += 1
-            incarnations = fencing.admitted(store, self.name, generation, self.rank,
-                                            self.size, self._incarnation)  # a stale copy ends
-            arrivals = protocol.arrival_keys(generation, self.size)
-            log.debug("%s: rank %d joins generation %d", self.name, self.rank, generation)
-            store.set(arrivals[self.rank], "here")
-            self._wait_arrivals(store, arrivals, deadline, generation)
+            rank, size = seats.seat(store, self.name, generation, self._process, self.rank,
+                                    self.size)
+            incarnations = fencing.admitted(store, self.name, generation, rank, size,
+                                            self._incarnation)  # a stale copy ends
+            arrivals = protocol.arrival_keys(generation, size)
+            log.debug("%s: rank %d joins generation %d", self.name, rank, generation)
+            store.set(arrivals[rank], "here")
+            self._stores.arrive(store, arrivals, deadline, generation)
             if protocol.broken_reason(store, generation) is None:
                 break
             # It broke before it formed (a member it counted on died meanwhile): that
@@ -145,16 +158,16 @@ class World(Calls):
             self._broke_at = max(self._broke_at, generation)
         prefixed = dist.PrefixStore(protocol.pg_prefix(generation, incarnations), store)
         try:
-            group = backends.create(self.backend, prefixed, self.rank, self.size, self.timeout,
+            group = backends.create(self.backend, prefixed, rank, size, self.timeout,
                                     local_addr=self._local_addr, device=None)
         except RuntimeError as exc:
-            reason = f"rank {self.rank} could not connect to its peers: {summarize(exc)}"
+            reason = f"rank {rank} could not connect to its peers: {summarize(exc)}"
             raise BrokenWorldError(self.name, generation, reason) from None
         with self._lock:
             ended = self._waits.ended  # closed (or exiting) while the group formed
             if not ended:
                 self._group, self._generation, self._error = group, generation, None
-                self._device = group.device
+                self.rank, self.size, self._device = rank, size, group.device
         if ended:
             with self._retiring:
                 release(group)
@@ -167,65 +180,39 @@ class World(Calls):
         if self._link is not None:
             self._link.world_event(self.name, generation, "ready")
 
-    def _store_wait(self, store, key: str, deadline: float | None, generation: int) -> str:
-        if not self._wait_keys([key], deadline, generation):
-            raise BrokenWorldError(self.name, generation,
-                                   f"timed out waiting for the world's store ({key})")
-        return protocol.text(store.get(key))
-
-    def _wait_keys(self, keys, deadline, generation) -> bool:
-        """Wait until every key exists; False once ``deadline`` has passed. The wait
-        has a connection of its own, so that it can be left behind (see interruptible)."""
-        def wait() -> None:
-            client = self._client(self.timeout)
-            while True:
-                try:
-                    client.wait(keys, timedelta(seconds=min(_left(deadline, 3600.0), 3600.0)))
-                    return
-                except (RuntimeError, TimeoutError) as exc:
-                    if not _is_timeout(exc) or time.monotonic() >= (deadline or float("inf")):
-                        raise
-        try:
-            interruptible(self._exiting, self._waits, wait)
-            return True
-        except BrokenWorldError:
-            raise  # closed (or exiting) meanwhile: said as it is
-        except (RuntimeError, TimeoutError) as exc:
-            if not _is_timeout(exc):
-                raise storehost.lost(self, generation, exc) from None
-            return False
-
-    def _exiting(self) -> BrokenWorldError:
+    def _exiting(self) -> BrokenWorldError | WorldClosedError:
+        if self._gone is not None:
+            return self._gone
         if self._closed:
             return WorldClosed(self.name, max(self._generation, 0), "this member closed it")
         return BrokenWorldError(self.name, max(self._generation, 0), "the process is exiting")
 
-    def _wait_arrivals(self, store, arrivals, deadline, generation) -> None:
-        if not self._wait_keys(arrivals, deadline, generation):
-            missing = [r for r, k in enumerate(arrivals) if not store.check([k])]
-            ranks = ", ".join(map(str, missing))
-            raise BrokenWorldError(self.name, generation,
-                                   f"rank{'s' * (len(missing) > 1)} {ranks} did not join"
-                                   " in time")
-
-    def _give_up(self, error: BrokenWorldError) -> None:
-        """Forming failed for good: the world stays broken until a rejoin() succeeds."""
+    def give_up(self, error: BrokenWorldError) -> None:
+        """Forming failed for good (``init`` says so): the world stays broken until a
+        rejoin() succeeds."""
         with self._lock:
             self._error, self._generation = error, error.generation
 
     # -- breaking --------------------------------------------------------------------------
 
     def _break(self, generation: int, reason: str, publish: bool,
-               left: tuple[int, ...] = (), ended: bool = False) -> BrokenWorldError:
+               left: tuple[int, ...] = (), ended: bool = False,
+               closes: str | None = None) -> BrokenWorldError | WorldClosedError:
         """``left``: the peers that closed the world; ``ended``: its host closed it as a
-        member finished (either way a normal end, not a failure)."""
+        member finished (either way a normal end, not a failure); ``closes``: why the
+        break closes the world for this member for good (seats.closes)."""
+        if closes is not None:
+            return self._close_for_good(WorldClosedError(self.name, generation, closes),
+                                        generation)
         kind = WorldEnded if left or ended else BrokenWorldError
+        resize = protocol.is_resize(reason)
         with self._lock:
             if self._generation != generation or self._error is not None:
                 return self._error or kind(self.name, generation, reason)
             error = self._error = kind(self.name, generation, reason)
             self._broke_at = generation
             group = self._group
+            self._say(EventKind.RESIZED if resize else EventKind.BROKEN, generation, reason)
         if group is not None:
             self._abort(group, generation)  # every blocked call, in any thread, fails now
         log.debug("%s: generation %d broke: %s", self.name, generation, reason)
@@ -242,9 +229,37 @@ class World(Calls):
                                    "every peer left the world (they closed it)")
                 else:  # a peer died or may come back: let the next generation form
                     protocol.open_next(self._server, generation)
-        if self._link is not None:
+        if self._link is not None and not resize:  # a resize is the head's own doing
             self._link.world_event(self.name, generation, "broken", reason)
         return error
+
+    def _close_for_good(self, error: WorldClosedError,
+                        generation: int | None = None) -> WorldClosedError:
+        """The world is closed for this member (removed, or left out by a resize): every
+        call and ``rejoin()`` raise ``error`` from now on, and it leaves the job. Its
+        group, watcher and store go (the watcher may be the thread saying it)."""
+        with self._lock:
+            if self._gone is not None or self._closed:
+                return self._gone or self._exiting()
+            if generation is not None and generation != self._generation:
+                return self._error or error  # a generation it no longer holds
+            self._gone = self._error = error
+            self._waits.end()  # nothing waits on its store from now on
+            group, self._group = self._group, None
+            self._say(EventKind.REMOVED, error.generation, error.reason)
+        log.debug("%s: closed for this member: %s", self.name, error.reason)
+        if group is not None:
+            self._abort(group, error.generation)
+            release(group)
+        if self._watcher is not threading.current_thread():
+            self._stop_watcher(self._generation)
+        self._store = None
+        return error
+
+    def _say(self, kind: EventKind, generation: int, reason: str | None = None) -> None:
+        """Tell the job (called under self._lock, so the job hears in order)."""
+        if self._tell is not None:
+            self._tell(self, kind, generation, reason)
 
     def _abort(self, group: backends.Backend, generation: int) -> None:
         """Abort ``group`` within its deadline (see aborts.py); one that does not return
@@ -262,47 +277,30 @@ class World(Calls):
             return error
         if generation != self._generation:  # a call from before a rejoin
             return BrokenWorldError(self.name, generation, "an earlier generation's call")
-        reason, left = self._agreed_reason(generation, failures.noticed(self.rank, exc))
-        return self._break(generation, reason, publish=False, left=left)  # or gone already
+        said = agreed(self._store, generation, self.size, failures.noticed(self.rank, exc),
+                      process=self._process, supervised=self._link is not None,
+                      by_a_peer=storehost.by_a_peer(self._spec) and not self._closed)
+        if said.host_gone is not None:  # by hand, its store host has gone: the world ends
+            return storehost.gone(self, generation, said.host_gone, said.lost)
+        return self._break(generation, said.reason, publish=False, left=said.left,
+                           closes=said.closes)  # or gone already
 
-    def _agreed_reason(self, generation: int, mine: str) -> tuple[str, tuple[int, ...]]:
-        """The reason the world's store records, which ours becomes if it is the first.
+    def mark_draining(self) -> bool:
+        """The head drains this world (the job calls it); True the first time."""
+        first, self._draining = not self._draining, True
+        return first
 
-        A socket error is only the symptom; the cause (a member killed, a drill) is
-        what the store's host or the first member to notice wrote. Under the launcher
-        the supervisor writes it within milliseconds of a member's exit, so a failed
-        call gives it a moment (error path only, bounded) before writing its own.
-        Also returns the ranks that left the world (closed it) rather than failed.
-        """
-        store = self._store
-        if store is None:
-            return mine, ()
-        try:
-            # A break recorded already is the cause; members that left after it (a
-            # survivor that saw it and ended) are its consequence.
-            found = protocol.broken_reason(store, generation)
-            if found is not None:
-                return found, ()
-            host = protocol.host_left(store, generation)
-            if host is not None:
-                return storehost.gone(self, generation, host).reason, (host,)
-            left = protocol.who_left(store, generation, self.size)
-            if left:
-                # Not published: another member may still be reading the last words of
-                # the one that left, and a published break would abort that read.
-                return f"rank {left[0]} left the world (it closed it)", tuple(left)
-            if self._link is not None:
-                give_up = time.monotonic() + 0.1
-                while time.monotonic() < give_up:
-                    found = protocol.broken_reason(store, generation)
-                    if found is not None:
-                        return found, ()
-                    time.sleep(0.002)
-            return protocol.mark_broken(store, generation, self.size, mine), ()
-        except (RuntimeError, TimeoutError) as exc:
-            if storehost.by_a_peer(self._spec) and not self._closed:
-                return storehost.gone(self, generation, 0, exc).reason, (0,)
-            return mine, ()
+    def release(self) -> None:
+        """Let a draining world go now: under the launcher, tell the head, which then
+        closes the world (calls raise ``WorldClosedError`` once it has); by hand, the
+        same as ``close()``. ``MwrunError`` if the head is not draining it."""
+        if self._link is None:
+            self.close()
+            return
+        if not self._draining:
+            raise MwrunError(f"world {self.name!r} is not draining: only a world the"
+                             " supervisor drains can be released")
+        self._link.world_event(self.name, self._generation, "released")
 
     def _live(self) -> backends.Backend:
         error = self._error
@@ -325,14 +323,16 @@ class World(Calls):
         timeout = self._spec.rejoin if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._rejoin_lock, signals.blocked_off_main():
-            if self._closed:  # by another thread, maybe (Ctrl-C): WorldClosed
+            if self._closed or self._gone:  # by another thread, maybe (Ctrl-C): WorldClosed
                 raise self._exiting()
             if self._over is not None:
                 raise self._over
             if self._error is None and self._group is not None:
                 return self
             self._retire()
-            self._form(deadline)
+            self.form(deadline)
+            with self._lock:
+                self._say(EventKind.REFORMED, self._generation)
         return self
 
     def _stop_watcher(self, generation: int) -> None:
@@ -340,7 +340,7 @@ class World(Calls):
         published, like a peer leaving, wakes no one), so wake it with its own key."""
         watcher, self._watcher = self._watcher, None
         store = self._store
-        if watcher is None or not watcher.is_alive():
+        if watcher is None or not watcher.is_alive() or watcher is threading.current_thread():
             return
         if store is not None:
             with contextlib.suppress(RuntimeError, TimeoutError):
@@ -366,12 +366,13 @@ class World(Calls):
             self._waits.end()  # a rejoin in another thread starts nothing from now on
             group, self._group = self._group, None
             generation = self._generation
+            gone = self._gone is not None  # its host closed it: nothing to tell
         # Tell the supervisor and the store first: the moment the group's sockets close,
         # peers notice, and their reports must find this member already gone.
-        if self._link is not None:
+        if self._link is not None and not gone:
             self._link.world_event(self.name, generation, "closed")
         store = self._store
-        if store is not None and generation >= 0:
+        if store is not None and generation >= 0 and not gone:
             with contextlib.suppress(RuntimeError, TimeoutError):
                 protocol.leave(store, generation, self.rank)
         storehost.leaving(self, generation)  # by hand, rank 0 takes the store away
@@ -389,10 +390,3 @@ class World(Calls):
         self._store = self._server = self._watcher = None
         finish(self._waits)  # a wait on the store this member hosted ends now
 
-
-def _left(deadline: float | None, default: float) -> float:
-    return default if deadline is None else max(deadline - time.monotonic(), 0.0)
-
-
-def _is_timeout(exc: BaseException) -> bool:
-    return failures.store_timed_out(exc)  # by type: DistNetworkError is a lost store

@@ -58,14 +58,20 @@ def from_environment(environ: Mapping[str, str] = os.environ) -> dict[str, World
                          " or name its worlds: mwrun.init(worlds={...})")
     try:
         data = json.loads(text)
-        return {name: WorldSpec(rank=int(w["rank"]), size=int(w["size"]), addr=w["addr"],
-                                port=int(w["port"]), backend=w.get("backend", "gloo"),
-                                timeout=float(w.get("timeout", 30.0)),
-                                generation=int(w.get("generation", 0)), host_store=False,
-                                rejoin=None if w.get("rejoin") is None else float(w["rejoin"]))
-                for name, w in data.items()}
+        return {name: from_fields(w) for name, w in data.items()}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise MwrunError(f"MWRUN_WORLDS is malformed ({exc}): {text[:200]}") from None
+
+
+def from_fields(w: Mapping) -> WorldSpec:
+    """One world as the launcher describes it (MWRUN_WORLDS, or the head's ``add``):
+    the supervisor hosts its store. ValueError, KeyError, TypeError or MwrunError
+    when malformed."""
+    return WorldSpec(rank=int(w["rank"]), size=int(w["size"]), addr=str(w["addr"]),
+                     port=int(w["port"]), backend=w.get("backend", "gloo"),
+                     timeout=float(w.get("timeout", 30.0)),
+                     generation=int(w.get("generation", 0)), host_store=False,
+                     rejoin=None if w.get("rejoin") is None else float(w["rejoin"]))
 
 
 def from_worldinfo(items: list[str], size: int, addr: str = "127.0.0.1",

@@ -309,17 +309,16 @@ def test_mwrun_threads_leave_ctrl_c_to_the_main_thread():
 def test_a_recorded_break_is_the_cause_not_a_member_that_left_after_it():
     # A drill marks generation 0 broken; one survivor sees it, ends and closes the world;
     # a slower peer's failed call must still say "drill", not that rank 1 left.
-    from types import SimpleNamespace
+    from mwrun.worlds.reasons import agreed
 
-    from mwrun.worlds.world import World
+    def said(store, mine):
+        found = agreed(store, 0, 3, mine, process=None, supervised=False, by_a_peer=False)
+        return found.reason, found.left
 
     store = FakeStore()
     protocol.mark_broken(store, 0, 3, "drill")
     protocol.leave(store, 0, 1)
-    peer = SimpleNamespace(_store=store, _link=None, size=3, rank=2)
-    assert World._agreed_reason(peer, 0, "rank 2 lost its connection") == ("drill", ())
+    assert said(store, "rank 2 lost its connection") == ("drill", ())
     fresh = FakeStore()  # with no break recorded, the member that left is the reason
     protocol.leave(fresh, 0, 1)
-    peer = SimpleNamespace(_store=fresh, _link=None, size=3, rank=2)
-    assert World._agreed_reason(peer, 0, "mine") == \
-        ("rank 1 left the world (it closed it)", (1,))
+    assert said(fresh, "mine") == ("rank 1 left the world (it closed it)", (1,))

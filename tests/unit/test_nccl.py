@@ -184,10 +184,10 @@ def test_the_library_never_overrides_what_the_user_set():
 
 
 def test_init_sets_it_before_any_world_forms(monkeypatch):
-    from mwrun.worlds import job
+    from mwrun.worlds import forming, job
 
     seen = {}
-    monkeypatch.setattr(job, "_form_all",
+    monkeypatch.setattr(forming, "form_all",
                         lambda worlds, deadline: seen.update(os.environ) or {})
     job.init(worlds={"g": WorldSpec(rank=0, size=1, backend="nccl", port=29999,
                                     timeout=600.0)}).close()

@@ -3,10 +3,16 @@
 import io
 import json
 import socket
+import threading
 import time
 
-from mwrun.worlds import supervisor_link
+import pytest
+
+from mwrun.worlds import orders, supervisor_link
 from mwrun.worlds.supervisor_link import SupervisorLink
+from tests.fakehead import FakeHead
+
+pytestmark = pytest.mark.timeout(60)
 
 
 def _lines(conn: socket.socket, count: int, timeout: float = 20.0) -> list[dict]:
@@ -62,3 +68,74 @@ def test_each_beat_says_when_the_next_is_due_at_the_latest():
     assert supervisor_link.next_beat(100.0 + tail - 1.0, 100.0, 5.0, 1.0) == 1.0
     # idle past the window: its own interval
     assert supervisor_link.next_beat(100.0 + tail, 100.0, 5.0, 1.0) == 5.0
+
+
+def test_the_link_reads_the_head_s_lines_while_it_beats(tmp_path):
+    """A head may write at any time; the link reads as it beats, never leaving more
+    than a little unread (the head drops a client with 1 MiB of its lines unread), and
+    hands what it knows to the job, in order, ignoring what it does not."""
+    head = FakeHead(str(tmp_path / "control.sock"))
+    heard, both = [], threading.Event()
+
+    def follow(order):
+        heard.append(order)
+        if len(heard) == 2:
+            both.set()
+
+    link = SupervisorLink(head.path, "frontend", 0.05, on_order=follow).start()
+    try:
+        head.expect_verb("hello", process="frontend")
+        head.expect_verb("heartbeat")
+        head.send("frontend", b"not json\n" + b'{"verb": "explode"}\n')
+        # 3 MiB of lines this library does not know: sendall returns only once the
+        # link has read all but what the socket buffers hold
+        filler = json.dumps({"verb": "news", "text": "x" * 1000}).encode() + b"\n"
+        head.send("frontend", filler * (3 * 1024))
+        head.send("frontend", {"verb": "add", "world": "pair-0", "spec": {
+            "rank": 0, "size": 2, "addr": "127.0.0.1", "port": 29600}})
+        head.send("frontend", {"verb": "drain", "world": "pair-0", "generation": 0})
+        assert both.wait(20), heard
+        assert [type(o).__name__ for o in heard] == ["Add", "Drain"]
+        assert heard[0].spec.rank == 0 and heard[1].world == "pair-0"
+        head.expect_verb("heartbeat")  # and it beats on
+    finally:
+        link.close()
+        head.close()
+
+
+def test_a_request_gets_the_reply_with_its_id(tmp_path):
+    head = FakeHead(str(tmp_path / "control.sock"))
+    link = SupervisorLink(head.path, "frontend", 5.0).start()
+    answers = []
+    try:
+        head.expect_verb("hello")
+        asking = threading.Thread(target=lambda: answers.append(
+            link.request({"verb": "scale", "target": "worker", "count": "+1"}, 20)))
+        asking.start()
+        scale = head.expect_verb("scale", target="worker", count="+1")
+        head.send("frontend", {"verb": "reply", "id": "someone-else", "ok": False,
+                               "error": "not yours"})
+        head.send("frontend", {"verb": "reply", "id": scale["id"], "ok": True, "desired": 3})
+        asking.join(20)
+        assert answers == [orders.Reply(scale["id"], True, None, {"desired": 3})]
+        assert link.request({"verb": "scale"}, 0.05) is None  # no answer in time
+    finally:
+        link.close()
+        head.close()
+
+
+def test_after_the_head_dropped_it_the_link_says_hello_again_and_reads_on(tmp_path):
+    head = FakeHead(str(tmp_path / "control.sock"))
+    heard = threading.Event()
+    link = SupervisorLink(head.path, "frontend", 5.0,
+                          on_order=lambda order: heard.set()).start()
+    try:
+        head.expect_verb("hello")
+        head.drop("frontend")
+        head.expect_verb("hello")  # a new connection
+        head.send("frontend", {"verb": "drain", "world": "w"})
+        assert heard.wait(20)
+    finally:
+        link.close()
+        head.close()
+    assert not link._thread.is_alive()

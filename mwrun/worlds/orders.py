@@ -1,0 +1,90 @@
+"""What the head says down the supervisor link, parsed: one JSON object per line.
+
+``{"verb": "add", "world": NAME, "spec": {rank, size, addr, port, backend, timeout,
+generation, rejoin}}``: a world was added to this process (a new replica's world); the
+job joins it in the background. ``{"verb": "drain", "world": NAME, "generation": G,
+"deadline": SECONDS}``: the world is being retired; its calls keep working until a
+member lets it go (``world.release()``) or the deadline passes. ``{"verb": "reply",
+"id": ID, "ok": BOOL, "error": TEXT, ...}``: the answer to a request this process sent
+(``job.scale``).
+
+A line that is not one of these (malformed, an unknown verb, a field of the wrong
+type) is ignored: a newer head may say more than this library knows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from mwrun.errors import MwrunError
+from mwrun.worlds.worldspec import WorldSpec, from_fields
+
+
+@dataclass(frozen=True)
+class Add:
+    world: str
+    spec: WorldSpec
+
+
+@dataclass(frozen=True)
+class Drain:
+    world: str
+    generation: int | None = None
+    deadline: float | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    id: str
+    ok: bool
+    error: str | None = None
+    fields: dict = field(default_factory=dict)  # the rest of the reply
+
+
+Order = Add | Drain | Reply
+
+
+def parse(line: bytes | str) -> Order | None:
+    """One line from the head as an order, or None where it is none this library knows."""
+    try:
+        message = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(message, dict):
+        return None
+    try:
+        return _PARSERS[message["verb"]](message)
+    except (KeyError, TypeError, ValueError, MwrunError):
+        return None
+
+
+def _name(value) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"not a world's name: {value!r}")
+    return value
+
+
+def _add(message: dict) -> Add:
+    spec = message["spec"]
+    if not isinstance(spec, dict):
+        raise TypeError("spec")
+    return Add(_name(message["world"]), from_fields(spec))
+
+
+def _drain(message: dict) -> Drain:
+    generation, deadline = message.get("generation"), message.get("deadline")
+    return Drain(_name(message["world"]),
+                 None if generation is None else int(generation),
+                 None if deadline is None else float(deadline))
+
+
+def _reply(message: dict) -> Reply:
+    rid, ok, error = message["id"], message["ok"], message.get("error")
+    if not isinstance(rid, str) or not isinstance(ok, bool):
+        raise TypeError("id, ok")
+    rest = {k: v for k, v in message.items() if k not in ("verb", "id", "ok", "error")}
+    return Reply(rid, ok, None if error is None else str(error), rest)
+
+
+_PARSERS = {"add": _add, "drain": _drain, "reply": _reply}

@@ -1,0 +1,98 @@
+"""One member's connections to a world's store (mwrun.protocol describes its keys).
+
+A shared client for quick calls, made once; a fresh client for every wait, so that a
+wait can be left behind (see interruptible); and the waits in flight, which end when
+the world closes or the process exits (``waits.end()``). Every way it can fail is said
+as the world's: a store that cannot be reached, a wait that times out, a lost store
+(``lost``: what that means depends on who hosts it, see storehost).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from mwrun import protocol
+from mwrun.errors import BrokenWorldError
+from mwrun.worlds import failures
+from mwrun.worlds.failures import summarize
+from mwrun.worlds.interruptible import Waits, interruptible
+
+
+class WorldStore:
+    """``exiting()``: the error a wait raises when the world closes or the process
+    exits meanwhile; ``lost(generation, exc)``: the error for a store lost for good."""
+
+    def __init__(self, name: str, spec, exiting, lost):
+        self.name = name
+        self.spec = spec
+        self.waits = Waits()  # store waits in flight (interruptible); ended by close()
+        self.shared = None  # the client for quick calls, once made (None again: remake)
+        self._exiting = exiting
+        self._lost = lost
+
+    def client(self, timeout: float, generation: int = 0):
+        """A new connection to the store (BrokenWorldError if it cannot be reached)."""
+        spec = self.spec
+        try:
+            store = dist.TCPStore(spec.addr, spec.port, None, False,
+                                  timeout=timedelta(seconds=max(timeout, 0.001)))
+        except (RuntimeError, TimeoutError) as exc:
+            raise BrokenWorldError(self.name, max(generation, 0),
+                                   f"cannot reach the world's store at {spec.addr}:{spec.port}"
+                                   f" ({summarize(exc)})") from None
+        store.set_timeout(timedelta(seconds=spec.timeout))
+        return store
+
+    def connect(self, deadline: float | None, generation: int):
+        """The shared client, made (interruptibly) if there is none."""
+        if self.shared is None:
+            self.shared = interruptible(self._exiting, self.waits, self.client,
+                                        left(deadline, 300.0), generation)
+        return self.shared
+
+    def value(self, store, key: str, deadline: float | None, generation: int) -> str:
+        """The value of ``key`` once it exists; BrokenWorldError past ``deadline``."""
+        if not self.wait_keys([key], deadline, generation):
+            raise BrokenWorldError(self.name, generation,
+                                   f"timed out waiting for the world's store ({key})")
+        return protocol.text(store.get(key))
+
+    def wait_keys(self, keys, deadline: float | None, generation: int) -> bool:
+        """Wait until every key exists; False once ``deadline`` has passed. The wait
+        has a connection of its own, so that it can be left behind (see interruptible)."""
+        def wait() -> None:
+            client = self.client(self.spec.timeout, generation)
+            while True:
+                try:
+                    client.wait(keys, timedelta(seconds=min(left(deadline, 3600.0), 3600.0)))
+                    return
+                except (RuntimeError, TimeoutError) as exc:
+                    if not failures.store_timed_out(exc) or \
+                            time.monotonic() >= (deadline or float("inf")):
+                        raise
+        try:
+            interruptible(self._exiting, self.waits, wait)
+            return True
+        except BrokenWorldError:
+            raise  # closed (or exiting) meanwhile: said as it is
+        except (RuntimeError, TimeoutError) as exc:
+            if not failures.store_timed_out(exc):
+                raise self._lost(generation, exc) from None
+            return False
+
+    def arrive(self, store, arrivals: list[str], deadline: float | None,
+               generation: int) -> None:
+        """Wait for every member's arrival key; BrokenWorldError naming those missing."""
+        if not self.wait_keys(arrivals, deadline, generation):
+            missing = [r for r, k in enumerate(arrivals) if not store.check([k])]
+            ranks = ", ".join(map(str, missing))
+            raise BrokenWorldError(self.name, generation,
+                                   f"rank{'s' * (len(missing) > 1)} {ranks} did not join"
+                                   " in time")
+
+
+def left(deadline: float | None, default: float) -> float:
+    return default if deadline is None else max(deadline - time.monotonic(), 0.0)
