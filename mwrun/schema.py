@@ -17,12 +17,19 @@ Process::
     RESTARTING --its worlds closed: nothing to rejoin--> FAILED (EXITED if it had exited 0)
     any live state --did not die after SIGKILL--> FAILED
     any live state --the job is being stopped--> STOPPED
+    STARTING | RUNNING | UNRESPONSIVE --retired (mwrun scale, mwrun drain)--> DRAINING
+    DRAINING --its worlds drained, then SIGTERM, grace, SIGKILL: exit--> EXITED (gone
+        from the job: a retired replica is never restarted, its exit is no failure)
 
 World::
 
     FORMING --every member joined this generation--> HEALTHY
     FORMING | HEALTHY --a member exited, hung or was killed--> BROKEN
     BROKEN --its members are back, next generation--> FORMING
+    FORMING | HEALTHY | BROKEN --resized (a member added or drained away)--> FORMING
+    HEALTHY --a member is retired--> DRAINING (calls still work)
+    DRAINING --released, drain_timeout, or a member ended--> FORMING (resized) | CLOSED
+        (removed: gone from the job)
     any --cannot form again, or the job ended--> CLOSED
     (a plain torch.distributed world mwrun cannot read shows as UNKNOWN while it forms)
 
@@ -47,6 +54,7 @@ class ProcessState(str, Enum):
     UNRESPONSIVE = "unresponsive"
     RESTARTING = "restarting"
     HUNG = "hung"
+    DRAINING = "draining"  # retired: its worlds drain, then it is stopped
     EXITED = "exited"
     FAILED = "failed"
     STOPPED = "stopped"
@@ -54,7 +62,7 @@ class ProcessState(str, Enum):
     @property
     def alive(self) -> bool:
         return self in (ProcessState.STARTING, ProcessState.RUNNING, ProcessState.UNRESPONSIVE,
-                        ProcessState.HUNG)
+                        ProcessState.HUNG, ProcessState.DRAINING)
 
     @property
     def final(self) -> bool:
@@ -70,6 +78,7 @@ class WorldState(str, Enum):
     FORMING = "forming"
     HEALTHY = "healthy"
     BROKEN = "broken"
+    DRAINING = "draining"  # its replica is retired: calls still work until it closes
     CLOSED = "closed"
     UNKNOWN = "unknown"  # only in the document: a plain torch world, FORMING to the supervisor
 
@@ -112,6 +121,45 @@ class Event(str, Enum):
     END = "end"
     FAULT = "fault"  # one fault of a world, measured phase by phase (see Phase)
     DRILL = "drill"  # a ``mwrun drill``'s summary, written when it ends
+    SCALE = "scale"  # one replica added or retired by a scale operation (see ScalePhase)
+    ADD = "add"  # a world made for a new replica
+    RESIZE = "resize"  # a world re-forms with other members
+    DRAIN = "drain"  # a world drains (a member is retired)
+    REMOVE = "remove"  # a world closed on purpose and left the job
+
+
+class ScalePhase(str, Enum):
+    """The phases of one replica's change by a scale operation, in order; the same names
+    in ``history.jsonl`` (``scale`` records), ``mwrun scale``'s output, ``status`` and
+    ``report``. An addition: requested -> started -> formed -> told -> first_call; a
+    removal (a drain): requested -> draining -> closed -> exited. Each a wall-clock
+    time on the head's clock, null when it did not happen."""
+
+    REQUESTED = "requested"  # the head took the request
+    STARTED = "started"  # the new process exists
+    FORMED = "formed"  # every world of the new replica formed
+    TOLD = "told"  # its peers have the new worlds (in their job.worlds)
+    FIRST_CALL = "first_call"  # the first completed call in one of its worlds
+    DRAINING = "draining"  # its worlds turned draining: every member told
+    CLOSED = "closed"  # its worlds closed (or re-formed without it)
+    EXITED = "exited"  # the retired process exited
+
+    @property
+    def adds(self) -> bool:
+        return self in (ScalePhase.STARTED, ScalePhase.FORMED, ScalePhase.TOLD,
+                        ScalePhase.FIRST_CALL)
+
+    @property
+    def removes(self) -> bool:
+        return self in (ScalePhase.DRAINING, ScalePhase.CLOSED, ScalePhase.EXITED)
+
+
+class OpState(str, Enum):
+    """A scale operation: under way, or ended (every change it made done, or some not)."""
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
 
 
 class Phase(str, Enum):
@@ -143,6 +191,7 @@ HISTORY_ROTATED = "history.1.jsonl"  # the part before, once HISTORY grew past i
 EVENTS = "events.log"  # mwrun's own events, as the console showed them
 TOPOLOGY = "topology.yaml"  # the topology as launched
 PLAN = "plan.json"  # the plan it was launched with
+REVISIONS = "revisions.jsonl"  # every revision of the plan since (scale, drain), one a line
 LOGS = "logs"  # the folder of every process's output, LOGS/NAME.log
 LOG_BACKUPS = 3  # rotated logs kept beside each: NAME.log.1 ... NAME.log.3
 SUPERVISOR_LOG = "supervisor.log"  # a detached head's console

@@ -1,5 +1,6 @@
 """The command line: thin click commands (``commands``; ``acting`` for the verbs that
-act on a live run: kill-world, drill, stop; ``common`` for what they share) and the
+act on a live run: kill-world, drill, stop; ``scaling`` for scale and drain; ``common``
+for what they share) and the
 views they print (``planview``, ``statusview``, ``logview``; ``timeline`` and ``report`` for
 ``mwrun report``). A run is read through ``mwrun.runs``, with ``mwrun.schema``'s names.
 

@@ -9,7 +9,7 @@ import warnings
 import click
 
 from mwrun import __version__
-from mwrun.cli import acting
+from mwrun.cli import acting, scaling
 from mwrun.cli.common import SECONDS, run_arg, topology_arg, warn
 from mwrun.errors import MwrunError, RunError, TopologyError
 from mwrun.schema import FINAL, LOGS, log_name
@@ -22,6 +22,8 @@ Examples:
   mwrun status --watch
   mwrun kill-world world1
   mwrun drill --every 10 --for 120
+  mwrun scale worker=6
+  mwrun drain worker-2
   mwrun logs worker-0 -f
   mwrun stop
   mwrun report -o drill.png
@@ -64,7 +66,8 @@ def main():
     """
 
 
-for _command in (acting.kill_world, acting.drill, acting.stop):
+for _command in (acting.kill_world, acting.drill, acting.stop, scaling.scale,
+                 scaling.drain):
     main.add_command(_command)
 
 

@@ -23,6 +23,8 @@ MARKS = {  # event -> (colour, line style, legend label)
     "break": ("#d62728", "-", "break"),
     "restart": ("#ff7f0e", ":", "restart"),
     "form": ("#2ca02c", "-", "re-form"),
+    "scale": ("#9467bd", "-", "scaled (added, resized)"),
+    "drain": ("#9467bd", ":", "drained"),
 }
 
 
@@ -75,7 +77,7 @@ def draw(tl: Timeline, out: Path) -> list[str]:
     handles = [plt.Line2D([], [], color=c, linestyle=s, label=label)
                for c, s, label in MARKS.values()]
     handles.append(plt.Rectangle((0, 0), 1, 1, color="#d62728", alpha=0.15, label="down"))
-    axes[0].legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.02), ncol=5,
+    axes[0].legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.02), ncol=4,
                    fontsize=8, frameon=False)
     axes[0].set_title(f"run {tl.run_id}: calls/s per world", loc="right", fontsize=10)
     text = axes[-1]
@@ -165,4 +167,8 @@ def _mark(e: dict, world: str, members: list[str]) -> str | None:
         return "restart"
     if kind == E.FORM and e.get("world") == world and e.get("generation", 0) > 0:
         return "form"
+    if kind in (E.ADD, E.RESIZE) and e.get("world") == world:
+        return "scale"
+    if kind in (E.DRAIN, E.REMOVE) and e.get("world") == world:
+        return "drain"
     return None

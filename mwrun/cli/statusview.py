@@ -14,7 +14,8 @@ from mwrun.terminal import paint, seconds, size, table
 _GREEN, _YELLOW, _RED, _MAGENTA = 32, 33, 31, 35
 STATE_COLOURS = {
     **dict.fromkeys((P.RUNNING, W.HEALTHY, R.FINISHED, P.EXITED), _GREEN),
-    **dict.fromkeys((P.STARTING, W.FORMING, P.RESTARTING, R.STOPPING, P.UNRESPONSIVE), _YELLOW),
+    **dict.fromkeys((P.STARTING, W.FORMING, P.RESTARTING, R.STOPPING, P.UNRESPONSIVE,
+                     P.DRAINING, W.DRAINING), _YELLOW),
     **dict.fromkeys((P.HUNG, P.FAILED, W.BROKEN), _RED),
     **dict.fromkeys((P.STOPPED, W.CLOSED, W.UNKNOWN), _MAGENTA),
 }
@@ -58,6 +59,25 @@ def fault_line(w: dict) -> str | None:
 
 def _offset(value: float) -> str:
     return f"+{value * 1000:.0f} ms" if value < 1 else f"+{value:.2f} s"
+
+
+def scale_lines(doc: dict) -> list[str]:
+    """Per scaled process: desired, current (running, not draining), min-max, and the
+    replicas draining; the plan's revision."""
+    found = []
+    for entry in doc.get("scale") or ():
+        draining = entry.get("draining") or []
+        found.append(f"  {entry['process']}: {entry['desired']} desired, {entry['current']}"
+                     f" running (scale {entry['min']}-{entry['max']})"
+                     + (f"; draining: {', '.join(draining)}" if draining else ""))
+    if found and doc.get("revision"):
+        found.append(f"  plan revision {doc['revision']} (mwrun scale, mwrun drain)")
+    return found
+
+
+def _world_state(w: dict) -> str:
+    left = w.get("drain_left_s")
+    return w["state"] if left is None else f"{w['state']} {seconds(left)}"
 
 
 def cold_starts(doc: dict, plan: dict | None) -> list[str]:
@@ -110,7 +130,9 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
     procs = table(headers, rows)
     worlds = table(["WORLD", "STATE", "GENERATION", "BREAKS", "CALLS/S", "MB/S", "LAST CALL",
                     "HEALTHY FOR", "BACKEND", "PORT", "MEMBERS"],
-                   [[w["name"], state(w["state"]), str(w["generation"]), str(w["breaks"]),
+                   [[w["name"], paint(_world_state(w), STATE_COLOURS.get(w["state"]),
+                                      colour), str(w["generation"]),
+                     str(w["breaks"]),
                      *traffic_cells(w, live), w["backend"], str(w["port"]),
                      ", ".join(w["members"])]
                     for w in doc["worlds"]])
@@ -124,6 +146,9 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
     faults = [line for w in doc["worlds"] if (line := fault_line(w)) is not None]
     if faults:
         out += ["", "last fault per world (each phase after the first known):", *faults]
+    scaled = scale_lines(doc)
+    if scaled:
+        out += ["", "scaled processes:", *scaled]
     cold = cold_starts(doc, plan)
     if cold:
         out += ["", *cold]

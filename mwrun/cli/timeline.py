@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mwrun.cli import pace as pc
 from mwrun.errors import RunError
-from mwrun.schema import CALLS, HISTORY, HISTORY_ROTATED, RATES, Phase
+from mwrun.schema import CALLS, HISTORY, HISTORY_ROTATED, RATES, Phase, ScalePhase
 from mwrun.schema import Event as E
 from mwrun.terminal import size
 
@@ -135,6 +135,11 @@ def build(records: list[dict], notes: list[str], run_id: str) -> Timeline:
     records = sorted(records, key=lambda r: r["t"])
     events = [r for r in records if "event" in r and r["event"] != E.START]
     worlds = {str(k): list(v) for k, v in head["worlds"].items()}
+    for e in events:  # elastic jobs: worlds made while the run ran, and their members
+        if e["event"] in (E.ADD, E.RESIZE) and isinstance(e.get("world"), str) \
+                and isinstance(e.get("members"), list):
+            have = worlds.setdefault(e["world"], [])
+            have += [str(m) for m in e["members"] if str(m) not in have]
     samples: dict[str, list] = {w: [] for w in worlds}
     for r in records:
         for world, rate in (r.get(RATES) or {}).items():
@@ -214,7 +219,7 @@ def faults(tl: Timeline) -> list[Fault]:
             if world in open_:
                 fault = open_.pop(world)
                 fault.end, fault.outcome = e["t"], "re-formed"
-        elif kind == E.CLOSE and world in open_:
+        elif kind in (E.CLOSE, E.REMOVE) and world in open_:
             stopping = any(x["event"] == E.STOP and x["t"] <= e["t"] for x in tl.events)
             open_.pop(world).outcome = "not re-formed before the run stopped" if stopping \
                 else f"closed for good ({e.get('reason')})"
@@ -289,7 +294,49 @@ def summary(tl: Timeline) -> list[str]:
         other = " other" if tl.faults else ""
         lines.append(f"{len(calm)}{other} worlds: no breaks" + (
             f"; {min(paces):.1f} to {max(paces):.1f} calls/s on average" if paces else ""))
-    return lines + [f"note: {n}" for n in tl.notes]
+    return lines + scale_lines(tl) + [f"note: {n}" for n in tl.notes]
+
+
+def scale_lines(tl: Timeline) -> list[str]:
+    """Each replica a scale operation added or retired (the history's ``scale``
+    records): one line each for a few, else counts and the median of each kind."""
+    records = [e for e in tl.events if e["event"] == E.SCALE
+               and isinstance(e.get("phases"), dict)]
+    if not records:
+        return []
+    lines = []
+    for kind, last in (("add", ScalePhase.TOLD), ("remove", ScalePhase.EXITED)):
+        mine = [r for r in records if r.get("change") == kind]
+        if not mine:
+            continue
+        took = sorted(t - r["phases"][ScalePhase.REQUESTED.value] for r in mine
+                      if isinstance(t := r["phases"].get(last.value), int | float)
+                      and isinstance(r["phases"].get(ScalePhase.REQUESTED.value), int | float))
+        failed = [r for r in mine if r.get("outcome") != "done"]
+        verb = "added" if kind == "add" else "retired"
+        line = f"scale: {len(mine)} replica(s) {verb}"
+        if took:
+            line += f", requested -> {last.value} median {_secs(took[len(took) // 2])}," \
+                    f" max {_secs(took[-1])}"
+        if failed:
+            line += "; not done: " + ", ".join(
+                f"{r.get('process')} ({r.get('outcome')}: {r.get('error')})" for r in failed)
+        lines.append(line)
+    if len(records) <= MANY:
+        for r in records:
+            lines.append(f"  {r.get('op')} {r.get('process')} {r.get('change')}: "
+                         + scale_text(r["phases"]))
+    return lines
+
+
+def scale_text(phases: dict) -> str:
+    """``started +41 ms, formed +97 ms, ...``: each phase after requested."""
+    t0 = phases.get(ScalePhase.REQUESTED.value)
+    return ", ".join(
+        f"{p.value} " + (f"+{_secs(t - t0)}" if isinstance(t := phases.get(p.value),
+                                                         int | float)
+                         and isinstance(t0, int | float) else "-")
+        for p in ScalePhase if p is not ScalePhase.REQUESTED and p.value in phases)
 
 
 def _fault_line(tl: Timeline, f: Fault) -> str:

@@ -18,6 +18,7 @@ import contextlib
 import selectors
 import signal
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from mwrun.errors import StartError
@@ -67,11 +68,11 @@ class Reach(Protocol):
 
 class Agents:
     def __init__(self, links: dict[str, AgentLink], loop, reach: Reach,
-                 host_of: dict[str, str], selector: selectors.BaseSelector):
+                 host_of: Callable[[str], str], selector: selectors.BaseSelector):
         self.links = links  # host name -> link (up, or lost and being retried)
         self.loop = loop  # told what the agents tell (host.hands.Owner, and lost)
         self.reach = reach  # how a lost host's agent is started again
-        self.host_of = host_of  # process -> its host
+        self.host_of = host_of  # process -> its host (in the plan as it is now)
         self.selector = selector  # the loop's: the links are watched there once attached
         self.pending: list[tuple[AgentLink, dict]] = []  # frames read while awaiting one
         self.handles: dict[str, RemoteHandle] = {}
@@ -130,7 +131,7 @@ class Agents:
 
     def prepare(self, spec: LaunchSpec) -> None:
         """Have the process's host start the zygote it will be forked from, now."""
-        host = self.host_of[spec.name]
+        host = self.host_of(spec.name)
         if spec.preload and self.up(host):
             self.send(host, "prepare", **spec.to_fields())
 
@@ -139,7 +140,7 @@ class Agents:
         the agent's ``spawned`` (or ``failed``), however long that takes (a zygote
         still importing, an agent stalled for a while). While the link lives the start
         stays pending; a lost host fails it like any of its processes."""
-        host = self.host_of[spec.name]
+        host = self.host_of(spec.name)
         link = self.links[host]
         if link.state != H.UP:
             raise StartError(f"host {host} is not reachable")
@@ -150,6 +151,15 @@ class Agents:
         handle = self.handles.get(name)
         if handle is not None:
             self.send(handle.host, "signal", name=name, signal=int(sig))
+
+    def tell(self, name: str, message: dict) -> bool:
+        """A line down to the library of process ``name`` on its host (downlink.py);
+        False when it runs on no remote host."""
+        handle = self.handles.get(name)
+        if handle is None:
+            return False
+        self.send(handle.host, "tell", name=name, message=message)
+        return True
 
     def status(self, name: str) -> str | None:
         """What its agent last said of the process in /proc (never waits: the answer to

@@ -188,7 +188,9 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         run_id = run_dir.name
         shutil.copyfile(path, run_dir / TOPOLOGY)
         rundir.write_json(run_dir / PLAN, asdict(plan))
-        printer = Printer(list(plan.processes), stream, use_colour(stream), run_dir)
+        widest = max((len(f"{n}-{s.scale.max - 1}") for n, s in topo.scaled.items()
+                      if s.scale is not None), default=0)  # its replicas' names line up
+        printer = Printer(list(plan.processes), stream, use_colour(stream), run_dir, widest)
         printer.event(f"run {run_id}: {count(len(plan.processes), 'process', 'processes')}"
                       f" in {count(len(plan.worlds), 'world')}; logs in {run_dir}; it runs"
                       f" until its processes end or you stop it (Ctrl-C here, or mwrun stop"
@@ -211,8 +213,12 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         raise
     topo_hosts = [(name, host.addr) for name, host in topo.hosts.items()]
     try:
+        # What every host offers, as its agent reported it: a scaled process's new
+        # replicas are placed where their host has room.
+        inv = inventory.inventory(topo)
+        inv.update(remote.reported_inventory(topo, links, inv))
         loop = Loop(plan, run_id, run_dir, stores, printer, grace,
-                    str(rundir.control_path(run_id)), links, reach, topo_hosts)
+                    str(rundir.control_path(run_id)), topo, inv, links, reach, topo_hosts)
         code = loop.run()
         _summary(printer, loop)
     except BaseException as exc:

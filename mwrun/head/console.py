@@ -149,16 +149,28 @@ class Terminal:
 
 
 class Printer:
-    def __init__(self, names: list[str], stream, colour: bool, run_dir: Path):
+    """``names``: the processes of the job (a scaled process's new replicas get their
+    prefix and log file when they first speak); ``widest``: the longest name it may
+    ever show, so the prefixes line up."""
+
+    def __init__(self, names: list[str], stream, colour: bool, run_dir: Path,
+                 widest: int = 0):
         self.stream = stream
         self.colour = colour
-        self.width = max(len(n) for n in [*names, "mwrun"])
-        self.prefixes = {name: paint(name.ljust(self.width), colour_for(i), colour) + " | "
-                         for i, name in enumerate(names)}
+        self.run_dir = run_dir
+        self.width = max(widest, *(len(n) for n in [*names, "mwrun"]))
+        self.prefixes: dict[str, str] = {}
+        self.logs: dict[str, RotatingFileHandler] = {}
+        for name in names:
+            self._open(name)
         self.own = paint("mwrun".ljust(self.width), 1, colour) + " | "
-        self.logs = {name: _file(run_dir / "logs" / f"{name}.log") for name in names}
         self.events = _file(run_dir / "events.log")
         self.terminal = _terminal(stream)
+
+    def _open(self, name: str) -> None:
+        self.prefixes[name] = paint(name.ljust(self.width), colour_for(len(self.prefixes)),
+                                    self.colour) + " | "
+        self.logs[name] = _file(self.run_dir / "logs" / f"{name}.log")
 
     def line(self, name: str, text: str) -> None:
         self.lines(name, [text])
@@ -168,6 +180,8 @@ class Printer:
         if not texts:
             return
         body = "\n".join(texts)
+        if name not in self.logs:  # a replica added while the job runs
+            self._open(name)
         _emit(self.logs[name], body)
         prefix = self.prefixes[name]
         if not all(text.isprintable() for text in texts):  # cheaper than a regex scan

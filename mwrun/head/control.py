@@ -11,12 +11,18 @@ whose docstring is its protocol:
 - ``drill {summary}`` -> ``{"ok": true}``: a ``mwrun drill``'s summary, appended to the
   run's history as one ``drill`` record (the history file is the head's alone: it
   rotates it, so no other process may append to it)
+- ``scale {changes: ["worker=6", "cache=+1"], op?}`` and ``drain {replicas:
+  ["worker-3"], op?}`` -> ``{"ok": true, "op", "state", "changes": [...]}`` (elastic.py;
+  refused whole with ``{"ok": false, "refused": true, "error"}``); ``op {op}`` -> that
+  operation as it stands (what ``mwrun scale`` waits on)
 - ``hello``, ``heartbeat``, ``world``, ``bye`` -> no reply: what the library tells the
-  supervisor (see mwrun/worlds/supervisor_link.py)
+  supervisor (see mwrun/worlds/supervisor_link.py); ``scale`` with ``process``, ``pid``,
+  ``id``, ``target``, ``count`` is the library's ``job.scale``: its answer goes down
+  its own connection as ``{"verb": "reply", "id", ...}`` (downlink.py)
 
-The handlers only translate requests into calls on the supervisor. This is the
-server; the client (``request``) is ``mwrun.runs``'s, so the command line asks a
-supervisor without importing the head.
+The handlers only translate requests into calls on the supervisor; they see the loop
+as a ``Run``. This is the server; the client (``request``) is ``mwrun.runs``'s, so the
+command line asks a supervisor without importing the head.
 """
 
 from __future__ import annotations
@@ -26,9 +32,17 @@ import contextlib
 import json
 import selectors
 import socket
+from typing import Protocol
 
 from mwrun import protocol, runs
 from mwrun.head import requests
+from mwrun.head.downlink import Downlink
+from mwrun.head.elastic import Elastic
+from mwrun.head.faults import Faults
+from mwrun.head.history import History
+from mwrun.head.scaleops import Ops
+from mwrun.head.supervisor import Supervisor
+from mwrun.head.traffic import Traffic
 from mwrun.host import sockets
 from mwrun.runs import peer_uid, same_user, signal_number  # noqa: F401 - shared with the client
 
@@ -36,6 +50,22 @@ MAX_LINE = 1 << 20
 MAX_PENDING = 1000  # requests read but not yet served, per client
 MAX_UNSENT = 1 << 20  # bytes of replies a client may leave unread before it is dropped
 REQUESTS_PER_TURN = 16  # requests served per client in one turn of the loop
+
+
+class Run(Protocol):
+    """What the control handlers act on (the loop, as they see it)."""
+
+    supervisor: Supervisor
+    history: History
+    traffic: Traffic
+    faults: Faults
+    ops: Ops
+    elastic: Elastic
+    downlink: Downlink
+
+    def document(self, fresh_usage: bool = False) -> dict: ...
+    def host_time(self, name: str, t: float) -> float: ...
+    def now(self) -> float: ...
 
 
 def handle_status(loop, request: dict) -> dict:
@@ -68,11 +98,35 @@ def handle_drill(loop, request: dict) -> dict:
     return {"ok": True}
 
 
-def handle_hello(loop, request: dict) -> None:
+def handle_scale(loop: Run, request: dict) -> dict | None:
+    """scale {changes: [PROCESS=N|+K|-K], op?} -> the operation; or, from the library
+    (process, pid, id, target, count): its answer goes down to it as a reply."""
+    if "process" not in request:
+        return loop.elastic.scale(list(request["changes"]), request.get("op"))
+    count = str(request["count"])
+    change = f"{request['target']}={count}"
+    reply = loop.elastic.scale([change], None)
+    loop.downlink.tell(request["process"], {"verb": "reply", "id": request["id"], **reply})
+    return None
+
+
+def handle_drain(loop: Run, request: dict) -> dict:
+    """drain {replicas: [PROCESS-I], op?} -> the operation (the replicas drained)."""
+    return loop.elastic.drain(list(request["replicas"]), request.get("op"))
+
+
+def handle_op(loop: Run, request: dict) -> dict:
+    """op {op} -> that scale operation as it stands."""
+    return loop.elastic.op(request["op"])
+
+
+def handle_hello(loop: Run, request: dict, connection: Connection | None = None) -> None:
     nccl = request.get("nccl")
-    loop.supervisor.on_hello(request.get("process"), request.get("pid"),
+    loop.supervisor.on_hello(request["process"], request["pid"],
                              float(request.get("interval", 1.0)),
                              nccl if isinstance(nccl, str) else None)
+    if loop.supervisor.current(request["process"], request["pid"]):  # this start of it:
+        loop.downlink.hello(request["process"], request["pid"], connection)  # the way down
 
 
 def handle_heartbeat(loop, request: dict) -> None:
@@ -82,7 +136,9 @@ def handle_heartbeat(loop, request: dict) -> None:
         loop.traffic.beat(request.get("process"), request.get("pid"), float(request["t"]),
                           request["traffic"], loop.now())
     for world, (generation, t) in request.get("first_calls", {}).items():  # faults.py
-        loop.faults.first_call(world, generation, loop.host_time(request["process"], t))
+        at = loop.host_time(request["process"], t)
+        loop.faults.first_call(world, generation, at)
+        loop.ops.first_call(world, at)
 
 
 def handle_bye(loop, request: dict) -> None:
@@ -101,15 +157,17 @@ def handle_world(loop, request: dict) -> None:
             loop.faults.joined(request["world"], request["generation"], at)
         elif request["event"] == "broken":
             loop.faults.broken(request["world"], request["generation"], at)
+        elif request["event"] == "added":  # scaleops.py: a peer has the new world
+            loop.ops.added(request["world"], request["process"], at)
     loop.supervisor.on_world_event(request.get("process"), request.get("pid"),
                                      request.get("world"), request.get("generation"),
                                      request.get("event"), request.get("reason", ""))
 
 
 HANDLERS = {"status": handle_status, "kill_world": handle_kill_world, "stop": handle_stop,
-            "drill": handle_drill,
-            "hello": handle_hello, "heartbeat": handle_heartbeat, "bye": handle_bye,
-            "world": handle_world}
+            "drill": handle_drill, "scale": handle_scale, "drain": handle_drain,
+            "op": handle_op, "hello": handle_hello, "heartbeat": handle_heartbeat,
+            "bye": handle_bye, "world": handle_world}
 
 
 class Connection:
@@ -125,6 +183,7 @@ class Connection:
         self.buffer = b""
         self.pending: collections.deque[bytes] = collections.deque()  # lines to serve
         self.unsent = b""
+        self.closed = False
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -166,6 +225,7 @@ class Connection:
         return len(self.unsent) <= MAX_UNSENT
 
     def close(self) -> None:
+        self.closed = True
         self.sock.close()
 
 
@@ -176,7 +236,7 @@ class Clients:
 
     def __init__(self, selector, serve_line):
         self.selector = selector
-        self.serve_line = serve_line  # one request line -> its reply, or None
+        self.serve_line = serve_line  # (one request line, its connection) -> reply or None
         self.backlog: set[Connection] = set()  # clients with requests left to serve
 
     def accept(self, listener: socket.socket) -> None:
@@ -201,13 +261,22 @@ class Clients:
 
     def _serve(self, connection: Connection) -> None:
         for line in connection.take(REQUESTS_PER_TURN):
-            reply = self.serve_line(line)
+            reply = self.serve_line(line, connection)
             if reply is not None:
                 connection.reply(reply)
         if connection.pending:
             self.backlog.add(connection)
         else:
             self.backlog.discard(connection)
+        self._flush(connection)
+
+    def push(self, connection: Connection, message: dict) -> None:
+        """A line down to a client that asked nothing (the library: downlink.py)."""
+        if not connection.closed:
+            connection.reply(message)
+            self._flush(connection)
+
+    def _flush(self, connection: Connection) -> None:
         if not connection.flush():
             self._drop(connection)  # it does not read its replies
             return
@@ -220,7 +289,7 @@ class Clients:
         connection.close()
 
 
-def serve(loop, line: bytes) -> dict | None:
+def serve(loop, line: bytes, connection: Connection | None = None) -> dict | None:
     """One request line -> its reply (None for the verbs that get none). A line that
     is not a well-formed request is refused and changes nothing."""
     request, error = requests.parse(line)
@@ -228,26 +297,28 @@ def serve(loop, line: bytes) -> dict | None:
         return {"ok": False, "error": error}
     error = requests.problem(request)
     if error is not None:
-        return None if request.get("verb") in requests.NO_REPLY else {"ok": False,
-                                                                      "error": error}
-    return dispatch(loop, request)
+        return None if requests.library(request) else {"ok": False, "error": error}
+    return dispatch(loop, request, connection)
 
 
 def relayed(loop, request) -> None:
     """A library message an agent relayed from its host: checked exactly as one on the
     local socket, and only the library's own verbs (a process on a remote host cannot
     stop the job, or drill it, through its agent)."""
-    if isinstance(request, dict) and request.get("verb") in requests.NO_REPLY \
+    if isinstance(request, dict) and requests.library(request) \
             and requests.problem(request) is None:
         dispatch(loop, request)
 
 
-def dispatch(loop, request: dict) -> dict | None:
+def dispatch(loop, request: dict, connection: Connection | None = None) -> dict | None:
     verb = request.get("verb")
     handler = HANDLERS.get(verb) if isinstance(verb, str) else None
     if handler is None:
         return {"ok": False, "error": f"unknown verb {verb!r}"}
     try:
+        if handler is handle_hello:
+            handle_hello(loop, request, connection)
+            return None
         return handler(loop, request)
     except (TypeError, ValueError, KeyError) as exc:
         return {"ok": False, "error": f"bad request: {exc}"}

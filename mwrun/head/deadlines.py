@@ -20,6 +20,9 @@ class Deadlines:
         self._when[name] = when
         heapq.heappush(self._heap, (when, name))
 
+    def __contains__(self, name: str) -> bool:
+        return name in self._when
+
     def clear(self, name: str) -> None:
         self._when.pop(name, None)
 

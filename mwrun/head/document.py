@@ -48,6 +48,7 @@ def build(loop, fresh_usage: bool = False) -> dict:
             "cpus": list(rec.plan.cpus) if rec.plan.cpus is not None else [],
             "started_at": rec.started_at, "cpu_percent": cpu, "rss_bytes": rss,
             "start": loop.starts.get(name), "nccl": rec.nccl,
+            "replica_of": rec.plan.replica_of,
             "last_event": rec.why or None,
             "traffic": loop.traffic.per_member(name, rec.pid, rec.plan.worlds, now)})
     worlds = [{"name": name, "backend": w.plan.backend, "size": w.plan.size,
@@ -58,13 +59,17 @@ def build(loop, fresh_usage: bool = False) -> dict:
                **loop.traffic.view(_pids(loop, w), name, now),
                "healthy_for_s": round(now - w.healthy_since, 3)
                if w.state is W.HEALTHY and w.healthy_since is not None else None,
+               "drain_left_s": round(max(w.drain_until - now, 0.0), 3)
+               if w.state is W.DRAINING and w.drain_until is not None else None,
                "last_fault": loop.faults.last_fault(name)}
               for name, w in sup.worlds.items()]
     return {"run_id": loop.run_id, "name": loop.plan.name, "state": sup.state.value,
             "supervisor_pid": os.getpid(), "started_at": loop.started_at,
             "topology": str(loop.run_dir / TOPOLOGY), "control": loop.control_path,
             "exit_code": sup.exit_code if sup.finished else None,
-            "processes": processes, "worlds": worlds, "hosts": _hosts(loop)}
+            "processes": processes, "worlds": worlds, "hosts": _hosts(loop),
+            # elastic jobs: the plan's revision, and per scaled process its counts
+            "revision": loop.membership.number, "scale": loop.elastic.view()}
 
 
 def _hosts(loop) -> list[dict]:
@@ -94,7 +99,7 @@ def outside(loop) -> tuple:
     usage was read, and whether a reading is due."""
     hosts = loop.agents.moves if loop.agents else 0  # a count: O(1) after every turn
     # The faults' phases the library tells (first calls) come with no event.
-    return (hosts, loop.faults.changes, loop.usage_at,
+    return (hosts, loop.faults.changes, loop.ops.changes, loop.usage_at,
             time.monotonic() - loop.usage_at >= USAGE_EVERY)
 
 

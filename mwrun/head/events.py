@@ -27,6 +27,7 @@ class Why(str, Enum):
     STOP = "stop"  # the run is stopping: SIGTERM and SIGCONT, then SIGKILL after the grace
     HANG = "hang"  # it was declared hung: SIGKILL
     DRILL = "drill"  # a fault drill (mwrun kill-world, mwrun drill)
+    RETIRE = "retire"  # a retired replica whose worlds have drained: SIGTERM, then SIGKILL
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,63 @@ class WorldChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class Added:
+    """A process joined the job (a new replica, scale ``op``); its start follows."""
+
+    process: str
+    op: str
+
+
+@dataclass(frozen=True, slots=True)
+class Retired:
+    """A process left the job's membership (``op``): its worlds drain, then it stops."""
+
+    process: str
+    op: str
+
+
+@dataclass(frozen=True, slots=True)
+class Gone:
+    """A retired process exited: it is no longer part of the job."""
+
+    process: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorldAdded:
+    world: str
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WorldResized:
+    """The world re-forms at ``generation`` with these members (a replica joined it or
+    drained away): its members saw one break that says so, and rejoin."""
+
+    world: str
+    generation: int
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WorldDraining:
+    """A member of the world is retired: calls work until it is released or
+    ``seconds`` pass."""
+
+    world: str
+    generation: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorldRemoved:
+    """The world closed for good on purpose (drained) and left the job."""
+
+    world: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Running:
     """Every process was asked to start: the run is running."""
 
@@ -147,7 +205,8 @@ class Said:
 
 
 Event = (Spawned | Exited | Abandoned | Signalled | Hung | ProcessChanged | WorldBroken
-         | WorldFormed | WorldClosed | WorldChanged | Running | Stopping | RunEnded | Said)
+         | WorldFormed | WorldClosed | WorldChanged | Added | Retired | Gone | WorldAdded
+         | WorldResized | WorldDraining | WorldRemoved | Running | Stopping | RunEnded | Said)
 
 
 class Subscriber(Protocol):

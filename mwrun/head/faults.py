@@ -29,7 +29,7 @@ that did not happen stay null, never guessed.
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from mwrun.head import events as ev
@@ -85,7 +85,7 @@ def _ms(t: float | None) -> float | None:
 
 
 class Faults:
-    def __init__(self, worlds_of: dict[str, list[str]], members: dict[str, list[str]],
+    def __init__(self, worlds_of: Mapping[str, list[str]], members: Mapping[str, list[str]],
                  generation_of: Callable[[str], int], write: Callable[[dict], None],
                  clock: Callable[[], float]):
         self.worlds_of = worlds_of  # process -> its worlds
@@ -124,7 +124,7 @@ class Faults:
             case ev.WorldFormed(world, generation):
                 self.down.discard(world)
                 self._formed(world, generation)
-            case ev.WorldClosed(world):
+            case ev.WorldClosed(world) | ev.WorldRemoved(world):
                 self.down.discard(world)
                 self._close(world)
             case ev.Stopping() | ev.RunEnded():

@@ -23,7 +23,14 @@
   last beat interval (for the eye), and its completed calls since the run started as
   of head wall time t (for pace over exact windows; see traffic.py ``totals``);
 - ``{"event": "drill", ...}``: a ``mwrun drill``'s summary, sent by the command line
-  when the drill ends (see mwrun/cli/drill.py).
+  when the drill ends (see mwrun/cli/drill.py);
+- a membership that changes (elastic jobs): ``add`` (world, members: a world made for a
+  new replica), ``resize`` (world, generation, members: it re-forms with them),
+  ``drain`` (world, generation, seconds), ``remove`` (world, reason: it closed for good
+  and left the job); and one ``scale`` record per replica a scale operation added or
+  retired: ``{"event": "scale", "op", "process", "change": "add"|"remove", "outcome":
+  "done"|"failed"|"cancelled", "error", "phases": {phase: time | null}}`` in
+  ``schema.ScalePhase``'s order, written once its change ended (scaleops.py).
 
 Its size is bounded: past HISTORY_BYTES the file becomes ``history.1.jsonl`` (the one
 before that is dropped) and a fresh file starts, so a run keeps its most recent two.
@@ -92,6 +99,10 @@ class History:
     def sample(self, rates: dict[str, list], calls: dict[str, list] | None = None) -> None:
         self._write({RATES: rates, **({CALLS: calls} if calls else {})})
 
+    def scale(self, record: dict) -> None:
+        """One replica's change by a scale operation, phase by phase (scaleops.py)."""
+        self._write(record)
+
     def drill(self, summary: dict) -> None:
         """A drill's summary (the command line's, checked by head/requests.py)."""
         self._write({"event": E.DRILL, **summary})
@@ -128,6 +139,16 @@ def record(event: ev.Event) -> dict | None:
             return {"event": E.FORM, "world": world, "generation": generation}
         case ev.WorldClosed(world, reason):
             return {"event": E.CLOSE, "world": world, "reason": reason}
+        case ev.WorldAdded(world, members):
+            return {"event": E.ADD, "world": world, "members": list(members)}
+        case ev.WorldResized(world, generation, members):
+            return {"event": E.RESIZE, "world": world, "generation": generation,
+                    "members": list(members)}
+        case ev.WorldDraining(world, generation, seconds):
+            return {"event": E.DRAIN, "world": world, "generation": generation,
+                    "seconds": seconds}
+        case ev.WorldRemoved(world, reason):
+            return {"event": E.REMOVE, "world": world, "reason": reason}
         case ev.Stopping():
             return {"event": E.STOP}
         case ev.RunEnded(state):

@@ -1,13 +1,15 @@
-"""The head's one loop: what the supervisor acts through, and what tells it.
+"""The head's one loop, and the composition root of the head: it builds the parts and
+drives them.
 
-``Loop`` is the ``host`` the Supervisor acts through: it starts and signals processes
-through the hands of their host (``host.hands.Hands`` for this machine, ``Agents`` for
-the others: one ``HostHands`` face), writes the stores, prints; and it is those hands'
-``Owner``: what they tell (spawned, lines, exited, lost) goes to the supervisor and the
-console. Its ``run()`` is a single-threaded select loop over every child's exit
-descriptor (a pidfd: an exit is seen the moment it happens, not at the next poll), every
-child's output pipe, the agents' links, the control socket, and the signal wakeup pipe;
-between events it sleeps until the supervisor's next deadline.
+What the supervisor acts through is the ``Router`` (router.py: from a process to the
+hands of its host, ``host.hands.Hands`` for this machine, ``Agents`` for the others;
+the stores; the way down to each library). The loop is those hands' ``Owner``: what
+they tell (spawned, lines, exited, lost) goes to the supervisor and the console. Its
+``run()`` is a single-threaded select loop over every child's exit descriptor (a
+pidfd: an exit is seen the moment it happens, not at the next poll), every child's
+output pipe, the agents' links, the control socket, and the signal wakeup pipe;
+between events it sleeps until the supervisor's next deadline. The control handlers
+(control.py) see it as a ``Run``.
 """
 
 from __future__ import annotations
@@ -17,22 +19,29 @@ import os
 import selectors
 import signal
 import socket
+import sys
 import time
-from typing import Protocol
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
-from mwrun import protocol
 from mwrun.head import control, document
 from mwrun.head.agents import Agents
 from mwrun.head.console import Printer
-from mwrun.head.events import Event, Events, Said, Why, WorldFormed, lines
+from mwrun.head.downlink import Downlink
+from mwrun.head.elastic import Elastic
+from mwrun.head.events import Event, Events, Gone, Said, WorldFormed, lines
 from mwrun.head.faults import Faults
 from mwrun.head.history import SAMPLE_EVERY, History
+from mwrun.head.router import Router
+from mwrun.head.scaleops import Ops
 from mwrun.head.supervisor import TICK, Supervisor
 from mwrun.head.traffic import Traffic
 from mwrun.host import sockets
 from mwrun.host.hands import Hands
-from mwrun.launchspec import LaunchSpec
-from mwrun.plan import environment
+from mwrun.membership.revision import Membership
+from mwrun.plan.inventory import HostInventory
+from mwrun.plan.placement import Plan
+from mwrun.plan.topology import Topology
 from mwrun.schema import STATE, ZYGOTE_LOG
 from mwrun.terminal import count
 
@@ -42,24 +51,27 @@ FINISH_WAIT = 2.0  # at the very end, for the last exits and output after SIGKIL
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class HostHands(Protocol):
-    """Where the head meets a host: this host's ``host.hands.Hands``, or the remote
-    hosts' agents (``head.agents.Agents``). Nothing here waits for a host: a start the
-    host answers later returns None and is told to the loop as ``spawned``/``failed``;
-    a status or usage is what the host last said."""
+class View(Mapping):
+    """A live mapping over the supervisor's records (its processes or its worlds): what
+    faults.py reads of the membership, as it is now (it changes while the job runs)."""
 
-    def prepare(self, spec: LaunchSpec) -> None: ...
-    def start(self, spec: LaunchSpec) -> int | None: ...
-    def signal(self, name: str, sig: int) -> None: ...
-    def status(self, name: str) -> str | None: ...
-    def usage(self, name: str) -> tuple[float | None, int | None]: ...
+    def __init__(self, records: Callable[[], Mapping], pick: Callable[[Any], list[str]]):
+        self.records, self.pick = records, pick
+
+    def __getitem__(self, key: str) -> list[str]:
+        return self.pick(self.records()[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.records())
+
+    def __len__(self) -> int:
+        return len(self.records())
 
 
 class Loop:
-    def __init__(self, plan, run_id: str, run_dir, stores, printer: Printer, grace: float,
-                 control_path: str, links: dict | None = None, reach=None,
-                 hosts: list | None = None):
-        self.plan = plan
+    def __init__(self, plan: Plan, run_id: str, run_dir, stores, printer: Printer, grace: float,
+                 control_path: str, topology: Topology, inventory: dict[str, HostInventory],
+                 links: dict | None = None, reach=None, hosts: list | None = None):
         self.run_id = run_id
         self.run_dir = run_dir
         self.stores = stores
@@ -69,87 +81,77 @@ class Loop:
         self.usage: dict[str, tuple] = {}
         self.usage_at = 0.0
         self.selector = selectors.DefaultSelector()
-        self.clients = control.Clients(self.selector, lambda line: control.serve(self, line))
+        self.clients = control.Clients(self.selector, lambda line, connection: control.serve(
+            self, line, connection))
         self.signals: list[int] = []
         self.next_tick = 0.0
         self.next_sample = 0.0
         self.traffic = Traffic()
+        # What the job should be made of: the plan as launched, then each revision.
+        self.membership = Membership(topology, plan, inventory, sys.executable,
+                                     stores.choose_port)
         self.history = History(run_dir, {"run_id": run_id, "name": plan.name, "worlds": {
             n: list(w.members) for n, w in plan.worlds.items()}})
         # The remote hosts' hands (their agents), if any; this host's own are ``hands``.
-        self.agents = Agents(links, self, reach, {n: p.host for n, p in plan.processes.items()},
+        self.agents = Agents(links, self, reach, lambda n: self.plan.processes[n].host,
                              self.selector) if links else None
+        self.downlink = Downlink(self.clients.push, self._tell_remote)
         self.hosts = hosts or []  # the status document's host entries (name, addr)
         self.writer = document.Writer(run_dir / STATE, lambda: document.build(self),
                                       lambda: document.outside(self))
         # The phases of every fault (after the history: a fault's record follows the
-        # break that ended it).
-        self.faults = Faults({n: list(p.worlds) for n, p in plan.processes.items()},
-                             {n: list(w.members) for n, w in plan.worlds.items()},
+        # break that ended it), and of every scale operation's changes.
+        self.faults = Faults(View(lambda: self.supervisor.procs, lambda r: list(r.plan.worlds)),
+                             View(lambda: self.supervisor.worlds,
+                                  lambda w: list(w.plan.members)),
                              lambda world: self.supervisor.worlds[world].generation,
                              self.history.fault, time.time)
-        # Who hears it: the console and events.log, the history, the faults, state.json
-        # (behind).
-        self.events = Events((lines(printer.event), self.history, self.faults, self.writer,
-                              self._formed))
-        self.supervisor = Supervisor(plan, self, self.events, grace)
+        self.ops = Ops(self.history.scale, time.time, self.say)
+        # Who hears it: the console and events.log, the history, the faults, the scale
+        # operations, state.json (behind).
+        self.events = Events((lines(printer.event), self.history, self.faults, self.ops,
+                              self.writer, self._formed, self._gone))
+        self.hands = Hands(self.selector, self, run_dir / ZYGOTE_LOG, lambda: self.stopping)
+        self.router = Router(lambda: self.plan, self.hands, self.agents, stores,
+                             self.downlink, run_id, control_path, self._started)
+        self.supervisor = Supervisor(plan, self.router, self.events, grace)
+        self.elastic = Elastic(self.membership, self.supervisor, self.ops,
+                               self.router.host_up, run_dir)
         self.unformed = set(plan.worlds)  # worlds not formed yet since launch
-        self.starts: dict[str, str] = {}  # process -> "warm" | "cold", as last started
         # Processes whose first start is not known yet: a warm start waits for its
         # zygote's imports, so the launch's progress line waits for the last of them.
         self.unstarted: set[str] | None = set(plan.processes)
-        self.hands = Hands(self.selector, self, run_dir / ZYGOTE_LOG,
-                           lambda: self.supervisor.stopping)
 
-    # -- the host interface the Supervisor uses ------------------------------------------
+    @property
+    def plan(self) -> Plan:
+        """The plan as it is now: the launch plan, or its latest revision."""
+        return self.membership.plan
+
+    @property
+    def stopping(self) -> bool:
+        return self.supervisor.stopping
+
+    @property
+    def starts(self) -> dict[str, str]:
+        return self.router.starts
 
     def now(self) -> float:
         return time.monotonic()
 
+    def host_time(self, name: str, t: float) -> float:
+        return self.router.host_time(name, t)
+
     def wall(self) -> float:
         return time.time()
 
-    def host_time(self, name: str, t: float) -> float:
-        """A time process ``name`` told on its host's wall clock, on the head's (the
-        offset to a remote host's agent, clocks.py; this host's as it is)."""
-        host = self.plan.processes[name].host if name in self.plan.processes else None
-        if self.agents is not None and host in self.agents.hosts():
-            return self.agents.to_head(host, t) or float(t)
-        return float(t)
-
-    def _hands_of(self, name: str) -> HostHands:
-        """Whoever starts and signals the process: this host's hands, or its agent."""
-        if self.agents is not None and self.plan.processes[name].host in self.agents.hosts():
-            return self.agents
-        return self.hands
-
-    def _spec(self, name: str, generations: dict, restarts: int,
-              incarnation: int = protocol.FIRST_INCARNATION) -> LaunchSpec:
-        host = self.plan.processes[name].host
-        control = self.control_path
-        if self.agents is not None and host in self.agents.hosts():
-            control = self.agents.control_path(host)
-        return environment.launch_spec(self.plan, name, run_id=self.run_id, control=control,
-                                       generations=generations, restart_count=restarts,
-                                       incarnation=incarnation)
-
-    def spawn(self, name: str, generations: dict, restarts: int,
-              incarnation: int) -> int | None:
-        """Its pid; or None when its host answers later (a remote host, a zygote still
-        importing): the supervisor then hears of it with on_spawned."""
-        self.starts.pop(name, None)
-        spec = self._spec(name, generations, restarts, incarnation)
-        pid = self._hands_of(name).start(spec)
-        if pid is not None:
-            self.starts[name] = "warm" if self.hands.was_warm(name) else "cold"
-            self._started(name)
-        return pid
+    def _tell_remote(self, process: str, message: dict) -> bool:
+        return self.agents is not None and self.agents.tell(process, message)
 
     # -- what the hands (here, or a host's agent) tell: host.hands.Owner ------------------
 
     def spawned(self, name: str, pid: int, warm: bool, at: float | None = None) -> None:
         """``at``: when its host (a remote agent) made it, on the head's clock."""
-        self.starts[name] = "warm" if warm else "cold"
+        self.router.starts[name] = "warm" if warm else "cold"
         self.supervisor.on_spawned(name, pid, at)
         self._started(name)
 
@@ -179,10 +181,11 @@ class Loop:
         if self.unstarted:
             return
         self.unstarted = None
-        warm_count = sum(1 for how in self.starts.values() if how == "warm")
-        self.say(f"{count(len(self.starts), 'process', 'processes')} started in"
+        starts = self.router.starts
+        warm_count = sum(1 for how in starts.values() if how == "warm")
+        self.say(f"{count(len(starts), 'process', 'processes')} started in"
                  f" {time.time() - self.started_at:.1f}s"
-                 f" ({warm_count} warm, {len(self.starts) - warm_count} cold);"
+                 f" ({warm_count} warm, {len(starts) - warm_count} cold);"
                  f" waiting for {count(len(self.plan.worlds), 'world')} to form")
 
     def _formed(self, event: Event) -> None:
@@ -194,36 +197,15 @@ class Loop:
                 self.say(f"every world formed, {time.time() - self.started_at:.1f}s"
                          " after launch")
 
-    def _prepare_warm(self) -> None:
-        """Every zygote the job needs, started at once (here, or by its host's agent), so
-        their imports run side by side."""
-        for name, proc in self.plan.processes.items():
-            if proc.preload:
-                self._hands_of(name).prepare(self._spec(name, dict.fromkeys(proc.worlds, 0), 0))
-
-    def reachable(self, name: str) -> bool:
-        """Whether the process's host can start it now (a lost host cannot)."""
-        host = self.plan.processes[name].host
-        return self.agents is None or host not in self.agents.hosts() or self.agents.up(host)
-
-    def signal(self, name: str, sig: int, why: Why) -> None:
-        """Why is the supervisor's to tell (its Signalled event); the hands only send."""
-        self._hands_of(name).signal(name, sig)
-
-    def mark_broken(self, world: str, generation: int, reason: str) -> None:
-        self.stores.mark_broken(world, generation, reason)
-
-    def open_next(self, world: str, generation: int, incarnations: list[int]) -> None:
-        self.stores.open_next(world, generation, incarnations)
-
-    def close_world(self, world: str, generation: int, reason: str, ended: bool = False) -> None:
-        self.stores.close_world(world, generation, reason, ended)
-
-    def probe(self, name: str) -> str | None:
-        return self._hands_of(name).status(name)
+    def _gone(self, event: Event) -> None:
+        """A retired replica exited: it leaves the job (its resources are free again)."""
+        if isinstance(event, Gone):
+            self.membership.gone(event.process)
+            self.router.forget(event.process)
+            self.usage.pop(event.process, None)
 
     def usage_of(self, name: str) -> tuple[float | None, int | None]:
-        return self._hands_of(name).usage(name)
+        return self.router.usage_of(name)
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -244,7 +226,8 @@ class Loop:
         old_wakeup = signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
         old_handlers = {s: signal.signal(s, self._record_signal) for s in STOP_SIGNALS}
         try:
-            self._prepare_warm()
+            for name in self.plan.processes:  # every zygote at once: imports side by side
+                self.router.prepare(name)
             self.supervisor.start()
             self.stores.serve(lambda: self._wake(wake_write))
             self._save()
@@ -285,6 +268,7 @@ class Loop:
                 self.agents.tick(now)
             self.hands.tick()
             self.supervisor.on_tick()
+            self.ops.tick()
             if now >= self.next_tick:
                 self.next_tick = now + TICK
                 self._look_into_stores()

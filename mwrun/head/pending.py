@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from mwrun.head.stores import WorldStores  # no torch until one is built
+from mwrun.plan.placement import WorldPlan
 
 # The store's server threads copy the mask of the thread that builds them: blocked
 # here, a Ctrl-C always reaches the loop's main thread.
 _BLOCKED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD}
 BUILDERS = 32  # stores built at once (each mostly waits: see _build)
 CLOSE_WAIT = 60.0  # at the end, for a build still under way (an import never ends sooner)
+KEEP_REMOVED = 60.0  # seconds a removed world's store stays, for its members to read why
 
 
 class PendingStores:
@@ -35,6 +38,8 @@ class PendingStores:
         self._wake: Callable[[], None] | None = None
         self._done = threading.Event()
         self._lock = threading.Lock()
+        self._late: list[str] = []  # worlds added while the first builds ran
+        self._removed: dict[str, float] = {}  # removed world -> when its store goes
         self._thread = threading.Thread(target=self._build, name="mwrun-stores", daemon=True)
         self._thread.start()
 
@@ -81,6 +86,17 @@ class PendingStores:
         written (raises what the build raised: a run without stores cannot go on)."""
         if self._error is not None:
             raise self._error
+        if self._done.is_set():
+            while self._late:  # quick now: torch is imported, nothing is looked up
+                old = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)  # see _BLOCKED
+                try:
+                    self._stores.build(self._late.pop(0))
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            now = time.monotonic()
+            for world in [w for w, t in self._removed.items() if t <= now]:
+                del self._removed[world]
+                self._stores.drop(world)
         for world in [w for w in self._queued if self._stores.has(w)]:
             for verb, args in self._queued.pop(world):
                 getattr(self._stores, verb)(world, *args)
@@ -101,6 +117,26 @@ class PendingStores:
 
     def close_world(self, world: str, generation: int, reason: str, ended: bool = False) -> None:
         self._write("close_world", world, generation, reason, ended)
+
+    # -- a membership that changes (head/reshaping.py) ---------------------------------
+
+    def choose_port(self, addr: str, taken: set[int]) -> int:
+        return self._stores.choose_port(addr, taken)
+
+    def add_world(self, plan: WorldPlan, incarnations: list[int]) -> None:
+        """A new world's store: built at once when torch is loaded (milliseconds), else
+        after the first ones; what is written to it meanwhile waits, in order."""
+        self._stores.register(plan, incarnations)
+        self._late.append(plan.name)
+        self.ready()
+
+    def resize(self, world: str, generation: int, incarnations: list[int],
+               members: list[str], reason: str) -> None:
+        self._write("resize", world, generation, incarnations, members, reason)
+
+    def remove(self, world: str, generation: int, reason: str) -> None:
+        self._write("remove", world, generation, reason)
+        self._removed[world] = time.monotonic() + KEEP_REMOVED
 
     def plain_ranks(self, world: str) -> set[int] | None:
         """Before its store exists, no rank can have met in it."""

@@ -40,6 +40,7 @@ class ProcessRecord:
     joined_at: float | None = None  # monotonic; when it last went STARTING -> RUNNING
     loop: int = 0  # restarts of its current crash loop (policy.crash_loop)
     drilled: bool = False  # a drill signalled this start of it (policy.crash_loop)
+    retired: str | None = None  # the scale operation that retired it (never restarted)
 
 
 @dataclass
@@ -54,6 +55,10 @@ class WorldRecord:
     # The incarnation of each member, by rank, that its current generation admits
     # (protocol.py, ``admit``); generation 0 admits every first start.
     admitted: list[int] = field(default_factory=list)
+    # A draining world: what it becomes once drained (its plan without the retired
+    # members; None: it is removed), and when its drain ends at the latest (monotonic).
+    target: WorldPlan | None = None
+    drain_until: float | None = None
 
     def __post_init__(self):
         if not self.admitted:

@@ -12,8 +12,11 @@ import math
 
 from mwrun import protocol
 
-WORLD_EVENTS = ("ready", "closed", "broken", protocol.ABORT_HUNG)
+# What the library tells of a world: joined it, left it, saw it break, could not abort
+# it; a world the head added formed here (``added``); it lets a draining world go.
+WORLD_EVENTS = ("ready", "closed", "broken", protocol.ABORT_HUNG, "added", "released")
 NO_REPLY = ("hello", "heartbeat", "world", "bye")  # the library never reads a reply
+MAX_CHANGES = 64  # processes (or replicas) one scale or drain request may name
 
 
 def _name(value) -> bool:
@@ -77,6 +80,24 @@ def _summary(value) -> bool:
         return False
 
 
+def _texts(value) -> bool:
+    """A scale request's changes (``worker=6``), a drain's replicas: checked for their
+    form by the head (membership/requests.py), here only for their shape."""
+    return isinstance(value, list) and 0 < len(value) <= MAX_CHANGES and all(
+        isinstance(v, str) and 0 < len(v) <= 256 for v in value)
+
+
+def _op(value) -> bool:
+    return value is None or (isinstance(value, str) and 0 < len(value) <= 128
+                             and value.isprintable())
+
+
+def _count_text(value) -> bool:
+    """job.scale's count: a number, or "+K"/"-K"."""
+    return (type(value) is int and value >= 0) or (
+        isinstance(value, str) and len(value) <= 16 and value.lstrip("+-").isdigit())
+
+
 PROCESS = {"process": (_name, True), "pid": (_pid, True)}
 
 # verb -> field -> (check, required)
@@ -86,6 +107,11 @@ FIELDS = {
     "drill": {"summary": (_summary, True)},
     "kill_world": {"world": (_name, True), "rank": (_rank, False),
                    "signal": (_signal, False)},
+    "scale": {"changes": (_texts, False), "op": (_op, False), "process": (_name, False),
+              "pid": (_pid, False), "id": (_op, False), "target": (_name, False),
+              "count": (_count_text, False)},
+    "drain": {"replicas": (_texts, True), "op": (_op, False)},
+    "op": {"op": (_op, True)},
     "hello": {**PROCESS, "interval": (_interval, False), "nccl": (_version, False)},
     "heartbeat": {**PROCESS, "first_calls": (_firsts, False)},
     "bye": PROCESS,
@@ -97,6 +123,18 @@ FIELDS = {
 def _show(value) -> str:
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+# A scale request is the command line's (changes) or the library's (job.scale: its
+# process, and what it asks); each needs all of its own fields.
+_SCALE_FORMS = (("changes",), ("process", "pid", "id", "target", "count"))
+
+
+def library(request: dict) -> bool:
+    """Whether a request is the library's (no direct reply: its answer, if any, goes
+    down its connection), which an agent may relay from its host."""
+    return request.get("verb") in NO_REPLY or (request.get("verb") == "scale"
+                                                and "process" in request)
 
 
 def parse(line: bytes) -> tuple[dict | None, str | None]:
@@ -122,4 +160,9 @@ def problem(request: dict) -> str | None:
             continue
         if not check(request[field]):
             return f"bad request: {verb}: {field!r} cannot be {_show(request[field])}"
+    if verb == "scale":
+        form = _SCALE_FORMS[1] if "process" in request else _SCALE_FORMS[0]
+        missing = [f for f in form if f not in request]
+        if missing:
+            return f"bad request: scale needs {missing[0]!r}"
     return None

@@ -16,8 +16,8 @@ import re
 import socket
 from datetime import timedelta
 
-from mwrun import protocol
-from mwrun.plan.placement import Plan
+from mwrun import lookups, protocol
+from mwrun.plan.placement import Plan, WorldPlan
 
 # A gloo group's rendezvous: each rank sets PREFIX/R to its address, as in
 # 'default_pg/0//cpu//0/2' (torch 2.x); the group exists once every rank's key is there.
@@ -26,42 +26,88 @@ _GLOO_RANK = re.compile(r"^(?P<prefix>.*//cpu//\d+)/(?P<rank>\d+)$")
 
 class WorldStores:
     """Built world by world (``build``), each usable as soon as it is: at hundreds of
-    worlds the last store is up seconds after the first."""
+    worlds the last store is up seconds after the first. A world added while the job
+    runs (``register``: a new replica's) gets its store the same way, on a port bound
+    by ``choose_port`` when the plan revision chose it; a removed world's store stays
+    a while (its members read why it closed there), then goes (``drop``)."""
 
     def __init__(self, plan: Plan, listeners: dict[str, socket.socket]):
-        self._plan, self._listeners = plan, listeners
-        self._sizes = {name: w.size for name, w in plan.worlds.items()}
+        self._worlds, self._listeners = dict(plan.worlds), listeners
+        self._members = {name: list(w.members) for name, w in plan.worlds.items()}
+        self._admitted = {name: [protocol.FIRST_INCARNATION] * w.size
+                          for name, w in plan.worlds.items()}
+        self._bound: dict[int, socket.socket] = {}  # port -> listener, not yet a world's
         self._stores = {}
+
+    def choose_port(self, addr: str, taken: set[int]) -> int:
+        """A free port on ``addr`` for a new world, bound now (ports.bind_free): no one
+        can take it before its store listens there."""
+        from mwrun.plan import ports
+
+        sock = ports.bind_free(addr, taken | set(self._bound))
+        self._bound[sock.getsockname()[1]] = sock
+        return sock.getsockname()[1]
+
+    def register(self, world: WorldPlan, incarnations: list[int]) -> None:
+        """A world added while the job runs, to be built (on the port chosen for it)."""
+        name = world.name
+        self._worlds[name], self._members[name] = world, list(world.members)
+        self._admitted[name] = list(incarnations)
+        self._listeners[name] = self._bound.pop(world.port)
 
     def build(self, name: str) -> None:
         import torch.distributed as dist
 
-        world, listener = self._plan.worlds[name], self._listeners[name]
+        lookups.numeric_only()  # before the first store: no peer is reverse-resolved
+        world, listener = self._worlds[name], self._listeners.pop(name)
         fd = os.dup(listener.fileno())  # the store owns this descriptor
         listener.close()
         store = dist.TCPStore(world.addr, world.port, None, True,
                               timeout=timedelta(seconds=max(world.timeout, 5.0)),
                               wait_for_workers=False, master_listen_fd=fd)
-        protocol.start(store, [protocol.FIRST_INCARNATION] * self._sizes[name])
+        protocol.start(store, self._admitted[name], self._members[name])
         self._stores[name] = store  # one assignment: another thread may look
 
     def has(self, name: str) -> bool:
         return name in self._stores
 
     def unbuilt_listeners(self) -> list[socket.socket]:
-        return [sock for name, sock in self._listeners.items() if name not in self._stores]
+        return [*self._listeners.values(), *self._bound.values()]
 
     def mark_broken(self, world: str, generation: int, reason: str) -> None:
-        protocol.mark_broken(self._stores[world], generation, self._sizes[world], reason)
+        protocol.mark_broken(self._stores[world], generation, len(self._members[world]),
+                             reason)
 
-    def open_next(self, world: str, generation: int, incarnations: list[int]) -> None:
-        store = self._stores[world]
+    def _clean(self, store) -> None:
+        """A plain group's rendezvous keys go before a generation opens: restarted
+        members never find a previous attempt's keys (what breaks torchrun's restarts)."""
         if hasattr(store, "list_keys"):
             for key in store.list_keys():
                 if not key.startswith(protocol.PREFIX):
                     with contextlib.suppress(RuntimeError):
                         store.delete_key(key)
-        protocol.open_next(store, generation, incarnations)
+
+    def open_next(self, world: str, generation: int, incarnations: list[int]) -> None:
+        store = self._stores[world]
+        self._clean(store)
+        protocol.open_next(store, generation, incarnations, self._members[world])
+
+    def resize(self, world: str, generation: int, incarnations: list[int],
+               members: list[str], reason: str) -> None:
+        store = self._stores[world]
+        self._clean(store)
+        protocol.resize(store, generation, len(self._members[world]), incarnations, members,
+                        reason)
+        self._members[world] = list(members)
+
+    def remove(self, world: str, generation: int, reason: str) -> None:
+        protocol.remove(self._stores[world], generation, len(self._members[world]), reason)
+
+    def drop(self, world: str) -> None:
+        """A removed world's store goes (its server stops with its last reference)."""
+        self._stores.pop(world, None)
+        for table in (self._worlds, self._members, self._admitted):
+            table.pop(world, None)
 
     def plain_ranks(self, world: str) -> set[int] | None:
         """The ranks of a plain torch.distributed gloo group that have met in the world's
@@ -77,7 +123,8 @@ class WorldStores:
         return plain_ranks(keys)
 
     def close_world(self, world: str, generation: int, reason: str, ended: bool = False) -> None:
-        protocol.close(self._stores[world], generation, self._sizes[world], reason, ended)
+        protocol.close(self._stores[world], generation, len(self._members[world]), reason,
+                       ended)
 
     def close(self) -> None:
         self._stores.clear()  # the servers stop with their last reference

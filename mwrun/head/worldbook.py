@@ -12,9 +12,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from mwrun.head.events import Event, WorldBroken, WorldChanged, WorldClosed, WorldFormed
+from mwrun import protocol
+from mwrun.head.events import (
+    Event,
+    WorldAdded,
+    WorldBroken,
+    WorldChanged,
+    WorldClosed,
+    WorldDraining,
+    WorldFormed,
+    WorldRemoved,
+    WorldResized,
+)
 from mwrun.head.records import ProcessRecord, WorldRecord
-from mwrun.plan.placement import Plan
+from mwrun.plan.placement import Plan, WorldPlan
 from mwrun.schema import ProcessState as P
 from mwrun.schema import WorldState as W
 
@@ -28,6 +39,10 @@ class Stores(Protocol):
     def open_next(self, world: str, generation: int, incarnations: list[int]) -> None: ...
     def close_world(self, world: str, generation: int, reason: str,
                     ended: bool = False) -> None: ...
+    def add_world(self, plan: WorldPlan, incarnations: list[int]) -> None: ...
+    def resize(self, world: str, generation: int, incarnations: list[int],
+               members: list[str], reason: str) -> None: ...
+    def remove(self, world: str, generation: int, reason: str) -> None: ...
 
 
 class Worlds:
@@ -88,6 +103,71 @@ class Worlds:
                               for rec in members]
             world.generation = generation + 1
             self.stores.open_next(world.plan.name, generation, world.admitted)
+
+    # -- a membership that changes (elastic jobs) ----------------------------------------
+
+    def _admits(self, members) -> list[int]:
+        """Each member as it is if alive, else its next start (a new one, a restart)."""
+        return [self.procs[m].incarnation + (0 if self.procs[m].state.alive else 1)
+                for m in members]
+
+    def add(self, plan: WorldPlan) -> WorldRecord:
+        """A new world (a new replica's): its store is made, generation 0 admits its
+        members as they are (the new replica: its first start)."""
+        world = self.records[plan.name] = WorldRecord(plan, admitted=self._admits(plan.members))
+        self.stores.add_world(plan, world.admitted)
+        self.emit(WorldAdded(plan.name, plan.members))
+        return world
+
+    def resize(self, world: WorldRecord, plan: WorldPlan) -> None:
+        """Re-form at the next generation with ``plan``'s members, whatever the current
+        one was doing: its members see one break that says so (protocol.resize)."""
+        if world.state is W.CLOSED:
+            return
+        generation, old = world.generation, world.plan.size
+        world.plan, world.target, world.drain_until = plan, None, None
+        if not self.can_reform(world):
+            self.close_if_hopeless(world)
+            return
+        world.admitted = self._admits(plan.members)
+        world.generation = generation + 1
+        world.state, world.reason = W.FORMING, None  # any -> FORMING, resized
+        self.stores.resize(plan.name, generation, world.admitted, list(plan.members),
+                           protocol.resized(old, plan.size))
+        self.emit(WorldResized(plan.name, world.generation, plan.members))
+
+    def drain(self, world: WorldRecord, target: WorldPlan | None, until: float,
+              seconds: float) -> bool:
+        """Its retired members leave: a healthy world drains (calls work until a member
+        releases it or ``until``) toward ``target`` (None: it is removed). False when it
+        cannot wait (forming, broken): finish it now."""
+        if world.state is W.DRAINING:  # another member leaves too: the sooner end
+            world.target, world.drain_until = target, min(world.drain_until or until, until)
+            return True
+        if world.state is not W.HEALTHY:
+            world.target = target
+            return False
+        world.state, world.target, world.drain_until = W.DRAINING, target, until
+        self.emit(WorldDraining(world.plan.name, world.generation, seconds))  # HEALTHY -> DRAINING
+        return True
+
+    def finish(self, world: WorldRecord, why: str) -> None:
+        """A drain is over (released, its deadline, a member ended): re-form without the
+        retired members, or go."""
+        if world.target is None:
+            self.remove(world, why)
+        else:
+            self.resize(world, world.target)
+
+    def remove(self, world: WorldRecord, reason: str) -> None:
+        """The world closes for good on purpose and leaves the job (its members see
+        WorldClosedError, protocol.remove)."""
+        name = world.plan.name
+        if world.state is not W.CLOSED:
+            self.stores.remove(name, world.generation, reason)
+        world.state, world.reason = W.CLOSED, reason  # any -> CLOSED, removed
+        del self.records[name]
+        self.emit(WorldRemoved(name, reason))
 
     def in_play(self, world: WorldRecord, rec: ProcessRecord) -> bool:
         """Whether the world's current generation counts on this start of ``rec``: it

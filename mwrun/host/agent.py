@@ -34,11 +34,20 @@ from mwrun.launchspec import LaunchSpec, SpecError
 READ_SLICE = 65536  # bytes read from one library connection per turn
 SHUTDOWN_WAIT = 2.0  # for the last exits and output once everything was SIGKILLed
 OUTBOX_CAP = 4 * 2**20  # queued for the head past this: stop reading children's output
-RELAYED = ("hello", "heartbeat", "world", "bye")  # the library's no-reply verbs
+RELAYED = ("hello", "heartbeat", "world", "bye", "scale")  # the library's verbs
+MAX_DOWN = 2**20  # bytes waiting to go down to one library before it is dropped
 # Heartbeats are held up to a quarter of their process's interval (at most a link beat)
 # and go to the head together: one frame a second rather than one per process beat,
 # while a quarter interval late is far inside the head's lateness bound (two intervals).
 HOLD_SHARE = 0.25
+
+
+class Library:
+    """A library's connection to this agent: what it sent, read up to a line, and what
+    the head told it that its socket has not taken yet."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock, self.buffer, self.unsent = sock, b"", b""
 
 
 class Agent:
@@ -57,6 +66,7 @@ class Agent:
         self.beat_due = 0.0
         self.intervals: dict[str, float] = {}  # process -> its heartbeat interval (hello)
         self.held: list[dict] = []  # heartbeats not yet sent
+        self.library: dict[str, Library] = {}  # process -> its library's connection here
         self.held_until: float | None = None
         self.done = False
         self.zygote_log = os.path.splitext(control_path)[0] + "-zygote.log"
@@ -68,10 +78,12 @@ class Agent:
         self.outbox.put({"kind": kind, **fields})
         self.beat_due = self.clock() + frames.BEAT  # any frame tells the head we live
 
-    def _relay_one(self, request: dict) -> None:
+    def _relay_one(self, request: dict, conn: Library | None = None) -> None:
         if request.get("verb") == "hello":
             with contextlib.suppress(TypeError, ValueError):
                 self.intervals[str(request.get("process"))] = float(request["interval"])
+            if conn is not None:  # the way down to it (on_tell)
+                self.library[str(request.get("process"))] = conn
         if request.get("verb") != "heartbeat":
             self._send_held()  # in the order the library said them
             self.send("control", request=request)
@@ -153,6 +165,26 @@ class Agent:
     def on_stop(self, msg: dict) -> None:
         self.done = True
 
+    def on_tell(self, msg: dict) -> None:
+        """A line from the head down to a process's library (head/downlink.py)."""
+        conn = self.library.get(str(msg.get("name")))
+        if conn is not None and isinstance(msg.get("message"), dict):
+            conn.unsent += json.dumps(msg["message"]).encode() + b"\n"
+            self._flush(conn)
+
+    def _flush(self, conn: Library) -> None:
+        while conn.unsent:
+            try:
+                sent = conn.sock.send(conn.unsent)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                conn.unsent = b""
+                break
+            conn.unsent = conn.unsent[sent:]
+        if len(conn.unsent) > MAX_DOWN:  # it does not read: it is no longer told
+            conn.unsent = b""
+
     def on_clock(self, msg: dict) -> None:
         """At once: the head measures our clock's offset from its own (head/clocks.py)."""
         self.send("clock", sent=msg.get("sent"), at=self.wall())
@@ -180,26 +212,28 @@ class Agent:
         with contextlib.suppress(BlockingIOError):
             sock, _ = listener.accept()
             sock.setblocking(False)
-            self.selector.register(sock, selectors.EVENT_READ, (self._relay, [sock, b""]))
+            self.selector.register(sock, selectors.EVENT_READ, (self._relay, Library(sock)))
 
-    def _relay(self, conn: list) -> None:
-        sock = conn[0]
+    def _relay(self, conn: Library) -> None:
+        sock = conn.sock
         try:
             data = sock.recv(READ_SLICE)
         except BlockingIOError:
             return
         except OSError:
             data = b""
-        if not data or len(conn[1]) > 2**20:
+        if not data or len(conn.buffer) > 2**20:
             self.selector.unregister(sock)
             sock.close()
+            for name in [n for n, c in self.library.items() if c is conn]:
+                del self.library[name]
             return
-        *lines, conn[1] = (conn[1] + data).split(b"\n")
+        *lines, conn.buffer = (conn.buffer + data).split(b"\n")
         for line in lines:
             with contextlib.suppress(ValueError):
                 request = json.loads(line)
                 if isinstance(request, dict) and request.get("verb") in RELAYED:
-                    self._relay_one(request)
+                    self._relay_one(request, conn)
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -220,6 +254,9 @@ class Agent:
                 if now >= self.beat_due:
                     self.send("beat")
                 self.hands.tick()  # forked children are ours, so are their orphans
+                for conn in self.library.values():
+                    if conn.unsent:
+                        self._flush(conn)
                 if self.outbox.size:
                     self.outbox.flush(self._write)
                 if (self.outbox.size > OUTBOX_CAP) != paused:

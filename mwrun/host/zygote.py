@@ -92,6 +92,10 @@ def main() -> None:
     except BaseException as exc:  # any failure is reported, then we end
         send(sock, {"failed": f"import {name}: {type(exc).__name__}: {exc}"})
         return
+    if "torch" in sys.modules:  # its store connections never reverse-resolve a peer, in
+        from mwrun import lookups  # every warm child too (they inherit the latch)
+
+        lookups.numeric_only()
     # Objects the children inherit stay out of their garbage collections: a collection
     # writes to every object it visits, which would copy the zygote's pages into each.
     gc.collect()

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 
 from mwrun.launchspec import LaunchSpec
 from mwrun.plan import nccl
-from mwrun.plan.placement import Plan, ProcessPlan
+from mwrun.plan.placement import Plan, ProcessPlan, WorldPlan
 
 # Variables mwrun sets; a copy of the supervisor's own values must never leak through
 # (an outer torchrun's TORCHELASTIC_*, a job launched from inside another job). The
@@ -46,15 +46,19 @@ OWNED = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCA
          "CUDA_VISIBLE_DEVICES")
 
 
+def world_spec(world: WorldPlan, rank: int, generation: int) -> dict:
+    """One world as its member at ``rank`` is told of it: in MWRUN_WORLDS at its start,
+    or, for a world added while it runs, in the head's ``add`` (head/downlink.py)."""
+    return {"rank": rank, "size": world.size, "backend": world.backend,
+            "addr": world.addr, "port": world.port, "generation": generation,
+            "timeout": world.timeout,
+            # rejoin()'s default deadline; null: none (plan/timeouts.py)
+            "rejoin": world.rejoin}
+
+
 def worlds_json(plan: Plan, proc: ProcessPlan, generations: Mapping[str, int]) -> str:
-    worlds = {}
-    for name, rank in proc.worlds.items():
-        world = plan.worlds[name]
-        worlds[name] = {"rank": rank, "size": world.size, "backend": world.backend,
-                        "addr": world.addr, "port": world.port,
-                        "generation": generations.get(name, 0), "timeout": world.timeout,
-                        # rejoin()'s default deadline; null: none (plan/timeouts.py)
-                        "rejoin": world.rejoin}
+    worlds = {name: world_spec(plan.worlds[name], rank, generations.get(name, 0))
+              for name, rank in proc.worlds.items() if name in plan.worlds}
     return json.dumps(worlds, separators=(",", ":"))
 
 

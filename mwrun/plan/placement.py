@@ -61,6 +61,7 @@ class WorldPlan:
     on_failure: str
     # How long a member's rejoin() waits by default (plan/timeouts.py); None: no deadline.
     rejoin: float | None = None
+    template: str = ""  # the topology's world it was made from (templates.py)
 
     @property
     def size(self) -> int:
@@ -131,6 +132,19 @@ class _Pool:
         self.cursor = slot
         return tuple(self.items[i] for i in free)
 
+    def hold(self, items: tuple, owner: str) -> None:
+        """What a plan already gave ``owner`` (device ids, CPU numbers) stays its own."""
+        for item in items:
+            slot = self.index.get(item) if self.kind == "cpus" else \
+                next((i for i, v in enumerate(self.items or ()) if v == item), None)
+            if slot is not None:
+                self.owner[slot] = owner
+
+    def release(self, owner: str) -> None:
+        for slot in [s for s, o in self.owner.items() if o == owner]:
+            del self.owner[slot]
+        self.cursor = 0  # a slot below the cursor may be free now
+
     def _slot(self, index: int):
         """Position of a requested GPU index or CPU number in the host's list, if any."""
         if self.items is None:  # a host of unknown size: trust the number as given
@@ -143,6 +157,35 @@ class _Pool:
         if self.kind == "gpus":
             return f"{len(self.items)} GPU(s)" if self.items else "no GPU"
         return f"CPUs {_ranges(self.items)}"
+
+
+class Pools:
+    """What placement has handed out on every host, kept while a job runs: new
+    replicas take what is free, a retired one's GPUs and CPUs are free once it exits."""
+
+    def __init__(self, inventory: dict[str, HostInventory]):
+        self.gpus = {h: _Pool("gpus", h, inv.gpus) for h, inv in inventory.items()}
+        self.cpus = {h: _Pool("cpus", h, inv.cpus) for h, inv in inventory.items()}
+
+    def hold(self, proc: ProcessPlan) -> None:
+        self.gpus[proc.host].hold(proc.gpus, proc.name)
+        self.cpus[proc.host].hold(proc.cpus or (), proc.name)
+
+    def release(self, name: str, host: str) -> None:
+        self.gpus[host].release(name)
+        self.cpus[host].release(name)
+
+    def take(self, proc: Process, errors: list) -> dict:
+        """A new process's GPUs and CPUs (counts; a replica names none explicitly)."""
+        got: dict = {"gpus": (), "cpus": None}
+        for kind, pools in (("gpus", self.gpus), ("cpus", self.cpus)):
+            wanted = getattr(proc, kind)
+            at = proc.pos.get(kind, proc.pos["name"])
+            if isinstance(wanted, tuple) and wanted:
+                got[kind] = pools[proc.host].take_explicit(proc, wanted, at, errors)
+            elif isinstance(wanted, int) and wanted:
+                got[kind] = pools[proc.host].take_count(proc, wanted, at, errors)
+        return got
 
 
 def _ranges(numbers) -> str:
@@ -216,8 +259,8 @@ def place(topology: Topology, inventory: dict[str, HostInventory],
     if errors:
         raise TopologyError(errors)
     memberships, local = _memberships(topology)
-    processes = {name: _process_plan(topology, proc, resources[name], memberships[name],
-                                     local[name], python, found.hangs[name].seconds)
+    processes = {name: process_plan(topology, proc, resources[name], memberships[name],
+                                    local[name], python, found.hangs[name].seconds)
                  for name, proc in topology.processes.items()}
     return Plan(topology.name, topology.source, store_host, processes, worlds)
 
@@ -226,9 +269,14 @@ def store_addr(topology: Topology, world, store_host: str) -> str:
     """Where a world's store listens: on loopback when every member runs on the store's
     own host (no other machine needs it, so none can reach it), else on that host's
     address. Network namespaces are other hosts: they have loopbacks of their own."""
+    return store_addr_for(topology, [topology.processes[m].host for m in world.members
+                                     if m in topology.processes], store_host)
+
+
+def store_addr_for(topology: Topology, hosts: list[str], store_host: str) -> str:
+    """store_addr for a world whose members run on ``hosts``."""
     addr = topology.hosts[store_host].addr
-    if any(topology.processes[m].host != store_host for m in world.members
-           if m in topology.processes):
+    if any(host != store_host for host in hosts):
         return addr
     try:
         return addr if ipaddress.ip_address(addr).is_loopback else "127.0.0.1"
@@ -272,7 +320,8 @@ def _place_worlds(topology, store_host, choose_port, port_in_use, errors,
         worlds[world.name] = WorldPlan(
             world.name, world.members, world.backend, world.timeout, addr, port or 0,
             world.port is None, world.on_failure,
-            None if math.isinf(rejoins[world.name].seconds) else rejoins[world.name].seconds)
+            None if math.isinf(rejoins[world.name].seconds) else rejoins[world.name].seconds,
+            world.template)
     return worlds
 
 
@@ -298,8 +347,10 @@ def _memberships(topology) -> tuple[dict[str, dict[str, int]], dict[str, tuple[i
     return memberships, local
 
 
-def _process_plan(topology, proc: Process, got, memberships, local, python,
-                  hang_timeout: float) -> ProcessPlan:
+def process_plan(topology, proc: Process, got, memberships, local, python,
+                 hang_timeout: float) -> ProcessPlan:
+    """One process's plan: its resources ``got`` (Pools.take), its worlds (world ->
+    rank, primary first) and ``local`` (its local rank and local world size)."""
     host = topology.hosts[proc.host]
     cmd = proc.cmd
     if (python or host.python) and cmd[0] in ("python", "python3"):

@@ -23,11 +23,15 @@ import socket
 import threading
 from datetime import timedelta
 
+from mwrun import lookups
 from mwrun.errors import MwrunError
 from mwrun.worlds import gloo_abort
 from mwrun.worlds import nccl as discipline
 
 log = logging.getLogger("mwrun")
+# Before any store client of this process connects (world.py imports this module):
+# torch's store connections then never reverse-resolve a peer (see lookups.py).
+lookups.numeric_only()
 # The first torch whose ProcessGroupGloo.abort() fails a call blocked in it. None yet:
 # in 2.13 abort() and shutdown() return at once and leave a blocked recv or all_reduce
 # waiting for the timeout (tests/integration/test_arguments.py checks this on the
@@ -118,16 +122,26 @@ def store_listener(addr: str, port: int) -> int | None:
     return sock.detach()  # the store owns it now
 
 
+def gloo_device(cls, local_addr: str):
+    """A gloo device (with its sockets, see gloo_abort) bound to ``local_addr``; else to
+    the interface that holds it; only then the default device, which resolves this
+    node's host name (a DNS lookup where /etc/hosts does not have it)."""
+    with contextlib.suppress(RuntimeError):
+        return gloo_abort.device(lambda: cls.create_device(hostname=local_addr))
+    interface = lookups.interface_of(local_addr)
+    if interface is not None:
+        with contextlib.suppress(RuntimeError):
+            return gloo_abort.device(lambda: cls.create_device(interface=interface))
+    return gloo_abort.device(cls.create_default_device)
+
+
 def gloo(store, rank: int, size: int, timeout: float, local_addr: str, c10d=None) -> Backend:
     if c10d is None:
         import torch.distributed as c10d
     cls = c10d.ProcessGroupGloo
     options = cls._Options()
     options._timeout = timedelta(seconds=timeout)
-    try:
-        device, sockets = gloo_abort.device(lambda: cls.create_device(hostname=local_addr))
-    except RuntimeError:
-        device, sockets = gloo_abort.device(cls.create_default_device)
+    device, sockets = gloo_device(cls, local_addr)
     options._devices = [device]
     try:
         group = cls(store, rank, size, options)

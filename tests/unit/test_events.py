@@ -141,7 +141,7 @@ def test_the_tally_of_states_follows_every_move():
     host.t += 20.0
     sup.on_tick()
     sup.on_tick()
-    assert +sup.tally == Counter(r.state for r in sup.procs.values())
+    assert +sup.processes.tally == Counter(r.state for r in sup.procs.values())
 
 
 # -- the history from events, against the snapshot diff it replaces ------------------------

@@ -130,7 +130,7 @@ def test_a_second_break_before_the_re_form_closes_the_first_with_nulls():
 
 def test_a_hang_is_timed_from_its_kill_and_a_stop_closes_what_is_open():
     sup, host, faults, written = tracked()
-    sup._hang(sup.procs["worker-1"], "silent for 90s")
+    sup.processes.hang(sup.procs["worker-1"], "silent for 90s")
     t_kill = host.wall()
     host.t += 0.01
     sup.on_exit("worker-1", -9)
@@ -179,7 +179,7 @@ def test_a_stop_drill_is_timed_from_the_stop_not_the_hang_kill_it_led_to():
     sup.kill_world("world1", 1, signal.SIGSTOP)
     t_stop = host.wall()
     host.t += 90.0
-    sup._hang(sup.procs["worker-0"], "stopped for 90s")
+    sup.processes.hang(sup.procs["worker-0"], "stopped for 90s")
     host.t += 0.01
     sup.on_exit("worker-0", -9)
     fault = faults.last_fault("world1")

@@ -26,7 +26,7 @@ class Recorder:
 
     def __init__(self):
         self.calls = []
-        self.supervisor = self.faults = self
+        self.supervisor = self.faults = self.ops = self.elastic = self.downlink = self
         self.history = self
 
     def __getattr__(self, name):
@@ -117,8 +117,8 @@ def test_the_times_a_member_tells_reach_the_faults_on_the_heads_clock():
     control.serve(loop, json.dumps({"verb": "heartbeat", **GOOD["heartbeat"]}).encode())
     control.serve(loop, json.dumps({"verb": "world", **GOOD["world"]}).encode())
     names = [name for name, _ in loop.calls]
-    assert names == ["on_heartbeat", "host_time", "first_call", "host_time", "joined",
-                     "on_world_event"]
+    assert names == ["on_heartbeat", "host_time", "first_call", "first_call", "host_time",
+                     "joined", "on_world_event"]
     assert loop.calls[1] == ("host_time", ("leader", 1.8e9))
     assert loop.calls[2][1][:2] == ("world1", 1)
     bad = {**GOOD["heartbeat"], "first_calls": {"world1": [1, "soon"]}}

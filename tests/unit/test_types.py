@@ -13,7 +13,8 @@ import pytest
 ROOT = Path(__file__).parents[2]
 SEAMS = ["mwrun/launchspec.py", "mwrun/host/hands.py", "mwrun/host/agent.py",
          "mwrun/head/loop.py", "mwrun/head/agents.py", "mwrun/head/events.py",
-         "mwrun/head/supervisor.py"]
+         "mwrun/head/supervisor.py", "mwrun/head/router.py", "mwrun/head/reshaping.py",
+         "mwrun/head/control.py", "mwrun/membership/revision.py"]
 
 
 def test_mypy_holds_the_seams(tmp_path):
@@ -52,7 +53,7 @@ def test_mypy_sees_a_broken_seam(tmp_path):
     """The check is no formality: a host without ``start`` is refused."""
     pytest.importorskip("mypy", reason="mypy comes with the test extras")
     bad = tmp_path / "bad.py"
-    bad.write_text("from mwrun.head.loop import HostHands\n\n"
+    bad.write_text("from mwrun.head.router import HostHands\n\n"
                    "class NoStart:\n"
                    "    def prepare(self, spec) -> None: ...\n\n"
                    "hands: HostHands = NoStart()\n")

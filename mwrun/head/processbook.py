@@ -1,0 +1,165 @@
+"""The processes' part of the supervisor's decisions: each process's record and its own
+state machine (schema.ProcessState), driven by the supervisor; what the library tells
+of one process (hello, heartbeats, bye, a hung abort); and hang detection.
+
+It writes only process records (the worlds are worldbook's); it acts on processes
+through the supervisor's host and tells each change as an event. A process that
+leaves the job (a retired replica) is forgotten; one added later under the same name
+goes on counting incarnations where the last one stopped (fencing never meets the
+same number twice).
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from collections.abc import Callable
+from typing import Protocol
+
+from mwrun.errors import StartError
+from mwrun.head import events as ev
+from mwrun.head import hangs
+from mwrun.head.deadlines import Deadlines
+from mwrun.head.events import Event, Why
+from mwrun.head.records import ProcessRecord
+from mwrun.plan import nccl as nccl_rules
+from mwrun.plan.placement import ProcessPlan
+from mwrun.schema import ProcessState as P
+
+TICK = 0.5  # seconds between checks for hung processes and due restarts
+
+
+class Hands(Protocol):
+    """What the processes' part acts through (the supervisor's host)."""
+
+    def now(self) -> float: ...
+    def wall(self) -> float: ...
+    def spawn(self, name: str, generations: dict[str, int], restarts: int,
+              incarnation: int) -> int | None: ...
+    def signal(self, name: str, sig: int, why: Why) -> None: ...
+    def probe(self, name: str) -> str | None: ...
+
+
+class Processes:
+    def __init__(self, plans: dict[str, ProcessPlan], host: Hands,
+                 emit: Callable[[Event], None]):
+        self.host, self.emit = host, emit
+        self.records = {name: ProcessRecord(p) for name, p in plans.items()}
+        # Processes per state, kept by move: "is anything left?" costs the same at 10
+        # processes as at 1,000.
+        self.tally: Counter = Counter({P.STARTING: len(self.records)})
+        self.restarts_due = Deadlines()  # process -> when its restart is due
+        self.incarnations: dict[str, int] = {}  # name -> starts made, across its records
+        self.nccl_warned: set[str] = set()  # known-bad NCCL versions warned of once
+        self.clock = hangs.AwakeClock(host.now(), TICK)  # what heartbeats are judged on
+
+    def say(self, text: str) -> None:
+        self.emit(ev.Said(text))
+
+    def move(self, rec: ProcessRecord, state: P) -> None:
+        """Every change of a process's state goes here: the tally follows it."""
+        self.tally[rec.state] -= 1
+        self.tally[state] += 1
+        rec.state = state
+
+    def add(self, plan: ProcessPlan) -> ProcessRecord:
+        """A process that joins the job: to be started (RESTARTING is expected and not
+        alive: its worlds admit its next start, not a start it never made)."""
+        rec = ProcessRecord(plan, state=P.RESTARTING,
+                            incarnation=self.incarnations.get(plan.name, 0))
+        self.records[plan.name] = rec
+        self.tally[P.RESTARTING] += 1
+        return rec
+
+    def forget(self, name: str) -> None:
+        rec = self.records.pop(name)
+        self.tally[rec.state] -= 1
+        self.restarts_due.clear(name)
+
+    def spawn(self, rec: ProcessRecord, generations: dict[str, int]) -> str | None:
+        """Start ``rec`` (again); why it could not, or None."""
+        name = rec.plan.name
+        try:
+            pid = self.host.spawn(name, generations, rec.restarts, rec.incarnation + 1)
+        except StartError as exc:
+            self.move(rec, P.STARTING)
+            return str(exc)
+        now = self.host.now()
+        self.move(rec, P.STARTING)  # RESTARTING -> STARTING, or a first start
+        rec.pid, rec.exit_code, rec.incarnation = pid, None, rec.incarnation + 1
+        self.incarnations[name] = rec.incarnation
+        rec.started, rec.started_at = now, self.host.wall()
+        rec.generations, rec.ready, rec.left = generations, set(), set()
+        rec.said_hello, rec.beat_every, rec.stopped_since, rec.hung = False, None, None, None
+        rec.restart_at = rec.suspect_since = rec.joined_at = rec.beat_gap = rec.stop_sent_at = None
+        rec.drilled = False
+        self.restarts_due.clear(name)
+        self.emit(ev.Spawned(name, pid, rec.restarts) if pid is not None else
+                  ev.ProcessChanged(name, P.STARTING, rec.why))  # its pid comes later
+        return None
+
+    def signal(self, name: str, sig: int, why: Why) -> None:
+        self.host.signal(name, sig, why)
+        self.records[name].drilled |= why is Why.DRILL
+        if sig in hangs.STOPS:  # /proc is read at the next tick, not beats later
+            self.records[name].stop_sent_at = self.awake()
+        self.emit(ev.Signalled(name, signal.Signals(sig), why))
+
+    # -- what the library tells of one process -----------------------------------------
+
+    def live(self, name: str, pid: int) -> ProcessRecord | None:
+        """The record of process ``name`` if ``pid`` is its current start (a message from
+        an earlier incarnation, or a forgotten process, is none)."""
+        rec = self.records.get(name)
+        return rec if rec is not None and rec.pid == pid else None
+
+    def hello(self, rec: ProcessRecord, interval: float, nccl: str | None) -> None:
+        rec.said_hello, rec.beat_every, rec.last_beat = True, interval, self.awake()
+        rec.nccl, warning = nccl, nccl_rules.warning(rec.plan.name, nccl, self.nccl_warned)
+        if warning is not None:  # once per known-bad version, at its first hello
+            self.nccl_warned.add(str(nccl))
+            self.say(warning)
+
+    def heartbeat(self, rec: ProcessRecord, next_in: object) -> None:
+        """A beat, and the most seconds to its next one, as it says (hangs.beat_gap)."""
+        rec.last_beat, rec.beat_gap = self.awake(), hangs.beat_gap(next_in, rec.beat_every)
+        self.responsive(rec, None)
+
+    # -- hangs ------------------------------------------------------------------------
+
+    def awake(self) -> float:
+        """The awake clock (see hangs.py); says so when the supervisor finds it stalled."""
+        awake, stalled = self.clock.read(self.host.now())
+        if stalled:
+            self.say(f"the supervisor itself was not running for {stalled:.1f}s"
+                     " (stopped, starved or busy); that silence counts against no"
+                     " process")
+        return awake
+
+    def check_hung(self, rec: ProcessRecord, now: float) -> None:
+        """``now`` is awake time: the supervisor's own stalls never count as silence."""
+        late, hung = hangs.judge(rec, now, lambda: self.host.probe(rec.plan.name) == "stopped")
+        self.responsive(rec, late)
+        if hung is not None:
+            self.hang(rec, hung)
+
+    def responsive(self, rec: ProcessRecord, late: str | None) -> None:
+        """Show at once that a running process stopped answering (``late``: hangs.LATE
+        or hangs.STOPPED), long before it is declared hung; and that it answers again."""
+        if late is not None and rec.state is P.RUNNING:
+            self.move(rec, P.UNRESPONSIVE)  # RUNNING -> UNRESPONSIVE
+            rec.why = f"{rec.plan.name} is unresponsive ({late})"
+        elif late is None and rec.state is P.UNRESPONSIVE:
+            self.move(rec, P.RUNNING)  # UNRESPONSIVE -> RUNNING
+            rec.why = f"{rec.plan.name} responds again"
+        else:
+            return
+        self.emit(ev.ProcessChanged(rec.plan.name, rec.state, rec.why))
+        self.say(rec.why)
+
+    def hang(self, rec: ProcessRecord, why: str) -> None:
+        self.move(rec, P.HUNG)  # STARTING|RUNNING|UNRESPONSIVE -> HUNG
+        rec.hung, rec.why = why, f"{rec.plan.name} hung: {why}; killing it"
+        self.emit(ev.Hung(rec.plan.name, why))
+        self.say(rec.why)
+        self.signal(rec.plan.name, signal.SIGKILL, Why.HANG)

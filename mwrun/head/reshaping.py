@@ -1,0 +1,190 @@
+"""A membership that changes while the job runs: the supervisor's part of elastic jobs.
+
+A revision (membership/revision.py) is applied in one turn of the loop, in this order:
+the processes that stay take their new plans (their new worlds; a world they are in
+that drains stays theirs until it is gone), the new processes get records, each world
+it touches acts (``form``: its store is made and its members are told ``add``;
+``resize``: it re-forms at once at the next generation; ``drain``/``remove``: a healthy
+world drains, calls still working, until a member releases it or its drain_timeout
+passes, then re-forms without the retired members or closes for good), the new
+processes start (every world they join is at its final generation already, so their
+environment is right from the first instruction), and the retired ones turn DRAINING.
+
+A retired process whose worlds are all gone gets SIGTERM, and SIGKILL after the grace;
+its exit is no failure and starts no restart, and then it is forgotten. Removal is a
+drain, never a fault: no break, nothing in the fault records.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Protocol
+
+from mwrun.head import events as ev
+from mwrun.head.deadlines import Deadlines
+from mwrun.head.events import Why
+from mwrun.head.processbook import Processes
+from mwrun.head.records import ProcessRecord, WorldRecord
+from mwrun.head.worldbook import Worlds
+from mwrun.membership.revision import Action, Revision
+from mwrun.plan.environment import world_spec
+from mwrun.plan.placement import WorldPlan
+from mwrun.schema import ProcessState as P
+from mwrun.schema import WorldState as W
+
+DRAINS = (Action.DRAIN, Action.REMOVE)
+
+
+class Down(Protocol):
+    """How the head tells a process's library of a change to its worlds."""
+
+    def tell(self, process: str, message: dict) -> None: ...
+
+
+class Reshaping:
+    def __init__(self, processes: Processes, book: Worlds, down: Down, grace: float,
+                 spawn: Callable[[ProcessRecord], None]):
+        self.processes, self.book, self.down, self.grace = processes, book, down, grace
+        self.spawn = spawn
+        self.drains = Deadlines()  # draining world -> when its drain ends at the latest
+        self.kills = Deadlines()  # retired process sent SIGTERM -> when SIGKILL is due
+
+    def apply(self, rev: Revision, now: float) -> list[ProcessRecord]:
+        """Apply ``rev`` (see the module's docstring); the processes it touched."""
+        procs, plan = self.processes.records, rev.plan
+        for name in rev.changed:
+            rec, proc = procs.get(name), plan.processes[name]
+            if rec is not None:
+                # A world it is in that drains stays its own until it is gone.
+                draining = {w: r for w, r in rec.plan.worlds.items()
+                            if w not in proc.worlds and rev.worlds.get(w) in DRAINS}
+                rec.plan = replace(proc, worlds={**proc.worlds, **draining})
+        for name in rev.started:
+            self.processes.add(plan.processes[name])
+            self.processes.emit(ev.Added(name, rev.op))
+        for name, action in rev.worlds.items():
+            world = self.book.records.get(name)
+            if action is Action.FORM:
+                self._form(plan.worlds[name], set(rev.started))
+            elif world is not None and action is Action.RESIZE:
+                self.resize(world, plan.worlds[name])
+            elif world is not None:
+                self._drain(world, plan.worlds.get(name), rev.drains[name], now)
+        for name in rev.started:
+            self.spawn(procs[name])
+        for name in rev.retired:
+            self._retire(procs[name], rev.op, now)
+        return [procs[n] for n in (*rev.changed, *rev.started, *rev.retired) if n in procs]
+
+    # -- worlds -----------------------------------------------------------------------
+
+    def _form(self, plan: WorldPlan, starting: set[str]) -> None:
+        """A new world: its store, and its members that run already told to join it."""
+        self.book.add(plan)
+        for rank, member in enumerate(plan.members):
+            if member not in starting:
+                self.down.tell(member, {"verb": "add", "world": plan.name,
+                                        "spec": world_spec(plan, rank, 0)})
+
+    def resize(self, world: WorldRecord, plan: WorldPlan) -> None:
+        """Re-form at once with ``plan``'s members (a member joins; a drain that such a
+        resize meets ends with it)."""
+        before = world.plan.members
+        self.drains.clear(world.plan.name)
+        self.book.resize(world, plan)
+        self._left(world.plan.name, [m for m in before if m not in plan.members])
+
+    def _drain(self, world: WorldRecord, target: WorldPlan | None, seconds: float,
+               now: float) -> None:
+        if not self.book.drain(world, target, now + seconds, seconds):
+            self.finish(world, "it was not healthy, so nothing was left to drain")
+            return
+        self.drains.set(world.plan.name, world.drain_until or now)
+        self.processes.say(f"{world.plan.name} drains: its calls work until a member"
+                           f" releases it, {seconds:g}s at most")
+        for member in world.plan.members:
+            self.down.tell(member, {"verb": "drain", "world": world.plan.name,
+                                    "generation": world.generation, "deadline": seconds})
+
+    def finish(self, world: WorldRecord, why: str) -> None:
+        """A drain is over (released, its deadline, a member ended)."""
+        before = world.plan.members
+        self.drains.clear(world.plan.name)
+        target = world.target
+        leaving = [m for m in before if target is None or m not in target.members]
+        self.book.finish(world, f"drained: {why}")
+        self.processes.say(f"{world.plan.name} closed: {why}" if target is None else
+                           f"{world.plan.name} re-forms without {', '.join(leaving)}: {why}")
+        self._left(world.plan.name, leaving)
+
+    def _left(self, world: str, members: list[str]) -> None:
+        """These members are no longer in ``world``; a retired one with no world left
+        is stopped."""
+        for name in members:
+            rec = self.processes.records.get(name)
+            if rec is None or world not in rec.plan.worlds:
+                continue
+            rec.plan = replace(rec.plan, worlds={w: r for w, r in rec.plan.worlds.items()
+                                                 if w != world})
+            if rec.retired and not rec.plan.worlds:
+                self._stop(rec)
+
+    # -- retired processes ----------------------------------------------------------------
+
+    def _retire(self, rec: ProcessRecord, op: str, now: float) -> None:
+        rec.retired = op
+        self.processes.emit(ev.Retired(rec.plan.name, op))
+        if not rec.state.alive:  # restarting, failed, or never started: nothing to drain
+            self.gone(rec)
+            return
+        if rec.state is not P.HUNG:
+            self.processes.move(rec, P.DRAINING)  # STARTING|RUNNING|UNRESPONSIVE -> DRAINING
+        rec.why = f"{rec.plan.name} is retired ({op}): its worlds drain, then it stops"
+        self.processes.emit(ev.ProcessChanged(rec.plan.name, rec.state, rec.why))
+        for name in list(rec.plan.worlds):
+            world = self.book.records.get(name)
+            if world is None or world.state is W.CLOSED:
+                self._left(name, [rec.plan.name])
+        if not rec.plan.worlds:
+            self._stop(rec)
+
+    def _stop(self, rec: ProcessRecord) -> None:
+        if rec.state.alive and rec.plan.name not in self.kills:
+            name = rec.plan.name
+            self.processes.signal(name, signal.SIGTERM, Why.RETIRE)
+            self.processes.signal(name, signal.SIGCONT, Why.RETIRE)  # a stopped one must wake
+            self.kills.set(name, self.processes.host.now() + self.grace)
+
+    def gone(self, rec: ProcessRecord) -> None:
+        """A retired process ended: it leaves the job (its worlds that still wait for it
+        end now)."""
+        name = rec.plan.name
+        self.kills.clear(name)
+        for world_name in list(rec.plan.worlds):
+            world = self.book.records.get(world_name)
+            if world is not None and world.state is W.DRAINING:
+                self.finish(world, f"{name} ended")
+        self.processes.forget(name)
+        self.processes.emit(ev.Gone(name))
+
+    def tick(self, now: float, stopping: bool) -> list[ProcessRecord]:
+        """Drains whose deadline passed end; retired processes past their grace get
+        SIGKILL. What it touched."""
+        touched = []
+        for name in self.drains.due(now):
+            world = self.book.records.get(name)
+            if world is not None and world.state is W.DRAINING:
+                touched += [self.processes.records[m] for m in world.plan.members
+                            if m in self.processes.records]
+                self.finish(world, "its drain_timeout passed")
+        for name in self.kills.due(now):
+            rec = self.processes.records.get(name)
+            if rec is not None and rec.state.alive and not stopping:
+                self.processes.signal(name, signal.SIGKILL, Why.RETIRE)
+        return touched
+
+    def earliest(self) -> float | None:
+        times = [t for t in (self.drains.earliest(), self.kills.earliest()) if t is not None]
+        return min(times, default=None)

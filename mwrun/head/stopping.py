@@ -1,0 +1,72 @@
+"""Stopping the whole job: SIGTERM (and SIGCONT: a stopped process must wake to die)
+to every live process, SIGKILL once the grace is over, and giving up on a process that
+outlives even that (stuck in the kernel) after KILL_WAIT. A second stop kills at once."""
+
+from __future__ import annotations
+
+import signal
+
+from mwrun.head import events as ev
+from mwrun.head.events import Why
+from mwrun.head.processbook import Processes
+from mwrun.head.records import ProcessRecord
+from mwrun.schema import ProcessState as P
+
+KILL_WAIT = 5.0  # after SIGKILL, how long to wait for processes stuck in the kernel
+
+
+class Stopping:
+    def __init__(self, processes: Processes, grace: float):
+        self.processes, self.grace = processes, grace
+        self.asked = False
+        self.kill_at: float | None = None
+        self.give_up_at: float | None = None
+
+    def ask(self, reason: str, now: float) -> list[ProcessRecord]:
+        """Begin the stop (or, asked again, kill at once); what it moved."""
+        procs = self.processes
+        if self.asked:
+            procs.say("stopping now: SIGKILL to every process")
+            self.kill_at = now
+            return self.escalate(now)
+        self.asked = True
+        procs.emit(ev.Stopping(reason))
+        procs.say(f"{reason}: stopping every process (SIGTERM, then SIGKILL after"
+                  f" {self.grace:g}s)")
+        self.kill_at = now + self.grace
+        for rec in list(procs.records.values()):
+            if rec.state.alive:
+                procs.signal(rec.plan.name, signal.SIGTERM, Why.STOP)
+                procs.signal(rec.plan.name, signal.SIGCONT, Why.STOP)  # a stopped one must wake
+            elif rec.state is P.RESTARTING:
+                procs.move(rec, P.STOPPED)
+                rec.why = "its restart was cancelled by the stop"
+                procs.restarts_due.clear(rec.plan.name)
+                procs.emit(ev.ProcessChanged(rec.plan.name, P.STOPPED, rec.why))
+        return list(procs.records.values())
+
+    def escalate(self, now: float) -> list[ProcessRecord]:
+        """SIGKILL once the grace is over, give up once KILL_WAIT is: what it moved."""
+        procs, given_up = self.processes, []
+        if self.kill_at is not None and now >= self.kill_at:
+            self.kill_at = None
+            self.give_up_at = now + KILL_WAIT
+            for rec in list(procs.records.values()):
+                if rec.state.alive:
+                    procs.signal(rec.plan.name, signal.SIGKILL, Why.STOP)
+        elif self.give_up_at is not None and now >= self.give_up_at:
+            # Processes stuck in the kernel (D state) ignore even SIGKILL; leave them
+            # rather than hang the supervisor forever, and say so.
+            for rec in list(procs.records.values()):
+                if rec.state.alive:
+                    procs.say(f"{rec.plan.name} (pid {rec.pid}) did not die; giving up")
+                    # live -> FAILED: a process left running is a failed job
+                    procs.move(rec, P.FAILED)
+                    rec.why = "did not die after SIGKILL"
+                    procs.emit(ev.Abandoned(rec.plan.name, rec.pid, rec.why))
+                    given_up.append(rec)
+            self.give_up_at = None
+        return given_up
+
+    def deadlines(self) -> tuple[float | None, float | None]:
+        return self.kill_at, self.give_up_at
