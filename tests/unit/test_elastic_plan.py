@@ -133,7 +133,7 @@ def test_scaling_up_makes_new_replicas_their_worlds_and_resizes_the_bare_ones():
                                           "worker-3")
     assert plan.worlds["all"].port == m.plan.worlds["all"].port  # its store stays
     assert plan.processes["worker-2"].worlds == {"pair-2": 1, "all": 3}
-    assert list(plan.processes["frontend"].worlds)[0] == "pair-0"  # its primary stays
+    assert next(iter(plan.processes["frontend"].worlds)) == "pair-0"  # its primary stays
     assert plan.processes["worker-2"].cpus == (2,)  # what was free
     assert rev.changed == ("frontend",)  # the others keep their worlds and ranks
     assert m.plan.worlds.keys() == {"pair-0", "pair-1", "all"}  # nothing applied yet

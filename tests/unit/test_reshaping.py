@@ -183,7 +183,7 @@ def test_a_replica_waiting_for_its_restart_is_retired_at_once():
 
 
 def test_growing_a_world_while_another_member_drains_ends_that_drain():
-    sup, host, m, ops = make()
+    sup, _, m, ops = make()
     join(sup)
     revise(sup, m, ops, drain=["worker-1"])
     revise(sup, m, ops, "worker=+1")  # worker-2: all must re-form now, without worker-1
@@ -193,7 +193,7 @@ def test_growing_a_world_while_another_member_drains_ends_that_drain():
 
 
 def test_a_stop_during_a_drain_ends_the_run_cleanly():
-    sup, host, m, ops = make()
+    sup, _, m, ops = make()
     join(sup)
     revise(sup, m, ops, drain=["worker-1"])
     sup.request_stop("Ctrl-C")
