@@ -10,8 +10,10 @@ passes, then re-forms without the retired members or closes for good), the new
 processes start (every world they join is at its final generation already, so their
 environment is right from the first instruction), and the retired ones turn DRAINING.
 
-A retired process whose worlds are all gone gets SIGTERM, and SIGKILL after the grace;
-its exit is no failure and starts no restart, and then it is forgotten. Removal is a
+A retired process whose worlds are all gone has LEAVE_WAIT to end by itself (its calls
+raise WorldClosedError: a worker written for it just returns), then gets SIGTERM, and
+SIGKILL after the grace; its exit is no failure and starts no restart, and then it is
+forgotten. Removal is a
 drain, never a fault: no break, nothing in the fault records.
 """
 
@@ -35,6 +37,7 @@ from mwrun.schema import ProcessState as P
 from mwrun.schema import WorldState as W
 
 DRAINS = (Action.DRAIN, Action.REMOVE)
+LEAVE_WAIT = 2.0  # seconds a retired process whose worlds are gone may take to end itself
 
 
 class Down(Protocol):
@@ -49,6 +52,7 @@ class Reshaping:
         self.processes, self.book, self.down, self.grace = processes, book, down, grace
         self.spawn = spawn
         self.drains = Deadlines()  # draining world -> when its drain ends at the latest
+        self.leaves = Deadlines()  # retired process with no world -> when SIGTERM is due
         self.kills = Deadlines()  # retired process sent SIGTERM -> when SIGKILL is due
 
     def apply(self, rev: Revision, now: float) -> list[ProcessRecord]:
@@ -151,17 +155,22 @@ class Reshaping:
             self._stop(rec)
 
     def _stop(self, rec: ProcessRecord) -> None:
-        if rec.state.alive and rec.plan.name not in self.kills:
-            name = rec.plan.name
-            self.processes.signal(name, signal.SIGTERM, Why.RETIRE)
-            self.processes.signal(name, signal.SIGCONT, Why.RETIRE)  # a stopped one must wake
-            self.kills.set(name, self.processes.host.now() + self.grace)
+        """Its worlds are gone: it may end by itself for LEAVE_WAIT, then SIGTERM."""
+        name = rec.plan.name
+        if rec.state.alive and name not in self.kills and name not in self.leaves:
+            self.leaves.set(name, self.processes.host.now() + LEAVE_WAIT)
+
+    def _terminate(self, name: str, now: float) -> None:
+        self.processes.signal(name, signal.SIGTERM, Why.RETIRE)
+        self.processes.signal(name, signal.SIGCONT, Why.RETIRE)  # a stopped one must wake
+        self.kills.set(name, now + self.grace)
 
     def gone(self, rec: ProcessRecord) -> None:
         """A retired process ended: it leaves the job (its worlds that still wait for it
         end now)."""
         name = rec.plan.name
         self.kills.clear(name)
+        self.leaves.clear(name)
         for world_name in list(rec.plan.worlds):
             world = self.book.records.get(world_name)
             if world is not None and world.state is W.DRAINING:
@@ -179,6 +188,10 @@ class Reshaping:
                 touched += [self.processes.records[m] for m in world.plan.members
                             if m in self.processes.records]
                 self.finish(world, "its drain_timeout passed")
+        for name in self.leaves.due(now):
+            rec = self.processes.records.get(name)
+            if rec is not None and rec.state.alive and not stopping:
+                self._terminate(name, now)
         for name in self.kills.due(now):
             rec = self.processes.records.get(name)
             if rec is not None and rec.state.alive and not stopping:
@@ -186,5 +199,6 @@ class Reshaping:
         return touched
 
     def earliest(self) -> float | None:
-        times = [t for t in (self.drains.earliest(), self.kills.earliest()) if t is not None]
+        times = [t for t in (self.drains.earliest(), self.leaves.earliest(),
+                             self.kills.earliest()) if t is not None]
         return min(times, default=None)

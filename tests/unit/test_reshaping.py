@@ -6,6 +6,7 @@ import signal
 
 from mwrun.head import events as ev
 from mwrun.head.events import Why
+from mwrun.head.reshaping import LEAVE_WAIT
 from mwrun.head.scaleops import Ops
 from mwrun.head.supervisor import TICK, Supervisor
 from mwrun.membership.requests import parse_change
@@ -136,6 +137,9 @@ def test_a_retired_replica_drains_its_worlds_then_is_stopped_and_forgotten():
     sup.on_tick()
     assert sup.worlds["all"].plan.members == ("frontend", "worker-0")
     assert sup.worlds["all"].generation == 1
+    assert not [w for w in host.whys if w[0] == "worker-1"]  # it may end by itself first
+    host.t += LEAVE_WAIT
+    sup.on_tick()
     assert ("worker-1", signal.SIGTERM, Why.RETIRE) in host.whys
     sup.on_exit("worker-1", -signal.SIGTERM)
     assert "worker-1" not in sup.procs
@@ -152,7 +156,10 @@ def test_a_retired_replica_that_outlives_its_grace_is_killed():
     join(sup)
     revise(sup, m, ops, drain=["worker-1"])
     host.t += 5.0 + TICK
-    sup.on_tick()  # drains over: SIGTERM
+    sup.on_tick()  # drains over
+    host.t += LEAVE_WAIT
+    sup.on_tick()  # it did not end by itself: SIGTERM
+    assert ("worker-1", signal.SIGKILL, Why.RETIRE) not in host.whys
     host.t += 3.0 + TICK
     sup.on_tick()
     assert ("worker-1", signal.SIGKILL, Why.RETIRE) in host.whys
