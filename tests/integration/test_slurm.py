@@ -106,3 +106,56 @@ def test_a_lost_agent_is_started_again_by_a_new_srun_and_its_process_restarts(
         cli(home, "stop", check=True)
         assert job.wait(timeout=60) == 0, job.output()
         wait_for(lambda: not job_processes(n2), timeout=10, what="a clean node two")
+
+
+@pytest.mark.slow
+def test_a_replica_added_and_drained_on_a_slurm_node(procs, tmp_path):
+    """``mwrun scale`` under Slurm: the new replica starts on its node through that
+    node's agent (srun's), its world forms with the frontend on the first node; a drain
+    leaves nothing of it on node two."""
+    serving = BIN.parents[1] / "examples" / "serving"
+    topology = tmp_path / "serve.yaml"
+    topology.write_text(f"""\
+version: 1
+name: slurmserve
+timeout: 20
+launcher: slurm
+hosts:
+  first: {{}}
+  second: {{}}
+processes:
+  frontend: {{cmd: [{sys.executable}, {serving / 'frontend.py'}], host: first}}
+  worker:
+    cmd: [{sys.executable}, {serving / 'worker.py'}]
+    host: second
+    replicas: 1
+    scale: {{min: 1, max: 2}}
+    drain_timeout: 5
+worlds:
+  pair:
+    per: worker
+    members: [frontend, worker]
+""")
+    home = tmp_path / "home"
+    with slurmbed.cluster(tmp_path) as (env, n2, _nodes):
+        job = procs.start(["salloc", "-N2", sys.executable, "-m", "mwrun", "launch",
+                           str(topology)], env={**env, "MWRUN_HOME": str(home),
+                                                "NO_COLOR": "1"})
+        job.expect(lambda line: "every world formed" in str(line), 120)
+        done = cli(home, "scale", "worker=2")
+        assert done.returncode == 0, done.stderr
+        doc = wait_status(home, lambda d: all(w["state"] == "healthy" for w in d["worlds"])
+                          and len(d["worlds"]) == 2, "pair-1 formed")
+        assert proc_state(doc, "worker-1")["host"] == "second"
+        job.expect(lambda line: str(line).startswith("frontend | pair-1 added"), 60)
+        pid = proc_state(doc, "worker-1")["pid"]
+        assert psutil.pid_exists(pid)  # node two is a namespace of this machine
+        done = cli(home, "drain", "worker-1")
+        assert done.returncode == 0, done.stderr
+        assert "worker-1     remove  draining" in done.stdout, done.stdout
+        wait_for(lambda: not psutil.pid_exists(pid), timeout=30, what="worker-1 gone")
+        assert [p["name"] for p in status(home)["processes"]] == ["frontend", "worker-0"]
+        assert not [line for line in job.lines if line.startswith("frontend | request")]
+        cli(home, "stop", check=True)
+        assert job.wait(timeout=60) == 0, job.output()
+        wait_for(lambda: not job_processes(n2), timeout=10, what="a clean node two")
