@@ -16,6 +16,7 @@ writes is named in ``mwrun.schema``; reading it back, and the control socket's
 client, is ``mwrun.runs``, so the command line reads a run without importing this.
 
 May import: ``mwrun.errors``, ``mwrun.protocol``, ``mwrun.terminal``, ``mwrun.machine``,
-``mwrun.schema``, ``mwrun.runs``, ``mwrun.launchspec``, ``plan``, ``membership``, ``host``. Never
+``mwrun.schema``, ``mwrun.runs``, ``mwrun.launchspec``, ``mwrun.lookups``, ``plan``,
+``membership``, ``host``. Never
 ``worlds`` or ``cli``. Only ``stores`` imports torch, and only once a launch is under way.
 """

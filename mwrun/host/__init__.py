@@ -7,6 +7,7 @@ kills every process group if the supervisor is SIGKILLed; ``zygote``, ``child``,
 own machine; ``agent`` (``mwrun agent``) uses the same on a remote host, and speaks
 ``frames`` with the head.
 
-May import: ``mwrun.errors``, ``mwrun.machine``, ``mwrun.launchspec``, psutil. Never
+May import: ``mwrun.errors``, ``mwrun.machine``, ``mwrun.launchspec``, ``mwrun.lookups``
+(the zygote, once torch is imported), psutil. Never
 ``worlds``, ``plan``, ``head``, ``cli``, or torch; nothing here decides anything.
 """

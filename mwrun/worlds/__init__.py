@@ -13,6 +13,6 @@ for the main thread;
 teardown; ``supervisor_link`` sends heartbeats and world events to the supervisor, when
 there is one.
 
-May import: ``mwrun.errors``, ``mwrun.protocol``, torch. Never ``plan``, ``host``,
-``head`` or ``cli``: a user's process carries none of the launcher.
+May import: ``mwrun.errors``, ``mwrun.protocol``, ``mwrun.lookups``, torch. Never ``plan``,
+``host``, ``head`` or ``cli``: a user's process carries none of the launcher.
 """

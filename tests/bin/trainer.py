@@ -11,7 +11,7 @@ import mwrun
 
 
 def say(**fields) -> None:
-    print(json.dumps(fields), flush=True)
+    print(json.dumps({**fields, "t": time.time()}), flush=True)
 
 
 job = mwrun.init()
