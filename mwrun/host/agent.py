@@ -1,12 +1,12 @@
 """``mwrun agent``: the head's hands on a remote host.
 
 Started by the head (over ssh, or by one ``srun`` under Slurm), never by users. It
-decides nothing: it spawns, pins, watches and signals this host's processes exactly as
-the head does locally (``host.process``), streams their output lines and exits back
+decides nothing: it spawns, pins, watches and signals this host's processes with the
+same hands as the head's (``host.hands``), streams their output lines and exits back
 over the link (``host.frames``), and relays what the library inside each process tells
-the supervisor (heartbeats, world events) from a Unix socket on this host. Processes
-with a preload are forked from this host's own zygotes (``host.warmstarts``), as the
-head forks its own.
+the supervisor (heartbeats, world events), and what the head tells it back, through a
+Unix socket on this host (``host.relay``). Processes with a preload are forked from
+this host's own zygotes, as the head forks its own.
 
 When the head goes away (the link closes, or is silent for ``frames.SILENCE``) the
 agent SIGKILLs every process group it started and exits; a watchdog does the same if
@@ -17,7 +17,6 @@ than about two seconds.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import selectors
 import signal
@@ -27,30 +26,21 @@ import time
 
 from mwrun import __version__, machine
 from mwrun.errors import StartError
-from mwrun.host import frames, sockets
+from mwrun.host import frames
 from mwrun.host.hands import Hands
+from mwrun.host.relay import Relay
 from mwrun.launchspec import LaunchSpec, SpecError
 
-READ_SLICE = 65536  # bytes read from one library connection per turn
+READ_SLICE = 65536  # bytes read from the head's link per turn
 SHUTDOWN_WAIT = 2.0  # for the last exits and output once everything was SIGKILLed
 OUTBOX_CAP = 4 * 2**20  # queued for the head past this: stop reading children's output
-RELAYED = ("hello", "heartbeat", "world", "bye", "scale")  # the library's verbs
-MAX_DOWN = 2**20  # bytes waiting to go down to one library before it is dropped
-# Heartbeats are held up to a quarter of their process's interval (at most a link beat)
-# and go to the head together: one frame a second rather than one per process beat,
-# while a quarter interval late is far inside the head's lateness bound (two intervals).
-HOLD_SHARE = 0.25
-
-
-class Library:
-    """A library's connection to this agent: what it sent, read up to a line, and what
-    the head told it that its socket has not taken yet."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock, self.buffer, self.unsent = sock, b"", b""
 
 
 class Agent:
+    """The agent's link to the head and its loop: the head's requests to this host's
+    hands, what the hands tell back to the head, beats and silence either way; the
+    libraries' messages go through its ``Relay``."""
+
     def __init__(self, link_in: int, link_out: int, control_path: str, *,
                  silence: float = frames.SILENCE, clock=time.monotonic, wall=time.time):
         self.link_in = link_in
@@ -64,12 +54,9 @@ class Agent:
         self.selector = selectors.DefaultSelector()
         self.heard: float | None = None  # silence counts from the head's first frame
         self.beat_due = 0.0
-        self.intervals: dict[str, float] = {}  # process -> its heartbeat interval (hello)
-        self.held: list[dict] = []  # heartbeats not yet sent
-        self.library: dict[str, Library] = {}  # process -> its library's connection here
-        self.held_until: float | None = None
         self.done = False
         self.zygote_log = os.path.splitext(control_path)[0] + "-zygote.log"
+        self.relay = Relay(control_path, self.selector, self, clock)
         self.hands = Hands(self.selector, self, self.zygote_log, lambda: self.done, clock)
 
     # -- the link ---------------------------------------------------------------------
@@ -77,29 +64,6 @@ class Agent:
     def send(self, kind: str, **fields) -> None:
         self.outbox.put({"kind": kind, **fields})
         self.beat_due = self.clock() + frames.BEAT  # any frame tells the head we live
-
-    def _relay_one(self, request: dict, conn: Library | None = None) -> None:
-        if request.get("verb") == "hello":
-            with contextlib.suppress(TypeError, ValueError):
-                self.intervals[str(request.get("process"))] = float(request["interval"])
-            if conn is not None:  # the way down to it (on_tell)
-                self.library[str(request.get("process"))] = conn
-        if request.get("verb") != "heartbeat":
-            self._send_held()  # in the order the library said them
-            self.send("control", request=request)
-            return
-        self.held.append(request)
-        pace = self.intervals.get(str(request.get("process")), 0.0)
-        with contextlib.suppress(TypeError, ValueError):  # its next beat may come sooner
-            pace = min(pace, float(request.get("next", pace)))
-        hold = min(frames.BEAT, HOLD_SHARE * pace)
-        until = self.clock() + hold
-        self.held_until = until if self.held_until is None else min(self.held_until, until)
-
-    def _send_held(self) -> None:
-        if self.held:
-            self.send("control", requests=self.held)
-        self.held, self.held_until = [], None
 
     def hello(self, host: str) -> None:
         self.send("hello", protocol=frames.PROTOCOL, version=__version__, host=host,
@@ -167,23 +131,8 @@ class Agent:
 
     def on_tell(self, msg: dict) -> None:
         """A line from the head down to a process's library (head/downlink.py)."""
-        conn = self.library.get(str(msg.get("name")))
-        if conn is not None and isinstance(msg.get("message"), dict):
-            conn.unsent += json.dumps(msg["message"]).encode() + b"\n"
-            self._flush(conn)
-
-    def _flush(self, conn: Library) -> None:
-        while conn.unsent:
-            try:
-                sent = conn.sock.send(conn.unsent)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
-                conn.unsent = b""
-                break
-            conn.unsent = conn.unsent[sent:]
-        if len(conn.unsent) > MAX_DOWN:  # it does not read: it is no longer told
-            conn.unsent = b""
+        if isinstance(msg.get("message"), dict):
+            self.relay.tell(str(msg.get("name")), msg["message"])
 
     def on_clock(self, msg: dict) -> None:
         """At once: the head measures our clock's offset from its own (head/clocks.py)."""
@@ -206,57 +155,24 @@ class Agent:
     def say(self, text: str) -> None:
         self.send("say", text=text)
 
-    # -- the library's messages on this host --------------------------------------------
-
-    def _accept(self, listener: socket.socket) -> None:
-        with contextlib.suppress(BlockingIOError):
-            sock, _ = listener.accept()
-            sock.setblocking(False)
-            self.selector.register(sock, selectors.EVENT_READ, (self._relay, Library(sock)))
-
-    def _relay(self, conn: Library) -> None:
-        sock = conn.sock
-        try:
-            data = sock.recv(READ_SLICE)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data or len(conn.buffer) > 2**20:
-            self.selector.unregister(sock)
-            sock.close()
-            for name in [n for n, c in self.library.items() if c is conn]:
-                del self.library[name]
-            return
-        *lines, conn.buffer = (conn.buffer + data).split(b"\n")
-        for line in lines:
-            with contextlib.suppress(ValueError):
-                request = json.loads(line)
-                if isinstance(request, dict) and request.get("verb") in RELAYED:
-                    self._relay_one(request, conn)
-
     # -- the loop -----------------------------------------------------------------------
 
     def run(self) -> int:
         os.set_blocking(self.link_in, False)
         os.set_blocking(self.link_out, False)
         self.selector.register(self.link_in, selectors.EVENT_READ, (self._from_head, None))
-        listener = sockets.listen(self.control_path)
-        self.selector.register(listener, selectors.EVENT_READ, (self._accept, listener))
+        self.relay.listen()
         paused = False
         try:
             while not self.done:
                 now = self.clock()
                 if self.heard is not None and now - self.heard > self.silence:
                     break  # the head went silent: take it for gone
-                if self.held_until is not None and now >= self.held_until:
-                    self._send_held()
+                self.relay.release(now)  # the heartbeats held, once due
                 if now >= self.beat_due:
                     self.send("beat")
                 self.hands.tick()  # forked children are ours, so are their orphans
-                for conn in self.library.values():
-                    if conn.unsent:
-                        self._flush(conn)
+                self.relay.flush()  # lines down that a library's socket did not take yet
                 if self.outbox.size:
                     self.outbox.flush(self._write)
                 if (self.outbox.size > OUTBOX_CAP) != paused:
@@ -264,7 +180,7 @@ class Agent:
                     self.hands.pause_output(paused)
                 self._wait(now)
         finally:
-            self._shutdown(listener)
+            self._shutdown()
         return 0
 
     def _wait(self, now: float) -> None:
@@ -278,8 +194,8 @@ class Agent:
             self.selector.register(self.link_out, events, (lambda _: None, None))
         due = self.beat_due if self.heard is None else min(self.beat_due,
                                                            self.heard + self.silence)
-        if self.held_until is not None:
-            due = min(due, self.held_until)
+        if self.relay.held_until is not None:
+            due = min(due, self.relay.held_until)
         for key, _ in self.selector.select(max(0.0, min(due - now, frames.BEAT))):
             callback, arg = key.data
             callback(arg)
@@ -293,14 +209,13 @@ class Agent:
             self.done = True
             return len(data)
 
-    def _shutdown(self, listener: socket.socket) -> None:
+    def _shutdown(self) -> None:
         self.hands.pause_output(False)  # the last words are read, whatever the link's pace
         for name, code in self.hands.close(self.clock() + SHUTDOWN_WAIT).items():
             self.exited(name, code)
-        listener.close()
-        for path in (self.control_path, self.zygote_log):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        self.relay.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.zygote_log)
         with contextlib.suppress(OSError):  # the run's folder, once its last agent is gone
             os.rmdir(os.path.dirname(self.control_path))
         # Whatever the head may still read (final lines, exits) goes out if it can.

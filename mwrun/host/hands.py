@@ -60,6 +60,37 @@ class Child:
         self.ended = False  # its exit was told (its pid may belong to another by now)
 
 
+class Watchdog:
+    """This host's orphan guard (the ``mwrun.host.watchdog`` process): told of every
+    process group started here (``+PGID``, ``-PGID`` once it is gone), it SIGKILLs those
+    left should this process die without ending it (``close``)."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self.clock = clock
+        self.popen = subprocess.Popen([sys.executable, "-m", "mwrun.host.watchdog"],
+                                      stdin=subprocess.PIPE, text=True, start_new_session=True)
+        if self.popen.stdin is None:  # cannot be with stdin=PIPE; for the types
+            raise StartError("the watchdog could not be started")
+        self.stdin: IO[str] = self.popen.stdin
+        self.pid = self.popen.pid
+
+    def tell(self, line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.stdin.write(line + "\n")
+            self.stdin.flush()
+
+    def close(self, deadline: float) -> None:
+        """End it: ``exit`` tells it nothing is left to guard; it has until ``deadline``
+        (half a second at least) to go, then it is killed."""
+        self.tell("exit")
+        with contextlib.suppress(OSError):
+            self.stdin.close()
+        try:
+            self.popen.wait(timeout=max(deadline - self.clock(), 0.5))
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+
+
 class Hands:
     def __init__(self, selector: selectors.BaseSelector, owner: Owner, zygote_log,
                  stopping: Callable[[], bool], clock: Callable[[], float] = time.monotonic):
@@ -67,14 +98,8 @@ class Hands:
         self.children: dict[str, Child] = {}  # by name: the live one, or its last
         self.pipes: dict[int, Child] = {}  # by output fd: every pipe still open
         self.reap_due = 0.0
-        self.watchdog = subprocess.Popen([sys.executable, "-m", "mwrun.host.watchdog"],
-                                         stdin=subprocess.PIPE, text=True,
-                                         start_new_session=True)
-        if self.watchdog.stdin is None:  # cannot be with stdin=PIPE; for the types
-            raise StartError("the watchdog could not be started")
-        self.watchdog_in: IO[str] = self.watchdog.stdin
-        self.warm = WarmStarts(zygote_log, selector, owner.say, self._tell_watchdog,
-                               stopping)
+        self.watchdog = Watchdog(clock)
+        self.warm = WarmStarts(zygote_log, selector, owner.say, self.watchdog.tell, stopping)
 
     # -- starting ----------------------------------------------------------------------
 
@@ -108,7 +133,7 @@ class Hands:
         warm = handle is not None
         if handle is None:
             handle = ProcessHandle.spawn(spec.argv, env, spec.cwd, cpus, spec.netns)
-        self._tell_watchdog(f"+{handle.pid}")
+        self.watchdog.tell(f"+{handle.pid}")
         child = Child(spec.name, handle, warm)
         self.children[spec.name] = child
         self.pipes[handle.output_fd] = child
@@ -184,7 +209,7 @@ class Hands:
         self.selector.unregister(child.handle.exit_fd)
         child.handle.close_exit()
         child.ended = True
-        self._tell_watchdog(f"-{child.handle.pid}")
+        self.watchdog.tell(f"-{child.handle.pid}")
         self.owner.exited(child.name, code)
 
     def pause_output(self, paused: bool) -> None:
@@ -235,13 +260,7 @@ class Hands:
                 child.ended = True
         self._drain_to_end(deadline)
         self.warm.close()
-        self._tell_watchdog("exit")
-        with contextlib.suppress(OSError):
-            self.watchdog_in.close()
-        try:
-            self.watchdog.wait(timeout=max(deadline - self.clock(), 0.5))
-        except subprocess.TimeoutExpired:
-            self.watchdog.kill()
+        self.watchdog.close(deadline)
         return codes
 
     def _drain_to_end(self, deadline: float) -> None:
@@ -257,8 +276,3 @@ class Hands:
                         pipes.unregister(key.fd)
         for child in list(self.pipes.values()):
             self._close_pipe(child)
-
-    def _tell_watchdog(self, line: str) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            self.watchdog_in.write(line + "\n")
-            self.watchdog_in.flush()

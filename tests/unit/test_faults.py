@@ -192,11 +192,16 @@ def test_a_remote_time_is_never_later_than_the_frame_that_told_it():
     arrived would land after the break the head wrote because of it."""
     from types import SimpleNamespace
 
-    from mwrun.head.agents import Agents
+    from mwrun.head.hostclocks import Clocks
 
-    offset = Offset()
-    offset.add(100.0, 105.0, 100.0)  # the agent's clock 5 s ahead, as measured
-    agents = SimpleNamespace(offsets={"node1": offset}, loop=SimpleNamespace(wall=lambda: 201.0))
-    assert Agents.to_head(agents, "node1", 205.5) == 200.5  # corrected
-    assert Agents.to_head(agents, "node1", 206.2) == 201.0  # not after its arrival
-    assert Agents.to_head(agents, "node1", "soon") is None
+    wall = [100.0]
+    clocks = Clocks(lambda: wall[0])
+    asked = []
+    link = SimpleNamespace(name="node1", send=lambda kind, **fields: asked.append(kind))
+    clocks.measure(link, fresh=True)
+    clocks.answered(link, {"kind": "clock", "sent": 100.0, "at": 105.0})  # 5 s ahead
+    assert asked == ["clock", "clock"]  # asked again: one sample is not enough
+    wall[0] = 201.0
+    assert clocks.to_head("node1", 205.5) == 200.5  # corrected
+    assert clocks.to_head("node1", 206.2) == 201.0  # not after its arrival
+    assert clocks.to_head("node1", "soon") is None

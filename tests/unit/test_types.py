@@ -1,8 +1,9 @@
 """The seams are typed, and mypy holds them: where the head meets a host (``HostHands``:
 this host's ``Hands`` or the agents), where the hands tell their owner (``Owner``: the
 head's loop or an agent), where the supervisor acts (``supervisor.Host``: the loop) and
-what it tells (``events``), the launch spec that crosses the link, and how a lost host
-is reached again (``agents.Reach``: ssh or Slurm)."""
+what it tells (``events``), the launch spec that crosses the link, how a lost host is
+reached again (``agents.Reach``: ssh or Slurm), and where the parts of the agents meet
+(the links and the remote processes on the head, the relay and the link on a host)."""
 
 import subprocess
 import sys
@@ -12,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).parents[2]
 SEAMS = ["mwrun/launchspec.py", "mwrun/host/hands.py", "mwrun/host/agent.py",
-         "mwrun/head/loop.py", "mwrun/head/agents.py", "mwrun/head/events.py",
+         "mwrun/host/relay.py", "mwrun/head/loop.py", "mwrun/head/agents.py",
+         "mwrun/head/links.py", "mwrun/head/remotebook.py", "mwrun/head/events.py",
          "mwrun/head/supervisor.py", "mwrun/head/router.py", "mwrun/head/reshaping.py",
          "mwrun/head/control.py", "mwrun/membership/revision.py"]
 

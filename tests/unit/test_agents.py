@@ -1,0 +1,208 @@
+"""The agents' parts, with scripted frames and no processes: the head's side (the links'
+life, the remote processes, the hosts' clocks, the frames routed between them) and a
+host's relay of its libraries' messages."""
+
+import json
+import selectors
+import socket
+
+import pytest
+
+from mwrun import __version__
+from mwrun.errors import StartError
+from mwrun.head.agents import Agents
+from mwrun.host import frames
+from mwrun.host.relay import Relay
+from mwrun.launchspec import LaunchSpec
+from mwrun.schema import HostState as H
+
+
+class FakeLink:
+    """An agent's link that only records: what was sent, whether it was closed."""
+
+    def __init__(self, name: str, state=H.UP):
+        self.name, self.state = name, state
+        self.hello = {"control": f"/tmp/{name}.sock", "pid": 7} if state == H.UP else None
+        self.sent: list[dict] = []
+        self.closed = False
+        self.out_fd = self.err_fd = -1
+        self.heard = self.sent_at = 0.0
+
+    def send(self, kind, **fields):
+        self.sent.append({"kind": kind, **fields})
+
+    def close(self, wait=3.0):
+        self.closed = True
+
+    def kinds(self) -> list[str]:
+        return [m["kind"] for m in self.sent]
+
+
+class FakeLoop:
+    def __init__(self):
+        self.told: list[tuple] = []
+        self.now = 1000.0
+
+    def spawned(self, name, pid, warm, at=None):
+        self.told.append(("spawned", name, pid, warm, at))
+
+    def failed(self, name, error):
+        self.told.append(("failed", name, error))
+
+    def lines(self, name, lines):
+        self.told.append(("lines", name, lines))
+
+    def exited(self, name, code, at=None):
+        self.told.append(("exited", name, code, at))
+
+    def lost(self, name, reason):
+        self.told.append(("lost", name, reason))
+
+    def say(self, text):
+        self.told.append(("say", text))
+
+    def wall(self):
+        return self.now
+
+
+class NoReach:
+    def again(self, link):
+        raise AssertionError("not in these tests")
+
+    def close(self, wait=0.0):
+        pass
+
+
+def spec(name: str) -> LaunchSpec:
+    return LaunchSpec(name=name, argv=("python", "x.py"), cwd="/", env={})
+
+
+def make():
+    loop, node = FakeLoop(), FakeLink("node")
+    agents = Agents({"node": node}, loop, NoReach(), lambda name: "node",
+                    selectors.DefaultSelector())
+    return agents, loop, node
+
+
+def test_a_remote_start_is_told_when_its_agent_says_so_and_its_times_are_the_heads():
+    agents, loop, node = make()
+    agents.reached(node)  # a new agent: its clock is asked
+    agents.arrived(node, [{"kind": "clock", "sent": 1000.0, "at": 1005.0}])  # 5 s ahead
+    assert node.kinds() == ["clock", "clock"]
+    assert agents.start(spec("a")) is None
+    assert node.sent[-1]["kind"] == "spawn" and node.sent[-1]["name"] == "a"
+    assert agents.status("a") is None and node.kinds()[-1] == "spawn"  # no pid: no probe
+    agents.arrived(node, [{"kind": "spawned", "name": "a", "pid": 42, "warm": True,
+                           "t": 1004.0},
+                          {"kind": "lines", "name": "a", "lines": ["hi", 3]},
+                          {"kind": "lines", "name": "stranger", "lines": ["x"]}])
+    assert loop.told == [("spawned", "a", 42, True, 999.0), ("lines", "a", ["hi", "3"])]
+    assert agents.status("a") is None and node.sent[-1] == {"kind": "probe", "name": "a"}
+    agents.status("a")
+    assert node.kinds().count("probe") == 1  # one on its way at a time
+    agents.arrived(node, [{"kind": "probed", "name": "a", "status": "running", "cpu": 0.5,
+                           "rss": 10}])
+    assert agents.status("a") == "running" and agents.usage("a") == (0.5, 10)
+    assert agents.tell("a", {"verb": "add"}) and not agents.tell("b", {"verb": "add"})
+    agents.arrived(node, [{"kind": "exited", "name": "a", "code": 3, "t": 1006.0}])
+    assert loop.told[-1] == ("exited", "a", 3, 1000.0)  # never later than its arrival
+    assert agents.status("a") is None and agents.close() == {}
+
+
+def test_a_lost_host_fails_its_processes_and_a_start_there_is_refused():
+    agents, loop, node = make()
+    agents.start(spec("a"))
+    agents.start(spec("b"))
+    agents.arrived(node, [{"kind": "failed", "name": "b", "error": "no such file"}])
+    moves = agents.moves
+    agents.links.lost(node, "its link closed")
+    assert node.closed and node.state == H.LOST and agents.moves == moves + 1
+    assert loop.told == [("failed", "b", "no such file"), ("say", "host node lost: its link"
+                         " closed"), ("lost", "a", "host node lost")]
+    assert not agents.up("node") and agents.states() == {"node": H.LOST}
+    assert agents.pids() == {}
+    with pytest.raises(StartError, match="host node is not reachable"):
+        agents.start(spec("a"))
+    agents.signal("a", 9)  # forgotten with its host: nothing is sent
+    assert node.kinds() == ["spawn", "spawn"]
+
+
+def test_a_host_reached_again_is_up_once_its_hello_is_checked():
+    agents, loop, _ = make()
+    fresh = FakeLink("node", state=H.CONNECTING)
+    agents.arrived(fresh, [{"kind": "hello", "protocol": frames.PROTOCOL, "version": "0",
+                            "control": "/tmp/x.sock"}])
+    assert fresh.state == H.LOST and "install the same version" in loop.told[0][1]
+    again = FakeLink("node", state=H.CONNECTING)
+    agents.arrived(again, [{"kind": "hello", "protocol": frames.PROTOCOL,
+                            "version": __version__, "control": "/tmp/y.sock"}])
+    assert again.state == H.UP and again.kinds() == ["clock"]  # measured afresh
+    assert loop.told[-1] == ("say", "host node is reachable again")
+
+
+def test_the_close_tells_every_agent_and_counts_the_untold_exits_as_killed():
+    agents, _, node = make()
+    agents.start(spec("a"))
+    assert agents.close() == {"a": -9}
+    assert node.closed
+
+
+def test_the_agents_are_the_hands_of_the_router():
+    """Where a process runs: the agent's socket; the agent said its pid."""
+    agents, _, _ = make()
+    assert agents.hosts() == {"node"} and agents.up("node")
+    assert agents.control_path("node") == "/tmp/node.sock" and agents.pids() == {"node": 7}
+
+
+# -- a host's relay --------------------------------------------------------------------------
+
+
+class Uplink:
+    def __init__(self):
+        self.sent: list[dict] = []
+
+    def send(self, kind, **fields):
+        self.sent.append({"kind": kind, **fields})
+
+
+def test_heartbeats_are_held_and_anything_else_sends_them_first(tmp_path):
+    clock = [10.0]
+    up = Uplink()
+    with selectors.DefaultSelector() as selector:
+        relay = Relay(str(tmp_path / "agent.sock"), selector, up, lambda: clock[0])
+        relay.listen()
+        lib = socket.socket(socket.AF_UNIX)
+        lib.connect(str(tmp_path / "agent.sock"))
+
+        def turn():
+            for key, _ in selector.select(1.0):
+                callback, arg = key.data
+                callback(arg)
+
+        def say(*messages):
+            lib.sendall(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
+            turn()
+
+        turn()  # accepted
+        say({"verb": "hello", "process": "a", "interval": 2.0})
+        assert up.sent == [{"kind": "control", "request": {"verb": "hello", "process": "a",
+                                                           "interval": 2.0}}]
+        say({"verb": "heartbeat", "process": "a"}, {"verb": "stop"})  # not the library's
+        assert len(up.sent) == 1 and relay.held_until == 10.5  # a quarter interval
+        relay.release(10.4)
+        assert len(up.sent) == 1
+        relay.release(10.5)
+        assert up.sent[-1] == {"kind": "control", "requests": [{"verb": "heartbeat",
+                                                                "process": "a"}]}
+        assert relay.held_until is None
+        say({"verb": "heartbeat", "process": "a"}, {"verb": "bye", "process": "a"})
+        assert [m.get("requests", m.get("request")) for m in up.sent[-2:]] == [
+            [{"verb": "heartbeat", "process": "a"}], {"verb": "bye", "process": "a"}]
+        relay.tell("a", {"verb": "drain"})
+        relay.tell("nobody", {"verb": "drain"})
+        assert lib.recv(100) == b'{"verb": "drain"}\n'
+        lib.close()
+        turn()  # its end: no more lines down to it
+        assert relay.library == {}
+        relay.close()
+    assert not (tmp_path / "agent.sock").exists()
