@@ -221,7 +221,7 @@ worlds:
             for name in rev.retired:
                 for world in list(sup.procs[name].plan.worlds):
                     fe = sup.procs["frontend"]
-                    sup.on_world_event("frontend", fe.pid, world, 0, "released")
+                    sup.members.on_world_event("frontend", fe.pid, world, 0, "released")
                 host.t += 3.0
                 sup.on_tick()  # it may end by itself: its SIGTERM is due
                 sup.on_exit(name, 0)
@@ -248,10 +248,10 @@ class ScriptedHost:
 
     def join(self, sup, name, only=None):
         rec = sup.procs[name]
-        sup.on_hello(name, rec.pid, 1.0)
+        sup.members.on_hello(name, rec.pid, 1.0)
         for world in rec.plan.worlds:
             if world in sup.worlds and (only is None or world in only):
-                sup.on_world_event(name, rec.pid, world, sup.worlds[world].generation,
+                sup.members.on_world_event(name, rec.pid, world, sup.worlds[world].generation,
                                    "ready")
 
     def __getattr__(self, name):  # signal, probe, reachable, tell, the stores' writes

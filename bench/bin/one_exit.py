@@ -48,9 +48,9 @@ def one_exit(n: int, rounds: int = 200) -> float:
     sup = Supervisor(plan, host)
     sup.start()
     for name, rec in sup.procs.items():
-        sup.on_hello(name, rec.pid, 1.0)
+        sup.members.on_hello(name, rec.pid, 1.0)
         for world in rec.plan.worlds:
-            sup.on_world_event(name, rec.pid, world, sup.worlds[world].generation, "ready")
+            sup.members.on_world_event(name, rec.pid, world, sup.worlds[world].generation, "ready")
     took = []
     for _ in range(rounds):
         rec = sup.procs["p0"]
@@ -61,10 +61,10 @@ def one_exit(n: int, rounds: int = 200) -> float:
         host.t += TICK
         sup.on_tick()  # restarted (its backoff is 0), outside the measured event
         rec = sup.procs["p0"]
-        sup.on_hello("p0", rec.pid, 1.0)
+        sup.members.on_hello("p0", rec.pid, 1.0)
         for world in rec.plan.worlds:
             for member in sup.worlds[world].plan.members:
-                sup.on_world_event(member, sup.procs[member].pid, world,
+                sup.members.on_world_event(member, sup.procs[member].pid, world,
                                    sup.worlds[world].generation, "ready")
     return statistics.median(took)
 

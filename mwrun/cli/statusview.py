@@ -65,9 +65,9 @@ def scale_lines(doc: dict) -> list[str]:
     """Per scaled process: desired, current (running, not draining), min-max, and the
     replicas draining; the plan's revision."""
     found = []
-    for entry in doc.get("scale") or ():
+    for process, entry in (doc.get("scale") or {}).items():
         draining = entry.get("draining") or []
-        found.append(f"  {entry['process']}: {entry['desired']} desired, {entry['current']}"
+        found.append(f"  {process}: {entry['desired']} desired, {entry['current']}"
                      f" running (scale {entry['min']}-{entry['max']})"
                      + (f"; draining: {', '.join(draining)}" if draining else ""))
     if found and doc.get("revision"):

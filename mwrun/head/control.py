@@ -122,15 +122,15 @@ def handle_op(loop: Run, request: dict) -> dict:
 
 def handle_hello(loop: Run, request: dict, connection: Connection | None = None) -> None:
     nccl = request.get("nccl")
-    loop.supervisor.on_hello(request["process"], request["pid"],
+    loop.supervisor.members.on_hello(request["process"], request["pid"],
                              float(request.get("interval", 1.0)),
                              nccl if isinstance(nccl, str) else None)
-    if loop.supervisor.current(request["process"], request["pid"]):  # this start of it:
+    if loop.supervisor.members.current(request["process"], request["pid"]):  # this start of it:
         loop.downlink.hello(request["process"], request["pid"], connection)  # the way down
 
 
 def handle_heartbeat(loop, request: dict) -> None:
-    loop.supervisor.on_heartbeat(request.get("process"), request.get("pid"),
+    loop.supervisor.members.on_heartbeat(request.get("process"), request.get("pid"),
                                  request.get("next"))
     if isinstance(request.get("traffic"), dict):  # see mwrun/head/traffic.py
         loop.traffic.beat(request.get("process"), request.get("pid"), float(request["t"]),
@@ -142,12 +142,12 @@ def handle_heartbeat(loop, request: dict) -> None:
 
 
 def handle_bye(loop, request: dict) -> None:
-    loop.supervisor.on_bye(request.get("process"), request.get("pid"))
+    loop.supervisor.members.on_bye(request.get("process"), request.get("pid"))
 
 
 def handle_world(loop, request: dict) -> None:
     if request.get("event") == protocol.ABORT_HUNG:
-        loop.supervisor.on_abort_hung(request.get("process"), request.get("pid"),
+        loop.supervisor.members.on_abort_hung(request.get("process"), request.get("pid"),
                                       str(request.get("reason") or ""))
         return
     if "t" in request:
@@ -159,7 +159,7 @@ def handle_world(loop, request: dict) -> None:
             loop.faults.broken(request["world"], request["generation"], at)
         elif request["event"] == "added":  # scaleops.py: a peer has the new world
             loop.ops.added(request["world"], request["process"], at)
-    loop.supervisor.on_world_event(request.get("process"), request.get("pid"),
+    loop.supervisor.members.on_world_event(request.get("process"), request.get("pid"),
                                      request.get("world"), request.get("generation"),
                                      request.get("event"), request.get("reason", ""))
 

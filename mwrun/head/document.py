@@ -25,21 +25,35 @@ USAGE_FRESH = 1.0  # a status request reuses readings younger than this
 SAVE_GAP = 0.25  # seconds between two writes of state.json at least
 
 
+class Usage:
+    """Each live process's CPU and memory, read every USAGE_EVERY seconds (fresh for a
+    status request, but at most once a second: a client asking in a loop must not make
+    the supervisor read /proc for every process each time)."""
+
+    def __init__(self, read: Callable[[str], tuple], refresh: Callable[[], None]):
+        self.read, self.refresh = read, refresh  # one process's; ask the remote hosts
+        self.readings: dict[str, tuple] = {}
+        self.at = float("-inf")
+
+    def due(self, now: float) -> bool:
+        return now - self.at >= USAGE_EVERY
+
+    def of(self, names, now: float, fresh: bool) -> dict[str, tuple]:
+        if (fresh and now - self.at >= USAGE_FRESH) or self.due(now):
+            self.at = now
+            self.refresh()  # remote hosts' answers arrive for the next document
+            self.readings = {name: self.read(name) for name in names}
+        return self.readings
+
+
 def build(loop, fresh_usage: bool = False) -> dict:
     sup = loop.supervisor
     now = time.monotonic()
-    # Fresh for a status request, but read at most once a second: a client asking in a
-    # loop must not make the supervisor read /proc for every process each time.
-    if (fresh_usage and now - loop.usage_at >= USAGE_FRESH) or \
-            now - loop.usage_at >= USAGE_EVERY:
-        loop.usage_at = now
-        if loop.agents is not None:
-            loop.agents.refresh_usage()  # answers arrive for the next document
-        loop.usage = {name: loop.usage_of(name) for name, rec in sup.procs.items()
-                      if rec.state.alive}
+    usage = loop.usage.of([n for n, rec in sup.procs.items() if rec.state.alive], now,
+                          fresh_usage)
     processes = []
     for name, rec in sup.procs.items():
-        cpu, rss = loop.usage.get(name, (None, None)) if rec.state.alive else (None, None)
+        cpu, rss = usage.get(name, (None, None)) if rec.state.alive else (None, None)
         processes.append({
             "name": name, "host": rec.plan.host, "pid": rec.pid, "state": rec.state.value,
             "exit_code": rec.exit_code, "restarts": rec.restarts,
@@ -47,7 +61,7 @@ def build(loop, fresh_usage: bool = False) -> dict:
             "gpus": [int(g) if g.isdigit() else g for g in rec.plan.gpus],
             "cpus": list(rec.plan.cpus) if rec.plan.cpus is not None else [],
             "started_at": rec.started_at, "cpu_percent": cpu, "rss_bytes": rss,
-            "start": loop.starts.get(name), "nccl": rec.nccl,
+            "start": loop.router.starts.get(name), "nccl": rec.nccl,
             "replica_of": rec.plan.replica_of,
             "last_event": rec.why or None,
             "traffic": loop.traffic.per_member(name, rec.pid, rec.plan.worlds, now)})
@@ -99,8 +113,8 @@ def outside(loop) -> tuple:
     usage was read, and whether a reading is due."""
     hosts = loop.agents.moves if loop.agents else 0  # a count: O(1) after every turn
     # The faults' phases the library tells (first calls) come with no event.
-    return (hosts, loop.faults.changes, loop.ops.changes, loop.usage_at,
-            time.monotonic() - loop.usage_at >= USAGE_EVERY)
+    return (hosts, loop.faults.changes, loop.ops.changes, loop.usage.at,
+            loop.usage.due(time.monotonic()))
 
 
 class Writer:

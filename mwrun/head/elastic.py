@@ -92,16 +92,16 @@ class Elastic:
         if isinstance(event, ev.Gone):
             self.membership.gone(event.process)
 
-    def view(self) -> list[dict]:
+    def view(self) -> dict[str, dict]:
         """Per scaled process, for the status document: desired, current (running,
         not draining), min, max, and the replicas draining."""
-        found = []
+        found = {}
         procs = self.supervisor.procs
         for name, spec in self.membership.topology.scaled.items():
             assert spec.scale is not None
             mine = [rec for rec in procs.values() if rec.plan.replica_of == name]
-            found.append({"process": name, "desired": len(self.membership.replicas(name)),
-                          "current": sum(1 for r in mine if r.state.alive and not r.retired),
-                          "min": spec.scale.min, "max": spec.scale.max,
-                          "draining": sorted(r.plan.name for r in mine if r.retired)})
+            found[name] = {"desired": len(self.membership.replicas(name)),
+                           "current": sum(1 for r in mine if r.state.alive and not r.retired),
+                           "min": spec.scale.min, "max": spec.scale.max,
+                           "draining": sorted(r.plan.name for r in mine if r.retired)}
         return found

@@ -17,8 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
-import signal
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -29,13 +27,15 @@ from mwrun.head.agents import Agents
 from mwrun.head.console import Printer
 from mwrun.head.downlink import Downlink
 from mwrun.head.elastic import Elastic
-from mwrun.head.events import Event, Events, Gone, Said, WorldFormed, lines
+from mwrun.head.events import Event, Events, Gone, Said, lines
 from mwrun.head.faults import Faults
 from mwrun.head.history import SAMPLE_EVERY, History
+from mwrun.head.progress import Progress
 from mwrun.head.router import Router
 from mwrun.head.scaleops import Ops
 from mwrun.head.supervisor import TICK, Supervisor
 from mwrun.head.traffic import Traffic
+from mwrun.head.wakeups import Wakeups
 from mwrun.host import sockets
 from mwrun.host.hands import Hands
 from mwrun.membership.revision import Membership
@@ -43,12 +43,10 @@ from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import Plan
 from mwrun.plan.topology import Topology
 from mwrun.schema import STATE, ZYGOTE_LOG
-from mwrun.terminal import count
 
 OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
 OUTPUT_SLICE_MIN = 4096
 FINISH_WAIT = 2.0  # at the very end, for the last exits and output after SIGKILL
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class View(Mapping):
@@ -78,12 +76,9 @@ class Loop:
         self.printer = printer
         self.control_path = control_path
         self.started_at = time.time()
-        self.usage: dict[str, tuple] = {}
-        self.usage_at = 0.0
         self.selector = selectors.DefaultSelector()
         self.clients = control.Clients(self.selector, lambda line, connection: control.serve(
             self, line, connection))
-        self.signals: list[int] = []
         self.next_tick = 0.0
         self.next_sample = 0.0
         self.traffic = Traffic()
@@ -109,31 +104,24 @@ class Loop:
         self.ops = Ops(self.history.scale, time.time, self.say)
         # Who hears it: the console and events.log, the history, the faults, the scale
         # operations, state.json (behind).
+        self.progress = Progress(list(plan.processes), list(plan.worlds), self.say,
+                                 lambda: self.router.starts, self.started_at)
         self.events = Events((lines(printer.event), self.history, self.faults, self.ops,
-                              self.writer, self._formed, self._gone))
-        self.hands = Hands(self.selector, self, run_dir / ZYGOTE_LOG, lambda: self.stopping)
+                              self.writer, self.progress, self._gone))
+        self.hands = Hands(self.selector, self, run_dir / ZYGOTE_LOG,
+                           lambda: self.supervisor.stopping)
         self.router = Router(lambda: self.plan, self.hands, self.agents, stores,
-                             self.downlink, run_id, control_path, self._started)
+                             self.downlink, run_id, control_path, self.progress.started)
         self.supervisor = Supervisor(plan, self.router, self.events, grace)
+        self.usage = document.Usage(self.router.usage_of, self.agents.refresh_usage
+                                    if self.agents is not None else lambda: None)
         self.elastic = Elastic(self.membership, self.supervisor, self.ops,
                                self.router.host_up, run_dir)
-        self.unformed = set(plan.worlds)  # worlds not formed yet since launch
-        # Processes whose first start is not known yet: a warm start waits for its
-        # zygote's imports, so the launch's progress line waits for the last of them.
-        self.unstarted: set[str] | None = set(plan.processes)
 
     @property
     def plan(self) -> Plan:
         """The plan as it is now: the launch plan, or its latest revision."""
         return self.membership.plan
-
-    @property
-    def stopping(self) -> bool:
-        return self.supervisor.stopping
-
-    @property
-    def starts(self) -> dict[str, str]:
-        return self.router.starts
 
     def now(self) -> float:
         return time.monotonic()
@@ -153,11 +141,11 @@ class Loop:
         """``at``: when its host (a remote agent) made it, on the head's clock."""
         self.router.starts[name] = "warm" if warm else "cold"
         self.supervisor.on_spawned(name, pid, at)
-        self._started(name)
+        self.progress.started(name)
 
     def failed(self, name: str, error: str) -> None:
         self.supervisor.on_spawn_failed(name, error)
-        self._started(name)
+        self.progress.started(name)
 
     def lines(self, name: str, lines: list[str]) -> None:
         self.printer.lines(name, lines)
@@ -172,40 +160,11 @@ class Loop:
     def say(self, text: str) -> None:
         self.events.emit(Said(text))
 
-    def _started(self, name: str) -> None:
-        """Progress while the job comes up: what started how, said once the first start
-        of every process is known, then (``_formed``) when every world has formed."""
-        if self.unstarted is None:
-            return
-        self.unstarted.discard(name)
-        if self.unstarted:
-            return
-        self.unstarted = None
-        starts = self.router.starts
-        warm_count = sum(1 for how in starts.values() if how == "warm")
-        self.say(f"{count(len(starts), 'process', 'processes')} started in"
-                 f" {time.time() - self.started_at:.1f}s"
-                 f" ({warm_count} warm, {len(starts) - warm_count} cold);"
-                 f" waiting for {count(len(self.plan.worlds), 'world')} to form")
-
-    def _formed(self, event: Event) -> None:
-        """Progress while the job comes up: said once every world has formed (a count
-        kept as worlds form, never a look at every world after every event)."""
-        if isinstance(event, WorldFormed) and event.world in self.unformed:
-            self.unformed.discard(event.world)
-            if not self.unformed:
-                self.say(f"every world formed, {time.time() - self.started_at:.1f}s"
-                         " after launch")
-
     def _gone(self, event: Event) -> None:
         """A retired replica exited: it leaves the job (its resources are free again)."""
         if isinstance(event, Gone):
             self.membership.gone(event.process)
             self.router.forget(event.process)
-            self.usage.pop(event.process, None)
-
-    def usage_of(self, name: str) -> tuple[float | None, int | None]:
-        return self.router.usage_of(name)
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -217,27 +176,21 @@ class Loop:
                      " connections this job may make at once; processes that find the"
                      " backlog full keep trying, so they are supervised a little later")
         self.selector.register(listener, selectors.EVENT_READ, (self.clients.accept, listener))
-        wake_read, wake_write = socket.socketpair()
-        wake_read.setblocking(False)
-        wake_write.setblocking(False)
-        self.selector.register(wake_read, selectors.EVENT_READ, (self._signalled, wake_read))
+        wakeups = Wakeups(self.selector, self.supervisor.request_stop)
         if self.agents is not None:
             self.agents.attach()
-        old_wakeup = signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
-        old_handlers = {s: signal.signal(s, self._record_signal) for s in STOP_SIGNALS}
+        wakeups.install()
         try:
             for name in self.plan.processes:  # every zygote at once: imports side by side
                 self.router.prepare(name)
             self.supervisor.start()
-            self.stores.serve(lambda: self._wake(wake_write))
+            self.stores.serve(wakeups.wake)
             self._save()
             while not self.supervisor.finished:
                 self._step()
         finally:
-            signal.set_wakeup_fd(old_wakeup)
-            for sig, handler in old_handlers.items():
-                signal.signal(sig, handler)
-            self._finish(listener, wake_read, wake_write)
+            wakeups.restore()
+            self._finish(listener, wakeups)
         return self.supervisor.exit_code
 
     def _step(self) -> None:
@@ -279,26 +232,10 @@ class Loop:
         self._save()
 
     def _look_into_stores(self) -> None:
-        for world in self.supervisor.plain_forming():
-            self.supervisor.on_store_seen(world, self.stores.plain_ranks(world))
+        for world in self.supervisor.members.plain_forming():
+            self.supervisor.members.on_store_seen(world, self.stores.plain_ranks(world))
 
-    @staticmethod
-    def _wake(wake: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            wake.send(b"\0")  # from the stores' thread: they exist, write what waited
-
-    def _record_signal(self, signum, frame) -> None:
-        self.signals.append(signum)  # acted on by the loop, never in the handler
-
-    def _signalled(self, wake: socket.socket) -> None:
-        with contextlib.suppress(BlockingIOError):
-            while wake.recv(4096):
-                pass
-        while self.signals:
-            name = signal.Signals(self.signals.pop(0)).name
-            self.supervisor.request_stop(f"{name} received")
-
-    def _finish(self, listener, wake_read, wake_write) -> None:
+    def _finish(self, listener, wakeups: Wakeups) -> None:
         """Leave nothing behind, and never wait without limit: every host's hands
         SIGKILL what they still run (agents told to stop do it on theirs), this host's
         wait at most FINISH_WAIT for the last exits and the last output (a process
@@ -310,8 +247,8 @@ class Loop:
             self.supervisor.on_exit(name, code)  # only after an exception in the loop
         self._save(force=True)  # the final state, never held back
         self.history.close()
-        for sock in (listener, wake_read, wake_write):
-            sock.close()
+        listener.close()
+        wakeups.close()
         with contextlib.suppress(OSError):
             os.unlink(self.control_path)
         self.selector.close()

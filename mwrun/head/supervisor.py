@@ -6,8 +6,9 @@ time. What happens comes in as method calls: a process exited, said hello,
 heartbeat, a world event from the library, a tick, a control request. What it
 decides goes out as events (events.py), each emitted where the change is made: the
 console, the history and state.json subscribe. Each process's own state machine is
-in processbook.py, each world's in worldbook.py; a membership that changes while the
-job runs (elastic jobs: scale and drain) in reshaping.py.
+in processbook.py, each world's in worldbook.py; what the library tells in members.py;
+a membership that changes while the job runs (elastic jobs: scale and drain) in
+reshaping.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Protocol
 from mwrun.head import drills, policy
 from mwrun.head import events as ev
 from mwrun.head.events import Event, Events, Why
+from mwrun.head.members import Members
 from mwrun.head.processbook import TICK, Hands, Processes
 from mwrun.head.records import ProcessRecord
 from mwrun.head.reshaping import Reshaping
@@ -52,6 +54,8 @@ class Supervisor:
         self.failed_stop = False  # the job was stopped because a world said on_failure: stop
         self.stop = Stopping(self.processes, grace)
         self.reshaping = Reshaping(self.processes, self.book, host, grace, self._spawn)
+        # What the library inside each process tells (its hello, beats, worlds).
+        self.members = Members(self.processes, self.book, self.reshaping, self._settle)
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -177,72 +181,6 @@ class Supervisor:
                 self.request_stop(f"world {world_name} has on_failure: stop, and {what}")
                 return
             self.book.close_if_hopeless(world)
-
-    def on_hello(self, name: str, pid: int, interval: float, nccl: str | None = None) -> None:
-        rec = self.processes.live(name, pid)
-        if rec is not None:  # else a message from an earlier incarnation
-            self.processes.hello(rec, interval, nccl)
-            self._settle(rec)
-
-    def current(self, name: str, pid: int) -> bool:
-        """Whether ``pid`` is the process's start now (not an earlier one's message)."""
-        return self.processes.live(name, pid) is not None
-
-    def on_abort_hung(self, name: str, pid: int, reason: str) -> None:
-        """Its communicator's abort never returned (worlds/aborts.py): killed as hung."""
-        rec = self.processes.live(name, pid)
-        if rec is not None and rec.state.alive and rec.hung is None:
-            self.processes.hang(rec, reason or "a communicator abort did not return")
-
-    def on_heartbeat(self, name: str, pid: int, next_in: object = None) -> None:
-        """A beat, and the most seconds to its next one, as it says (hangs.beat_gap)."""
-        rec = self.processes.live(name, pid)
-        if rec is not None:
-            self.processes.heartbeat(rec, next_in)
-
-    def on_bye(self, name: str, pid: int) -> None:
-        rec = self.processes.live(name, pid)
-        if rec is not None:
-            rec.beat_every = None  # it left its worlds; from now on /proc tells if it hangs
-
-    def on_world_event(self, name: str, pid: int, world_name: str, generation: int,
-                       event: str, reason: str = "") -> None:
-        rec, world = self.processes.live(name, pid), self.worlds.get(world_name)
-        if rec is None or world is None or world_name not in rec.plan.worlds:
-            return
-        left = any(world_name in self.procs[m].left for m in world.plan.members)
-        if event == "ready" and generation == world.generation:
-            rec.ready.add(world_name)
-            rec.generations[world_name] = generation
-        elif event == "closed" and generation == world.generation:
-            rec.left.add(world_name)  # its exit decides whether the world goes on
-        elif event == "released" and world.state is W.DRAINING:
-            self.reshaping.finish(world, f"{name} released it")
-        elif event == "broken" and generation == world.generation and not left \
-                and world.state in (W.FORMING, W.HEALTHY):
-            # A member saw the break first (a timeout, a drill by hand): its store says
-            # so already; the rest of the world follows it to the next generation.
-            self.book.broke(world, reason, written=True)
-        self._settle(rec)
-
-    def plain_forming(self) -> list[str]:
-        """Worlds whose stores the loop looks into for a plain group (worldbook.py)."""
-        return self.book.plain_forming()
-
-    def on_store_seen(self, world_name: str, ranks: set[int] | None) -> None:
-        """What a forming world's store shows of a plain torch.distributed group: the
-        ranks whose rendezvous keys are there, or None when mwrun cannot read them (a
-        backend whose keys it does not know); the world is then shown as unknown."""
-        world = self.worlds.get(world_name)
-        if world is None or world.state is not W.FORMING:
-            return
-        if self.book.seen(world, ranks):  # the whole group met: it exists
-            for member in world.plan.members:
-                rec = self.procs[member]
-                if rec.state.alive and not rec.said_hello:
-                    rec.ready.add(world_name)
-                    rec.generations[world_name] = world.generation
-        self._settle(*(self.procs[m] for m in world.plan.members))
 
     def on_tick(self) -> None:
         now = self.host.now()

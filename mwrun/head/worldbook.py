@@ -211,7 +211,7 @@ class Worlds:
 
     def seen(self, world: WorldRecord, ranks: set[int] | None) -> bool:
         """What a forming world's store shows of a plain group (see
-        Supervisor.on_store_seen): whether the whole group met there."""
+        Members.on_store_seen): whether the whole group met there."""
         opaque = OPAQUE if ranks is None else None
         if opaque != world.opaque:  # asked every tick: only a change is news
             world.opaque = opaque

@@ -138,7 +138,7 @@ def test_readme_autoscale_from_inside_the_job(procs, home, tmp_path):
     job.expect(lambda line: str(line).startswith("frontend | autoscale worker=+1"), 120)
     doc = wait_status(home, lambda d: len(workers(d)) >= 3 and healthy(d),
                       "a third worker, asked for by the frontend", timeout=120)
-    assert doc["scale"][0]["desired"] >= 3
+    assert doc["scale"]["worker"]["desired"] >= 3
     job.signal(signal.SIGINT)
     assert job.wait(timeout=60) == 0, job.output()
     wait_gone(home)

@@ -84,7 +84,7 @@ def test_a_replica_added_and_drained_on_an_ssh_host(procs, home, tmp_path):
             assert refused.returncode == 2, refused.stderr
             assert "host node1, where worker runs, is lost now" in refused.stderr
             assert "nothing was changed" in refused.stderr
-            assert status(home)["scale"][0]["desired"] == 1
+            assert status(home)["scale"]["worker"]["desired"] == 1
         finally:
             os.kill(agent, signal.SIGCONT)
         cli(home, "stop", check=True)

@@ -68,8 +68,8 @@ def test_a_bad_request_changes_nothing_and_says_why(procs, home, tmp_path):
         assert "Traceback" not in done.stderr
     doc = status(home)
     assert trainers(doc) == ["trainer-0", "trainer-1"] and doc.get("revision", 0) == 0
-    assert doc["scale"] == [{"process": "trainer", "desired": 2, "current": 2, "min": 1,
-                             "max": 5, "draining": []}]
+    assert doc["scale"] == {"trainer": {"desired": 2, "current": 2, "min": 1, "max": 5,
+                                        "draining": []}}
     job.signal(2)
     assert job.wait(timeout=60) == 0, job.output()
     wait_gone(home)
@@ -85,7 +85,7 @@ def test_two_at_once_both_count_and_the_same_op_is_done_once(procs, home, tmp_pa
                    if line.startswith("  trainer-"))
     assert added == ["trainer-2", "trainer-3"]  # each its own, the lowest free
     doc = wait_status(home, lambda d: len(trainers(d)) == 4 and healthy(d), "four trainers")
-    assert doc["scale"][0]["desired"] == 4
+    assert doc["scale"]["trainer"]["desired"] == 4
 
     first = cli(home, "scale", "trainer=+1", "--op", "grow-once")
     again = cli(home, "scale", "trainer=+1", "--op", "grow-once")
@@ -93,7 +93,7 @@ def test_two_at_once_both_count_and_the_same_op_is_done_once(procs, home, tmp_pa
     assert "grow-once was asked already (scale trainer=+1); nothing more was changed" \
         in again.stdout
     doc = wait_status(home, lambda d: len(trainers(d)) == 5 and healthy(d), "five trainers")
-    assert doc["scale"][0]["desired"] == 5 and doc["revision"] == 3
+    assert doc["scale"]["trainer"]["desired"] == 5 and doc["revision"] == 3
 
     done = cli(home, "drain", "trainer-4", "--no-wait")
     assert done.returncode == 0, done.stderr

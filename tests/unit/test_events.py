@@ -60,7 +60,7 @@ def test_a_drill_kill_is_told_as_a_drill_then_the_exit_break_restart_and_re_form
     assert said(host, mark) == ["restarting worker-0 (restart 1 of 2)"]
     mark = len(host.events)
     for name in ("worker-0", "leader"):
-        sup.on_world_event(name, sup.procs[name].pid, "world1", 1, "ready")
+        sup.members.on_world_event(name, sup.procs[name].pid, "world1", 1, "ready")
     rec = sup.procs["worker-0"]
     assert since(host, mark) == [ev.ProcessChanged("worker-0", P.RUNNING, rec.why),
                                  ev.WorldFormed("world1", 1)]
@@ -109,13 +109,13 @@ def test_a_member_reported_break_and_the_re_form():
     join_all(sup)
     mark = len(host.events)
     leader = sup.procs["leader"]
-    sup.on_world_event("leader", leader.pid, "world2", 0, "broken", "rank 0: timed out")
+    sup.members.on_world_event("leader", leader.pid, "world2", 0, "broken", "rank 0: timed out")
     assert since(host, mark) == [
         ev.WorldBroken("world2", 0, "rank 0: timed out"),
         ev.WorldChanged("world2", W.FORMING, "rank 0: timed out")]  # everyone is alive
     mark = len(host.events)
     for name in ("leader", "worker-1"):
-        sup.on_world_event(name, sup.procs[name].pid, "world2", 1, "ready")
+        sup.members.on_world_event(name, sup.procs[name].pid, "world2", 1, "ready")
     assert since(host, mark) == [ev.WorldFormed("world2", 1)]
 
 
@@ -123,7 +123,7 @@ def test_a_plain_world_mwrun_cannot_read_is_told_once_not_every_tick():
     sup, host = make()
     mark = len(host.events)
     for _ in range(5):
-        sup.on_store_seen("world2", None)
+        sup.members.on_store_seen("world2", None)
         host.t += 0.5
         sup.on_tick()
     assert since(host, mark) == [ev.WorldChanged("world2", W.FORMING, sup.worlds["world2"].opaque)]
@@ -221,7 +221,7 @@ def _drill_and_stop(sup, host, step):
     sup.on_tick()
     step()
     for name in ("worker-0", "leader"):
-        sup.on_world_event(name, sup.procs[name].pid, "world1", 1, "ready")
+        sup.members.on_world_event(name, sup.procs[name].pid, "world1", 1, "ready")
         step()
     sup.request_stop("Ctrl-C")
     step()
@@ -261,10 +261,10 @@ def _member_break_then_closes(sup, host, step):
     join_all(sup)
     step()
     leader = sup.procs["leader"]
-    sup.on_world_event("leader", leader.pid, "world2", 0, "broken", "rank 0: timed out")
+    sup.members.on_world_event("leader", leader.pid, "world2", 0, "broken", "rank 0: timed out")
     step()
     for name in ("leader", "worker-1"):
-        sup.on_world_event(name, sup.procs[name].pid, "world2", 1, "ready")
+        sup.members.on_world_event(name, sup.procs[name].pid, "world2", 1, "ready")
         step()
     sup.on_exit("worker-0", -9)
     step()
@@ -323,7 +323,7 @@ def test_state_json_is_not_rewritten_by_heartbeats_that_change_nothing(tmp_path)
         host.t += 0.5
         clock[0] += 0.5
         for name, rec in sup.procs.items():
-            sup.on_heartbeat(name, rec.pid)
+            sup.members.on_heartbeat(name, rec.pid)
         sup.on_tick()
         writer.save()
     assert len(built) == 1

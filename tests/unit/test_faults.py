@@ -33,7 +33,7 @@ def rejoin(sup, host, faults, world="world1", members=("leader", "worker-0")):
     for name in members:
         host.t += 0.01
         faults.joined(world, generation, host.wall())
-        sup.on_world_event(name, sup.procs[name].pid, world, generation, "ready")
+        sup.members.on_world_event(name, sup.procs[name].pid, world, generation, "ready")
     return generation
 
 
@@ -149,7 +149,7 @@ def test_a_member_that_saw_the_break_first_is_a_fault_of_no_known_process():
     sup, host, faults, _written = tracked()
     leader = sup.procs["leader"]
     faults.broken("world1", 0, host.wall() - 0.004)  # written to the store 4 ms before
-    sup.on_world_event("leader", leader.pid, "world1", 0, "broken", "a call timed out")
+    sup.members.on_world_event("leader", leader.pid, "world1", 0, "broken", "a call timed out")
     fault = faults.last_fault("world1")
     assert fault["process"] is None and fault["cause"] == "a call timed out"
     assert fault["phases"]["t_fault"] is None and fault["phases"]["survivors_told"] == 0.0

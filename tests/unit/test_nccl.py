@@ -306,7 +306,7 @@ def test_a_known_bad_nccl_is_warned_of_once_and_shown():
 
     sup, host = make()
     for name, rec in sup.procs.items():
-        sup.on_hello(name, rec.pid, 1.0, "2.25.1")
+        sup.members.on_hello(name, rec.pid, 1.0, "2.25.1")
     said = [c[0] for c in host.of("say") if "NCCL 2.25.1" in c[0]]
     assert len(said) == 1 and said[0].startswith("warning: ")
     assert {rec.nccl for rec in sup.procs.values()} == {"2.25.1"}

@@ -27,6 +27,7 @@ class Recorder:
     def __init__(self):
         self.calls = []
         self.supervisor = self.faults = self.ops = self.elastic = self.downlink = self
+        self.members = self
         self.history = self
 
     def __getattr__(self, name):

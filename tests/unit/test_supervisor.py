@@ -98,9 +98,10 @@ def make(text=STAR, grace=5.0, host=None, subscribers=()):
 
 def join_all(sup):
     for name, rec in sup.procs.items():
-        sup.on_hello(name, rec.pid, 1.0)
+        sup.members.on_hello(name, rec.pid, 1.0)
         for world in rec.plan.worlds:
-            sup.on_world_event(name, rec.pid, world, sup.worlds[world].generation, "ready")
+            sup.members.on_world_event(name, rec.pid, world,
+                                       sup.worlds[world].generation, "ready")
 
 
 def test_start_spawns_everyone_and_worlds_form_when_all_joined():
@@ -129,10 +130,10 @@ def test_crash_isolates_the_world_and_restarts_only_the_failed_process():
     assert host.of("spawn")[-1] == ("worker-0", {"world1": 1}, 1)
     assert sup.worlds["world1"].state is W.FORMING
     rec = sup.procs["worker-0"]
-    sup.on_world_event("worker-0", rec.pid, "world1", 1, "ready")
+    sup.members.on_world_event("worker-0", rec.pid, "world1", 1, "ready")
     assert sup.worlds["world1"].state is W.FORMING  # the leader has not rejoined yet
     leader = sup.procs["leader"]
-    sup.on_world_event("leader", leader.pid, "world1", 1, "ready")
+    sup.members.on_world_event("leader", leader.pid, "world1", 1, "ready")
     assert sup.worlds["world1"].state is W.HEALTHY
     assert sup.worlds["world1"].breaks == 1
     assert [s for s in host.of("signal")] == []  # nobody else was touched
@@ -160,7 +161,7 @@ def test_a_generation_that_counts_on_a_start_that_died_is_spent():
     sup, host = make()
     join_all(sup)
     leader, worker = sup.procs["leader"], sup.procs["worker-0"]
-    sup.on_world_event("leader", leader.pid, "world1", 0, "broken", "a call timed out")
+    sup.members.on_world_event("leader", leader.pid, "world1", 0, "broken", "a call timed out")
     assert host.admits == [("world1", 1, [1, 1])]  # the worker lives: as it is
     sup.on_exit("worker-0", -9)  # then it was killed (a hang)
     assert ("broken", "world1", 1, "worker-0 was killed by SIGKILL") in host.calls
@@ -181,17 +182,21 @@ def test_backoff_doubles_in_a_crash_loop_and_resets_once_stable():
         sup.on_tick()
         assert sup.procs["worker-1"].state is P.STARTING
     rec = sup.procs["worker-1"]
-    sup.on_world_event("worker-1", rec.pid, "world2", sup.worlds["world2"].generation, "ready")
+    sup.members.on_world_event("worker-1", rec.pid, "world2",
+                               sup.worlds["world2"].generation, "ready")
     leader = sup.procs["leader"]
-    sup.on_world_event("leader", leader.pid, "world2", sup.worlds["world2"].generation, "ready")
+    sup.members.on_world_event("leader", leader.pid, "world2",
+                               sup.worlds["world2"].generation, "ready")
     assert rec.state is P.RUNNING
     host.t += 1.0  # rejoined, but not for long: still the same loop
     sup.on_exit("worker-1", 1)
     assert rec.restart_at - host.t == 4.0
     host.t = rec.restart_at
     sup.on_tick()
-    sup.on_world_event("worker-1", rec.pid, "world2", sup.worlds["world2"].generation, "ready")
-    sup.on_world_event("leader", leader.pid, "world2", sup.worlds["world2"].generation, "ready")
+    sup.members.on_world_event("worker-1", rec.pid, "world2",
+                               sup.worlds["world2"].generation, "ready")
+    sup.members.on_world_event("leader", leader.pid, "world2",
+                               sup.worlds["world2"].generation, "ready")
     host.t += STABLE_AFTER  # up and joined long enough: the next failure is a new fault
     sup.on_exit("worker-1", 1)
     assert rec.restart_at == host.t and rec.why.endswith("at once")
@@ -252,7 +257,7 @@ def run_for(sup, host, seconds, beating=()):
     for _ in range(round(seconds / TICK)):
         host.t += TICK
         for name in beating:
-            sup.on_heartbeat(name, sup.procs[name].pid)
+            sup.members.on_heartbeat(name, sup.procs[name].pid)
         sup.on_tick()
 
 
@@ -419,20 +424,20 @@ def test_plain_members_are_never_taken_as_joined_for_having_run_a_while():
 
 def test_a_plain_group_joins_when_its_rendezvous_shows_in_the_store():
     sup, host = make()
-    assert sup.plain_forming() == ["world1", "world2"]
-    sup.on_store_seen("world1", {0})  # rank 1 has not reached init_process_group yet
+    assert sup.members.plain_forming() == ["world1", "world2"]
+    sup.members.on_store_seen("world1", {0})  # rank 1 has not reached init_process_group yet
     assert sup.worlds["world1"].state is W.FORMING
-    sup.on_store_seen("world1", {0, 1})
+    sup.members.on_store_seen("world1", {0, 1})
     assert sup.worlds["world1"].state is W.HEALTHY
     assert sup.worlds["world1"].healthy_since == host.t
     assert sup.procs["worker-0"].state is P.RUNNING
     assert sup.procs["leader"].state is P.STARTING  # world2 has not formed
-    assert sup.plain_forming() == ["world2"]
+    assert sup.members.plain_forming() == ["world2"]
 
 
 def test_a_plain_group_mwrun_cannot_read_is_unknown_never_healthy():
     sup, host = make()
-    sup.on_store_seen("world2", None)
+    sup.members.on_store_seen("world2", None)
     host.t += 60.0
     sup.on_tick()
     world = sup.worlds["world2"]
@@ -442,9 +447,9 @@ def test_a_plain_group_mwrun_cannot_read_is_unknown_never_healthy():
 def test_an_mwrun_member_still_starting_is_not_joined_by_the_store():
     sup, _ = make()
     for name, rec in sup.procs.items():
-        sup.on_hello(name, rec.pid, 1.0)
-    assert sup.plain_forming() == []
-    sup.on_store_seen("world1", {0, 1})  # said hello: only its own "ready" counts
+        sup.members.on_hello(name, rec.pid, 1.0)
+    assert sup.members.plain_forming() == []
+    sup.members.on_store_seen("world1", {0, 1})  # said hello: only its own "ready" counts
     assert sup.worlds["world1"].state is W.FORMING
 
 
@@ -470,9 +475,9 @@ def test_messages_from_an_earlier_incarnation_are_ignored():
     sup.on_exit("worker-0", 1)
     host.t += 1.0
     sup.on_tick()
-    sup.on_hello("worker-0", old_pid, 1.0)
+    sup.members.on_hello("worker-0", old_pid, 1.0)
     assert not sup.procs["worker-0"].said_hello
-    sup.on_world_event("worker-0", old_pid, "world1", 1, "ready")
+    sup.members.on_world_event("worker-0", old_pid, "world1", 1, "ready")
     assert "world1" not in sup.procs["worker-0"].ready
 
 
@@ -480,7 +485,7 @@ def test_a_member_reported_break_moves_the_world_to_its_next_generation():
     sup, host = make()
     join_all(sup)
     leader = sup.procs["leader"]
-    sup.on_world_event("leader", leader.pid, "world2", 0, "broken", "rank 0: timed out")
+    sup.members.on_world_event("leader", leader.pid, "world2", 0, "broken", "rank 0: timed out")
     # everyone is alive, so the world goes straight on to form its next generation
     world = sup.worlds["world2"]
     assert (world.state, world.breaks, world.reason) == (W.FORMING, 1, "rank 0: timed out")
@@ -493,10 +498,10 @@ def test_a_member_that_finishes_closes_its_world_without_a_break():
     sup, host = make()
     join_all(sup)
     rec = sup.procs["worker-0"]
-    sup.on_world_event("worker-0", rec.pid, "world1", 0, "closed")
+    sup.members.on_world_event("worker-0", rec.pid, "world1", 0, "closed")
     leader = sup.procs["leader"]
     # the leader's call fails as the worker leaves: not a break to re-form from
-    sup.on_world_event("leader", leader.pid, "world1", 0, "broken", "rank 1 left the world")
+    sup.members.on_world_event("leader", leader.pid, "world1", 0, "broken", "rank 1 left the world")
     sup.on_exit("worker-0", 0)
     world = sup.worlds["world1"]
     assert (world.state, world.breaks, world.generation) == (W.CLOSED, 0, 0)
@@ -553,9 +558,9 @@ def test_a_process_that_just_beat_is_not_probed():
     join_all(sup)
     host.status["worker-0"] = "stopped"  # what /proc would say, were it asked
     host.t += 1.5
-    sup.on_heartbeat("worker-0", sup.procs["worker-0"].pid)
+    sup.members.on_heartbeat("worker-0", sup.procs["worker-0"].pid)
     host.t += 20
-    sup.on_heartbeat("worker-0", sup.procs["worker-0"].pid)
+    sup.members.on_heartbeat("worker-0", sup.procs["worker-0"].pid)
     sup.on_tick()
     assert sup.procs["worker-0"].state is P.RUNNING
 
@@ -563,7 +568,7 @@ def test_a_process_that_just_beat_is_not_probed():
 def test_after_bye_silence_is_not_a_hang():
     sup, host = make()
     join_all(sup)
-    sup.on_bye("worker-0", sup.procs["worker-0"].pid)
+    sup.members.on_bye("worker-0", sup.procs["worker-0"].pid)
     host.t += 60
     sup.on_tick()
     assert sup.procs["worker-0"].state is P.RUNNING
@@ -593,7 +598,7 @@ def test_heartbeats_that_change_nothing_emit_nothing_and_a_change_is_told():
     for _ in range(3):
         host.t += 0.5
         for name, rec in sup.procs.items():
-            sup.on_heartbeat(name, rec.pid)
+            sup.members.on_heartbeat(name, rec.pid)
         sup.on_tick()
     assert host.events == []  # nothing shown changed: state.json is not rewritten
     sup.on_exit("worker-0", -9)
@@ -619,6 +624,6 @@ def test_the_work_of_one_event_is_what_it_touches_not_the_whole_job(n, monkeypat
     monkeypatch.setattr(Worlds, "progress",
                         lambda self, world, now: derived.append(world) or real(self, world, now))
     sup.on_exit("p0", -9)
-    sup.on_hello("p1", sup.procs["p1"].pid, 1.0)
+    sup.members.on_hello("p1", sup.procs["p1"].pid, 1.0)
     assert [w.plan.name for w in derived] == ["w0", "w0"]
     assert sup.worlds["w0"].state is W.BROKEN and sup.deadline() is not None

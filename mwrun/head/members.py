@@ -1,0 +1,90 @@
+"""What the library inside each process tells its supervisor (worlds/supervisor_link.py,
+through control.py): its hello, its heartbeats, its bye, a hung abort; each world it
+joined, left, saw break, released, or (a plain torch.distributed script, which says
+nothing) what its world's store shows. Each message from an earlier start of the
+process (another pid) is ignored. What a message moves is settled by the supervisor
+(``settle``: the worlds of the processes it touched).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mwrun.head.processbook import Processes
+from mwrun.head.reshaping import Reshaping
+from mwrun.head.worldbook import Worlds
+from mwrun.schema import WorldState as W
+
+
+class Members:
+    def __init__(self, processes: Processes, book: Worlds, reshaping: Reshaping,
+                 settle: Callable[..., None]):
+        self.processes, self.book, self.reshaping = processes, book, reshaping
+        self.settle = settle  # the supervisor: the states what moved touches, derived
+
+    def on_hello(self, name: str, pid: int, interval: float, nccl: str | None = None) -> None:
+        rec = self.processes.live(name, pid)
+        if rec is not None:  # else a message from an earlier incarnation
+            self.processes.hello(rec, interval, nccl)
+            self.settle(rec)
+
+    def current(self, name: str, pid: int) -> bool:
+        """Whether ``pid`` is the process's start now (not an earlier one's message)."""
+        return self.processes.live(name, pid) is not None
+
+    def on_abort_hung(self, name: str, pid: int, reason: str) -> None:
+        """Its communicator's abort never returned (worlds/aborts.py): killed as hung."""
+        rec = self.processes.live(name, pid)
+        if rec is not None and rec.state.alive and rec.hung is None:
+            self.processes.hang(rec, reason or "a communicator abort did not return")
+
+    def on_heartbeat(self, name: str, pid: int, next_in: object = None) -> None:
+        """A beat, and the most seconds to its next one, as it says (hangs.beat_gap)."""
+        rec = self.processes.live(name, pid)
+        if rec is not None:
+            self.processes.heartbeat(rec, next_in)
+
+    def on_bye(self, name: str, pid: int) -> None:
+        rec = self.processes.live(name, pid)
+        if rec is not None:
+            rec.beat_every = None  # it left its worlds; from now on /proc tells if it hangs
+
+    def on_world_event(self, name: str, pid: int, world_name: str, generation: int,
+                       event: str, reason: str = "") -> None:
+        rec, world = self.processes.live(name, pid), self.book.records.get(world_name)
+        if rec is None or world is None or world_name not in rec.plan.worlds:
+            return
+        left = any(world_name in self.processes.records[m].left for m in world.plan.members)
+        if event == "ready" and generation == world.generation:
+            rec.ready.add(world_name)
+            rec.generations[world_name] = generation
+        elif event == "closed" and generation == world.generation:
+            rec.left.add(world_name)  # its exit decides whether the world goes on
+        elif event == "released" and world.state is W.DRAINING:
+            self.reshaping.finish(world, f"{name} released it")
+        elif event == "broken" and generation == world.generation and not left \
+                and world.state in (W.FORMING, W.HEALTHY):
+            # A member saw the break first (a timeout, a drill by hand): its store says
+            # so already; the rest of the world follows it to the next generation.
+            self.book.broke(world, reason, written=True)
+        self.settle(rec)
+
+    def plain_forming(self) -> list[str]:
+        """Worlds whose stores the loop looks into for a plain group (worldbook.py)."""
+        return self.book.plain_forming()
+
+    def on_store_seen(self, world_name: str, ranks: set[int] | None) -> None:
+        """What a forming world's store shows of a plain torch.distributed group: the
+        ranks whose rendezvous keys are there, or None when mwrun cannot read them (a
+        backend whose keys it does not know); the world is then shown as unknown."""
+        world = self.book.records.get(world_name)
+        if world is None or world.state is not W.FORMING:
+            return
+        if self.book.seen(world, ranks):  # the whole group met: it exists
+            for member in world.plan.members:
+                rec = self.processes.records[member]
+                if rec.state.alive and not rec.said_hello:
+                    rec.ready.add(world_name)
+                    rec.generations[world_name] = world.generation
+        self.settle(*(self.processes.records[m] for m in world.plan.members))
+
