@@ -99,6 +99,13 @@ class RunState(str, Enum):
 FINAL = tuple(s.value for s in RunState if s.final)  # run states a document ends in
 
 
+class Start(str, Enum):
+    """How a process was last started (the status document's per-process ``start``)."""
+
+    WARM = "warm"  # forked from its host's zygote, torch imported already
+    COLD = "cold"  # started the ordinary way
+
+
 class HostState(str, Enum):
     LOCAL = "local"
     CONNECTING = "connecting"

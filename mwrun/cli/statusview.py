@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from mwrun.schema import FINAL, Phase
+from mwrun.schema import FINAL, Phase, Start
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
 from mwrun.schema import WorldState as W
@@ -86,7 +86,7 @@ def cold_starts(doc: dict, plan: dict | None) -> list[str]:
     planned = (plan or {}).get("processes", {})
     names: dict[str, list[str]] = {}
     for p in doc["processes"]:
-        if p.get("start") == "cold":
+        if p.get("start") == Start.COLD:
             start = planned.get(p["name"], {}).get("start", "")
             why = start[len("cold ("):-1] if start.startswith("cold (") else \
                 "its zygote could not start it; see the run's events"

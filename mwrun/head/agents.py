@@ -28,6 +28,7 @@ from mwrun.head.hostclocks import Clocks
 from mwrun.head.links import Links, Reach
 from mwrun.head.remote import AgentLink
 from mwrun.head.remotebook import KINDS, RemoteProcesses, Told
+from mwrun.host.frames import Kind
 from mwrun.launchspec import LaunchSpec
 from mwrun.schema import HostState as H
 
@@ -132,22 +133,22 @@ class Agents:
             link, msg = self.pending.pop(0)
             if link.state == H.CONNECTING:
                 self.links.hello(link, msg)
-            elif msg["kind"] == "closed":
+            elif msg["kind"] == Kind.CLOSED:
                 self.links.lost(link, "its link closed")
             elif link.state == H.UP:
                 self._dispatch(link, msg)
 
     def _dispatch(self, link: AgentLink, msg: dict) -> None:
         kind = msg["kind"]
-        if kind == "say":  # what the agent tells the user (its zygotes)
+        if kind == Kind.SAY:  # what the agent tells the user (its zygotes)
             self.loop.say(f"host {link.name}: {msg.get('text')}")
         elif kind in KINDS:
             self.processes.heard(link.name, msg)
-        elif kind == "control":  # the library's messages, one or held together
+        elif kind == Kind.CONTROL:  # the library's messages, one or held together
             requests = [msg.get("request")] if "request" in msg else msg.get("requests")
             for request in requests if isinstance(requests, list) else ():
                 control.relayed(self.loop, request)
-        elif kind == "clock":
+        elif kind == Kind.CLOCK:
             self.clocks.answered(link, msg)
 
     # -- the end -----------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def build(loop, fresh_usage: bool = False) -> dict:
             "gpus": [int(g) if g.isdigit() else g for g in rec.plan.gpus],
             "cpus": list(rec.plan.cpus) if rec.plan.cpus is not None else [],
             "started_at": rec.started_at, "cpu_percent": cpu, "rss_bytes": rss,
-            "start": loop.router.starts.get(name), "nccl": rec.nccl,
+            "start": _value(loop.router.starts.get(name)), "nccl": rec.nccl,
             "replica_of": rec.plan.replica_of,
             "last_event": rec.why or None,
             "traffic": loop.traffic.per_member(name, rec.pid, rec.plan.worlds, now)})
@@ -84,6 +84,10 @@ def build(loop, fresh_usage: bool = False) -> dict:
             "processes": processes, "worlds": worlds, "hosts": _hosts(loop),
             # elastic jobs: the plan's revision, and per scaled process its counts
             "revision": loop.membership.number, "scale": loop.elastic.view()}
+
+
+def _value(start) -> str | None:
+    return None if start is None else start.value
 
 
 def _hosts(loop) -> list[dict]:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from mwrun.head.clocks import Offset
 from mwrun.head.remote import AgentLink
+from mwrun.host.frames import Kind
 
 
 class Clocks:
@@ -23,7 +24,7 @@ class Clocks:
         """Ask the agent its clock (a new agent: measured afresh)."""
         if fresh:
             self.offsets[link.name] = Offset()
-        link.send("clock", sent=self.wall())
+        link.send(Kind.CLOCK, sent=self.wall())
 
     def answered(self, link: AgentLink, msg: dict) -> None:
         """The agent's answer (``clock {sent, at}``): one more sample, and the next

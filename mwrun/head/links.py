@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from mwrun.head.remote import AgentLink, check_hello
 from mwrun.host import frames
+from mwrun.host.frames import Kind
 from mwrun.schema import HostState as H
 
 ANSWER_WAIT = 10.0  # seconds a connecting agent has to say hello
@@ -144,7 +145,7 @@ class Links:
         for link in self.links.values():
             if link.state == H.UP:
                 if now - link.sent_at >= frames.BEAT:  # any frame is a beat
-                    link.send("beat")
+                    link.send(Kind.BEAT)
                 if time.monotonic() - link.heard > frames.SILENCE:
                     self.lost(link, f"silent for {frames.SILENCE:g}s")
             elif link.state == H.LOST and self.retry_at.get(link.name, 0) <= now:

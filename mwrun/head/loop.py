@@ -139,9 +139,8 @@ class Loop:
 
     def spawned(self, name: str, pid: int, warm: bool, at: float | None = None) -> None:
         """``at``: when its host (a remote agent) made it, on the head's clock."""
-        self.router.starts[name] = "warm" if warm else "cold"
         self.supervisor.on_spawned(name, pid, at)
-        self.progress.started(name)
+        self.router.spawned(name, warm)
 
     def failed(self, name: str, error: str) -> None:
         self.supervisor.on_spawn_failed(name, error)

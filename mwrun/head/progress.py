@@ -9,13 +9,14 @@ import time
 from collections.abc import Callable
 
 from mwrun.head.events import Event, WorldFormed
+from mwrun.schema import Start
 from mwrun.terminal import count
 
 
 class Progress:
     def __init__(self, processes: list[str], worlds: list[str], say: Callable[[str], None],
-                 starts: Callable[[], dict[str, str]], started_at: float):
-        self.say, self.starts = say, starts  # process -> "warm" | "cold", as started
+                 starts: Callable[[], dict[str, Start]], started_at: float):
+        self.say, self.starts = say, starts  # process -> how it was started
         self.started_at = started_at
         self.unstarted: set[str] | None = set(processes)  # first start not known yet
         self.unformed = set(worlds)  # not formed yet since launch
@@ -30,7 +31,7 @@ class Progress:
             return
         self.unstarted = None
         starts = self.starts()
-        warm = sum(1 for how in starts.values() if how == "warm")
+        warm = sum(1 for how in starts.values() if how is Start.WARM)
         self.say(f"{count(len(starts), 'process', 'processes')} started in"
                  f" {time.time() - self.started_at:.1f}s ({warm} warm, {len(starts) - warm}"
                  f" cold); waiting for {count(self.worlds, 'world')} to form")

@@ -22,6 +22,7 @@ import time
 from mwrun import __version__
 from mwrun.errors import RunError, TopologyError
 from mwrun.host import frames
+from mwrun.host.frames import Kind
 from mwrun.plan.inventory import HostInventory
 from mwrun.schema import HostState as H
 
@@ -110,7 +111,7 @@ class AgentLink:
         ssh's exit is collected later (the head reaps its orphans)."""
         if self.popen is None or self.popen.stdin.closed:
             return
-        self.send("stop")
+        self.send(Kind.STOP)
         with contextlib.suppress(OSError):
             self.popen.stdin.close()
         if wait <= 0:
@@ -151,7 +152,7 @@ class AgentLink:
 
 def check_hello(link: AgentLink, message: dict) -> str | None:
     """None if the agent is one we can talk to, else why not."""
-    if message.get("kind") != "hello":
+    if message.get("kind") != Kind.HELLO:
         return f"its agent spoke before saying hello ({message.get('kind')!r})"
     if message.get("protocol") != frames.PROTOCOL or message.get("version") != __version__:
         return (f"mwrun {message.get('version')} (protocol {message.get('protocol')}) there,"

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from mwrun.errors import StartError
+from mwrun.host.frames import Kind
 from mwrun.launchspec import LaunchSpec
 
 KINDS = ("lines", "spawned", "failed", "exited", "probed")  # the frames about a process
@@ -65,7 +66,7 @@ class RemoteProcesses:
     def prepare(self, host: str, spec: LaunchSpec) -> None:
         """Have the process's host start the zygote it will be forked from, now."""
         if spec.preload and self.links.up(host):
-            self.links.send(host, "prepare", **spec.to_fields())
+            self.links.send(host, Kind.PREPARE, **spec.to_fields())
 
     def start(self, host: str, spec: LaunchSpec) -> None:
         """Ask ``host`` to start the process and return at once: its pid arrives with
@@ -74,13 +75,13 @@ class RemoteProcesses:
         stays pending; a lost host fails it like any of its processes."""
         if not self.links.up(host):
             raise StartError(f"host {host} is not reachable")
-        self.links.send(host, "spawn", **spec.to_fields())
+        self.links.send(host, Kind.SPAWN, **spec.to_fields())
         self.handles[spec.name] = RemoteHandle(host, spec.name)
 
     def signal(self, name: str, sig: int) -> None:
         handle = self.handles.get(name)
         if handle is not None:
-            self.links.send(handle.host, "signal", name=name, signal=int(sig))
+            self.links.send(handle.host, Kind.SIGNAL, name=name, signal=int(sig))
 
     def tell(self, name: str, message: dict) -> bool:
         """A line down to the library of process ``name`` on its host (downlink.py);
@@ -88,7 +89,7 @@ class RemoteProcesses:
         handle = self.handles.get(name)
         if handle is None:
             return False
-        self.links.send(handle.host, "tell", name=name, message=message)
+        self.links.send(handle.host, Kind.TELL, name=name, message=message)
         return True
 
     def status(self, name: str) -> str | None:
@@ -100,7 +101,7 @@ class RemoteProcesses:
         if self.links.up(handle.host) and handle.code is None and handle.pid is not None \
                 and not handle.probing:
             handle.probing = True
-            self.links.send(handle.host, "probe", name=handle.name)
+            self.links.send(handle.host, Kind.PROBE, name=handle.name)
         return handle.seen
 
     def usage(self, name: str) -> tuple[float | None, int | None]:
@@ -110,7 +111,7 @@ class RemoteProcesses:
     def refresh_usage(self) -> None:
         for handle in self.handles.values():
             if handle.pid is not None:
-                self.links.send(handle.host, "probe", name=handle.name)
+                self.links.send(handle.host, Kind.PROBE, name=handle.name)
 
     # -- what the agents tell ----------------------------------------------------------------
 
@@ -120,20 +121,20 @@ class RemoteProcesses:
         handle = self.handles.get(name) if name else None
         if handle is None:
             return
-        if kind == "lines" and isinstance(msg.get("lines"), list):
+        if kind == Kind.LINES and isinstance(msg.get("lines"), list):
             self.told.lines(handle.name, [str(line) for line in msg["lines"]])
-        elif kind == "spawned" and handle.pid is None:
+        elif kind == Kind.SPAWNED and handle.pid is None:
             pid: Any = msg.get("pid")  # as its agent told it
             handle.pid, handle.warm = pid, bool(msg.get("warm"))
             self.told.spawned(handle.name, pid, handle.warm, at=self.to_head(host, msg.get("t")))
-        elif kind == "failed" and handle.pid is None:
+        elif kind == Kind.FAILED and handle.pid is None:
             del self.handles[handle.name]
             self.told.failed(handle.name, str(msg.get("error")))
-        elif kind == "exited":
+        elif kind == Kind.EXITED:
             handle.code = msg["code"]
             del self.handles[handle.name]
             self.told.exited(handle.name, msg["code"], at=self.to_head(host, msg.get("t")))
-        elif kind == "probed":
+        elif kind == Kind.PROBED:
             handle.cpu, handle.rss = msg.get("cpu"), msg.get("rss")
             handle.seen, handle.probing = msg.get("status"), False
 

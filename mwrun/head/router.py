@@ -19,6 +19,7 @@ from mwrun.head.events import Why
 from mwrun.launchspec import LaunchSpec
 from mwrun.plan import environment
 from mwrun.plan.placement import Plan, WorldPlan
+from mwrun.schema import Start
 
 
 class HostHands(Protocol):
@@ -68,7 +69,7 @@ class Router:
         self.downlink, self.run_id, self.control_path = downlink, run_id, control_path
         self.started = started  # told of each start whose pid is known at once
         self.host_of: dict[str, str] = {}  # process -> the host it was last started on
-        self.starts: dict[str, str] = {}  # process -> "warm" | "cold", as last started
+        self.starts: dict[str, Start] = {}  # process -> how it was last started
 
     # -- time ----------------------------------------------------------------------------
 
@@ -116,9 +117,13 @@ class Router:
         spec = self.spec(name, generations, restarts, incarnation)
         pid = self.hands_of(name).start(spec)
         if pid is not None:
-            self.starts[name] = "warm" if self.hands.was_warm(name) else "cold"
-            self.started(name)
+            self.spawned(name, bool(self.hands.was_warm(name)))
         return pid
+
+    def spawned(self, name: str, warm: bool) -> None:
+        """A start made (at once, or told later by a zygote or an agent)."""
+        self.starts[name] = Start.WARM if warm else Start.COLD
+        self.started(name)
 
     def prepare(self, name: str) -> None:
         """The zygote that process ``name`` will be forked from, started now."""

@@ -24,6 +24,7 @@ import time
 from mwrun.errors import RunError, TopologyError, UsageError
 from mwrun.head.remote import CONNECT_TIMEOUT, AgentLink, check_hello, control_path
 from mwrun.host import frames
+from mwrun.host.frames import Kind
 from mwrun.schema import HostState as H
 
 
@@ -100,7 +101,7 @@ class SocketLink(AgentLink):
     def close(self, wait: float = 0.0) -> None:  # never waits: nothing to wait for
         if self.sock.fileno() < 0:
             return
-        self.send("stop")
+        self.send(Kind.STOP)
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_WR)
         self.sock.close()
@@ -162,7 +163,7 @@ def _accept(listener, secret, by_node, python, srun, progress, timeout):
             if key.data is None:
                 sock, _ = listener.accept()
                 nonce = secrets.token_hex(16)
-                sock.sendall(frames.encode({"kind": "challenge", "nonce": nonce}))
+                sock.sendall(frames.encode({"kind": Kind.CHALLENGE, "nonce": nonce}))
                 sock.setblocking(False)
                 pending[sock] = (nonce, frames.Decoder(), time.monotonic() + 10)
                 selector.register(sock, selectors.EVENT_READ, sock)

@@ -27,6 +27,7 @@ import time
 from mwrun import __version__, machine
 from mwrun.errors import StartError
 from mwrun.host import frames
+from mwrun.host.frames import Kind
 from mwrun.host.hands import Hands
 from mwrun.host.relay import Relay
 from mwrun.launchspec import LaunchSpec, SpecError
@@ -66,7 +67,7 @@ class Agent:
         self.beat_due = self.clock() + frames.BEAT  # any frame tells the head we live
 
     def hello(self, host: str) -> None:
-        self.send("hello", protocol=frames.PROTOCOL, version=__version__, host=host,
+        self.send(Kind.HELLO, protocol=frames.PROTOCOL, version=__version__, host=host,
                   pid=os.getpid(), control=self.control_path, inventory=machine.facts())
 
     def _from_head(self, _) -> None:
@@ -97,7 +98,7 @@ class Agent:
             return LaunchSpec.from_fields(msg)
         except SpecError as exc:
             if isinstance(msg.get("name"), str):
-                self.send("failed", name=msg["name"], error=str(exc))
+                self.send(Kind.FAILED, name=msg["name"], error=str(exc))
             return None
 
     def on_prepare(self, msg: dict) -> None:
@@ -124,7 +125,7 @@ class Agent:
     def on_probe(self, msg: dict) -> None:
         name = str(msg.get("name"))
         cpu, rss = self.hands.usage(name)
-        self.send("probed", name=name, status=self.hands.status(name), cpu=cpu, rss=rss)
+        self.send(Kind.PROBED, name=name, status=self.hands.status(name), cpu=cpu, rss=rss)
 
     def on_stop(self, msg: dict) -> None:
         self.done = True
@@ -136,24 +137,24 @@ class Agent:
 
     def on_clock(self, msg: dict) -> None:
         """At once: the head measures our clock's offset from its own (head/clocks.py)."""
-        self.send("clock", sent=msg.get("sent"), at=self.wall())
+        self.send(Kind.CLOCK, sent=msg.get("sent"), at=self.wall())
 
     # -- what the hands tell (host.hands.Owner): over the link ----------------------------
 
     def spawned(self, name: str, pid: int, warm: bool) -> None:
-        self.send("spawned", name=name, pid=pid, warm=warm, t=self.wall())
+        self.send(Kind.SPAWNED, name=name, pid=pid, warm=warm, t=self.wall())
 
     def failed(self, name: str, error: str) -> None:
-        self.send("failed", name=name, error=error)
+        self.send(Kind.FAILED, name=name, error=error)
 
     def lines(self, name: str, lines: list[str]) -> None:
-        self.send("lines", name=name, lines=lines)
+        self.send(Kind.LINES, name=name, lines=lines)
 
     def exited(self, name: str, code: int) -> None:
-        self.send("exited", name=name, code=code, t=self.wall())
+        self.send(Kind.EXITED, name=name, code=code, t=self.wall())
 
     def say(self, text: str) -> None:
-        self.send("say", text=text)
+        self.send(Kind.SAY, text=text)
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -170,7 +171,7 @@ class Agent:
                     break  # the head went silent: take it for gone
                 self.relay.release(now)  # the heartbeats held, once due
                 if now >= self.beat_due:
-                    self.send("beat")
+                    self.send(Kind.BEAT)
                 self.hands.tick()  # forked children are ours, so are their orphans
                 self.relay.flush()  # lines down that a library's socket did not take yet
                 if self.outbox.size:
@@ -247,7 +248,7 @@ def main(host: str | None, control_path: str, connect: str | None = None,
     sock.setblocking(True)
     fd = sock.detach()
     agent = Agent(fd, fd, control_path, silence=silence)
-    agent.send("hello", protocol=frames.PROTOCOL, version=__version__, host=host or node,
+    agent.send(Kind.HELLO, protocol=frames.PROTOCOL, version=__version__, host=host or node,
                node=node, pid=os.getpid(), control=control_path, inventory=machine.facts(),
                proof=frames.proof(secret, challenge.get("nonce", "")))
     return agent.run()

@@ -17,7 +17,8 @@ Head -> agent: ``prepare {LaunchSpec}`` (start its zygote now), ``spawn {LaunchS
 (the fields of ``mwrun.launchspec.LaunchSpec``: name, argv, cwd, env, unset,
 unset_prefixes, prepend, cpus, netns, preload, warm; checked for shape on arrival),
 ``signal {name, signal}``, ``probe {name}``, ``clock {sent}`` (the head's wall clock:
-answer at once, head/clocks.py), ``beat``, ``stop`` (kill everything, then exit).
+answer at once, head/clocks.py), ``tell {name, message}`` (a line down to that
+process's library), ``beat``, ``stop`` (kill everything, then exit).
 Any frame shows that its sender lives; a side that sent nothing for ``BEAT`` seconds
 sends a ``beat``.
 Either side that hears nothing for ``SILENCE`` seconds takes the other for gone (the
@@ -30,6 +31,7 @@ import hashlib
 import hmac
 import json
 import struct
+from enum import Enum
 
 # 4: clock exchanges, spawned/exited carry the host's time; 3: a spawn carries a
 # launchspec.LaunchSpec; 2: heartbeats held together
@@ -43,6 +45,29 @@ MAX_FRAME = 16 * 2**20
 _HEADER = struct.Struct(">I")
 
 
+class Kind(str, Enum):
+    """Every frame's ``kind`` (see above): the one spelling of each, on both sides."""
+
+    HELLO = "hello"
+    CHALLENGE = "challenge"  # the head's first frame to a connect-back (Slurm)
+    BEAT = "beat"
+    CLOCK = "clock"
+    STOP = "stop"
+    PREPARE = "prepare"
+    SPAWN = "spawn"
+    SIGNAL = "signal"
+    PROBE = "probe"
+    TELL = "tell"  # a line down to a process's library (head/downlink.py)
+    SPAWNED = "spawned"
+    FAILED = "failed"
+    LINES = "lines"
+    EXITED = "exited"
+    PROBED = "probed"
+    CONTROL = "control"
+    SAY = "say"
+    CLOSED = "closed"  # a link's end, as its reader tells it
+
+
 def proof(secret: str, nonce: str) -> str:
     """What an agent answers to the head's challenge: the secret itself never travels."""
     return hmac.new(secret.encode(), nonce.encode(), hashlib.sha256).hexdigest()
@@ -52,7 +77,7 @@ def proven(hello, secret: str, nonce: str) -> bool:
     """Whether a connect-back's first frame is a hello that proves the run's secret.
     Its shape and its proof are checked before anything else of it is read: a client
     that knows no secret must not reach any code that parses what it sent."""
-    if not isinstance(hello, dict) or hello.get("kind") != "hello":
+    if not isinstance(hello, dict) or hello.get("kind") != Kind.HELLO:
         return False
     said = hello.get("proof")
     return isinstance(said, str) and hmac.compare_digest(said, proof(secret, nonce))

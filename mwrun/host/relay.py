@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from mwrun.host import frames, sockets
+from mwrun.host.frames import Kind
 
 READ_SLICE = 65536  # bytes read from one library connection per turn
 RELAYED = ("hello", "heartbeat", "world", "bye", "scale")  # the library's verbs
@@ -98,7 +99,7 @@ class Relay:
             self.library[str(request.get("process"))] = conn  # the way down to it (tell)
         if request.get("verb") != "heartbeat":
             self._send_held()  # in the order the library said them
-            self.uplink.send("control", request=request)
+            self.uplink.send(Kind.CONTROL, request=request)
             return
         self.held.append(request)
         pace = self.intervals.get(str(request.get("process")), 0.0)
@@ -115,7 +116,7 @@ class Relay:
 
     def _send_held(self) -> None:
         if self.held:
-            self.uplink.send("control", requests=self.held)
+            self.uplink.send(Kind.CONTROL, requests=self.held)
         self.held, self.held_until = [], None
 
     # -- down: the head's lines to a library ----------------------------------------------

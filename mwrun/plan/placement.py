@@ -40,7 +40,7 @@ class ProcessPlan:
     replica_of: str | None = None
     hang_timeout: float = 60.0  # seconds without a heartbeat before it counts as hung
     preload: tuple[str, ...] = ()  # what its zygote imports; (): started the ordinary way
-    start: str = "cold"  # "warm", or "cold (why)", for people
+    start: str = "cold"  # schema.Start's "warm", or "cold (why)", for people
     # How its host's zygote runs it (preload.target), decided here once: None, cold.
     warm: tuple[str, str, tuple[str, ...]] | None = None
 

@@ -20,6 +20,7 @@ import pytest
 
 import mwrun
 from mwrun import schema
+from mwrun.host import frames
 
 PACKAGE = Path(mwrun.__file__).parent
 STAR = str(Path(__file__).parents[2] / "configs" / "star.yaml")
@@ -164,6 +165,62 @@ def state_literals(path: Path) -> list[str]:
 @pytest.mark.parametrize("part", ["head", "cli"])
 def test_no_state_name_is_spelled_outside_the_schema(part):
     assert [hit for path in part_files(part) for hit in state_literals(path)] == []
+
+
+# The wire's words, each an enum with one spelling: a frame's kind (head <-> agent), how
+# a process started. (field, words) -> the parts that must not spell them.
+VOCABULARIES = {
+    ("kind", frozenset(k.value for k in frames.Kind)): ("head", "host"),
+    ("start", frozenset(s.value for s in schema.Start)): ("head", "cli"),
+}
+
+
+def _mentions(node: ast.AST, field: str) -> bool:
+    """Whether an expression reads ``field``: ``x.field``, ``x["field"]``, ``field``."""
+    return any((isinstance(n, ast.Attribute) and n.attr == field)
+               or (isinstance(n, ast.Constant) and n.value == field)
+               or (isinstance(n, ast.Name) and n.id == field) for n in ast.walk(node))
+
+
+def word_literals(path: Path, field: str, words: frozenset) -> list[str]:
+    """Words of a vocabulary spelled as strings where the field is compared or written:
+    a comparison with the field, the value of a "field" key, a frame sent by name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        spelled: list[ast.AST] = []
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_mentions(side, field) for side in sides):
+                spelled += sides
+        elif isinstance(node, ast.Dict):
+            spelled += [v for k, v in zip(node.keys, node.values, strict=True)
+                        if isinstance(k, ast.Constant) and k.value == field]
+        elif isinstance(node, ast.Call) and field == "kind" and node.args and \
+                isinstance(node.func, ast.Attribute) and node.func.attr == "send":
+            spelled += node.args[:2]  # send(KIND, ...) and send(host, KIND, ...)
+        found += [f"{path.name}:{node.lineno}: {n.value!r}" for side in spelled
+                  for n in ([side] if isinstance(side, ast.Constant)
+                            else getattr(side, "elts", []))
+                  if isinstance(n, ast.Constant) and n.value in words]
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize(("field", "words"), list(VOCABULARIES))
+def test_no_word_of_the_wire_is_spelled_outside_its_enum(field, words):
+    parts = VOCABULARIES[(field, words)]
+    assert [hit for part in parts for path in part_files(part)
+            if path.name != "frames.py" for hit in word_literals(path, field, words)] == []
+
+
+def test_the_check_sees_a_word_of_the_wire_spelled(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("link.send('spawned', name=n)\nlinks.send(host, 'probe')\n"
+                   "if msg['kind'] in ('lines', 'x'):\n    out = {'kind': 'beat'}\n"
+                   "if kind == Kind.SAY or p.get('start') == 'cold':\n    pass\n")
+    kinds = frozenset(k.value for k in frames.Kind)
+    assert word_literals(bad, "kind", kinds) == ["bad.py:1: 'spawned'", "bad.py:2: 'probe'",
+                                                 "bad.py:3: 'lines'", "bad.py:4: 'beat'"]
+    assert word_literals(bad, "start", frozenset({"cold", "warm"})) == ["bad.py:5: 'cold'"]
 
 
 def test_the_check_sees_a_state_name_spelled(tmp_path):
