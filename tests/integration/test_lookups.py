@@ -1,6 +1,6 @@
 """No DNS lookup while a world forms (mwrun/lookups.py): a real job traced by strace,
 every process of it, sends nothing to a nameserver while its worlds form, break and
-form again.
+form again, and while a world made for a new replica forms (mwrun scale).
 
 torch's store reverse-resolves every connection's peer (``::ffff:127.0.0.1``, which
 /etc/hosts does not answer), so without ``lookups.numeric_only()`` a job sends its
@@ -60,7 +60,10 @@ def test_no_process_of_a_job_asks_a_nameserver_while_its_worlds_form(procs, home
     text = topology.read_text().replace("  worker-1:\n", "  worker-1:\n    preload: false\n")
     text = text.replace("worlds:\n", f"  rank:\n    replicas: 2\n    cmd: {sys.executable}"
                         f" {BIN / 'plain.py'} --gate {gate}\nworlds:\n")
-    topology.write_text(text + "  plain: {members: [rank]}\n")
+    text = text.replace("worlds:\n", f"  extra:\n    replicas: 1\n    scale: {{min: 1, max: 2}}\n"
+                        f"    cmd: {sys.executable} {BIN / 'trainer.py'}\nworlds:\n")
+    topology.write_text(text + "  plain: {members: [rank]}\n"
+                        "  solo: {per: extra, members: [extra]}\n")
     trace = tmp_path / "strace.out"
     job = procs.start([*STRACE, "-o", str(trace), sys.executable, "-m", "mwrun", "launch",
                        str(topology), "--run-id", "lookups"],
@@ -76,13 +79,17 @@ def test_no_process_of_a_job_asks_a_nameserver_while_its_worlds_form(procs, home
                       "world1 formed again", timeout=90)
     again = proc_state(doc, "worker-0")["pid"]
     assert again != first
+    cli(home, "scale", "extra=2", check=True)  # a new store, a new replica joining it
+    doc = wait_status(home, lambda d: world_state(d, "solo-1")["state"] == "healthy"
+                      if any(w["name"] == "solo-1" for w in d["worlds"]) else False,
+                      "the new replica's world formed", timeout=90)
     cli(home, "stop", "lookups", check=True)
     assert job.wait(timeout=90) == 0
     text = trace.read_text()
 
     # The trace saw the worlds form: many store connections; the first worker-0 and the
     # one started after the kill (warm children of the zygote) both traced.
-    assert store_connections(text, {w["port"] for w in doc["worlds"]}) >= 6
+    assert store_connections(text, {w["port"] for w in doc["worlds"]}) >= 8
     assert wrote_its_store(text, first) and wrote_its_store(text, again)
     asked = [line for line in text.splitlines() if DNS.search(line)]
     assert asked == [], "\n".join(asked[:10])
