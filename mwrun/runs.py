@@ -103,6 +103,35 @@ def read_plan(run_id: str) -> dict | None:
         return None
 
 
+def read_revisions(run_id: str) -> list[dict]:
+    """Every revision of the plan since the launch (mwrun scale, mwrun drain), oldest
+    first: what each added (``started``: process -> its plan as people read it), retired
+    and did to each world (membership/revision.py ``Revision.record``). A line cut short
+    (the run is writing it) or damaged is left out."""
+    try:
+        text = (run_path(run_id) / schema.REVISIONS).read_text(errors="replace")
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and isinstance(record.get("started"), dict):
+                found.append(record)
+    return found
+
+
+def plan_now(plan: dict | None, revisions: list[dict]) -> dict | None:
+    """The launch plan with each revision's new processes laid over it (what status
+    says of how each started is planned there)."""
+    if plan is None or not revisions:
+        return plan
+    processes = dict(plan.get("processes") or {})
+    for revision in revisions:
+        processes.update(revision["started"])
+    return {**plan, "processes": processes}
+
+
 def recent_events(run_id: str, count: int = 6) -> list[str]:
     """The last ``count`` lines of the run's events.log ("HH:MM:SS what happened"),
     oldest first: the order they happened in."""

@@ -204,20 +204,25 @@ def status(run, as_json, watch):
     from mwrun.cli.statusview import in_place, render
     from mwrun.terminal import use_colour
 
-    first, plans = True, {}  # a run's plan never changes: read once, not every second
+    # A run's launch plan never changes: read once, not every second (about 1 MB at
+    # 1,000 processes); its revisions (mwrun scale) are read again when there are more.
+    first, plans, seen = True, {}, {}
     while True:
         run_id, doc, live = _live_status(run)
-        if run_id not in plans and not as_json:
-            plans[run_id] = runs.read_plan(run_id)
+        if not as_json and (run_id not in plans or seen.get(run_id) != doc.get("revision")):
+            launched = plans.get(run_id, {}).get("launched") or runs.read_plan(run_id)
+            plans[run_id] = {"launched": launched, "now": runs.plan_now(
+                launched, runs.read_revisions(run_id))}
+            seen[run_id] = doc.get("revision")
         if as_json:
             click.echo(json.dumps(doc, indent=1 if not watch else None))
         elif watch and sys.stdout.isatty():
-            click.echo(in_place(render(doc, live, use_colour(), plan=plans[run_id]), first),
-                       nl=False)
+            click.echo(in_place(render(doc, live, use_colour(), plan=plans[run_id]["now"]),
+                                first), nl=False)
         else:
             click.echo(("" if first else "\n") + render(doc, live, use_colour(),
                                                  events=runs.recent_events(run_id),
-                                                 plan=plans[run_id]))
+                                                 plan=plans[run_id]["now"]))
         first = False
         if not watch or doc["state"] in FINAL or not live:
             return

@@ -124,9 +124,16 @@ class Faults:
             case ev.WorldFormed(world, generation):
                 self.down.discard(world)
                 self._formed(world, generation)
-            case ev.WorldClosed(world) | ev.WorldRemoved(world):
+            case ev.WorldClosed(world):
                 self.down.discard(world)
                 self._close(world)
+            case ev.WorldRemoved(world):  # gone: one made again under its name starts clean
+                self.down.discard(world)
+                self._close(world)
+                self.last.pop(world, None)
+                self.exits.pop(world, None)
+                for key in [k for k in self.told if k[0] == world]:
+                    del self.told[key]
             case ev.Stopping() | ev.RunEnded():
                 for world in list(self.open):
                     self._close(world)

@@ -27,7 +27,7 @@ from mwrun.head.agents import Agents
 from mwrun.head.console import Printer
 from mwrun.head.downlink import Downlink
 from mwrun.head.elastic import Elastic
-from mwrun.head.events import Event, Events, Gone, Said, lines
+from mwrun.head.events import Event, Events, Gone, Said, WorldRemoved, lines
 from mwrun.head.faults import Faults
 from mwrun.head.history import SAMPLE_EVERY, History
 from mwrun.head.progress import Progress
@@ -160,10 +160,13 @@ class Loop:
         self.events.emit(Said(text))
 
     def _gone(self, event: Event) -> None:
-        """A retired replica exited: it leaves the job (its resources are free again)."""
+        """A retired replica exited: it leaves the job (its resources are free again);
+        a removed world's traffic goes with it."""
         if isinstance(event, Gone):
             self.membership.gone(event.process)
             self.router.forget(event.process)
+        elif isinstance(event, WorldRemoved):
+            self.traffic.forget(event.world)
 
     # -- the loop --------------------------------------------------------------------------
 

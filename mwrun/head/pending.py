@@ -126,6 +126,8 @@ class PendingStores:
     def add_world(self, plan: WorldPlan, incarnations: list[int]) -> None:
         """A new world's store: built at once when torch is loaded (milliseconds), else
         after the first ones; what is written to it meanwhile waits, in order."""
+        self._removed.pop(plan.name, None)  # a world made again under a removed one's name
+        self._queued.pop(plan.name, None)  # (what waited was for the old one)
         self._stores.register(plan, incarnations)
         self._late.append(plan.name)
         self.ready()

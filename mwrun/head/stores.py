@@ -51,6 +51,7 @@ class WorldStores:
     def register(self, world: WorldPlan, incarnations: list[int]) -> None:
         """A world added while the job runs, to be built (on the port chosen for it)."""
         name = world.name
+        self._stores.pop(name, None)  # a removed world of that name: its store goes now
         self._worlds[name], self._members[name] = world, list(world.members)
         self._admitted[name] = list(incarnations)
         self._listeners[name] = self._bound.pop(world.port)

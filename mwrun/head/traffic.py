@@ -71,6 +71,13 @@ class Traffic:
             member.beats.append((float(t), int(calls), int(nbytes)))
             member.failures, member.last_age, member.heard = int(failures), age, now
 
+    def forget(self, world: str) -> None:
+        """A world that left the job (removed): its members' counts go with it, so a
+        world made again under its name counts from nothing."""
+        for key in [k for k in (*self.members, *self.carried) if k[1] == world]:
+            self.members.pop(key, None)
+            self.carried.pop(key, None)
+
     def totals(self, now: float, wall: float) -> dict[str, list]:
         """Per world [calls since the run started, head wall time they are as of].
 

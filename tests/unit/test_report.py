@@ -83,3 +83,33 @@ def test_without_matplotlib_report_says_how_to_get_it(tmp_path):
     assert out.returncode == 1
     assert out.stderr == "Error: mwrun report draws with matplotlib, which is not installed" \
         " here; install it with: pip install 'mwrun[report]'\n"
+
+
+def test_scale_operations_are_marked_and_summed_up(tmp_path):
+    path = run_folder(tmp_path)
+    start = {"t": 1.0, "event": "start", "run_id": "r", "name": "serve",
+             "worlds": {"pair-0": ["frontend", "worker-0"]}}
+    phases = {"requested": 10.0, "started": 10.05, "formed": 10.1, "told": 10.12,
+              "first_call": 10.2}
+    drained = {"requested": 20.0, "draining": 20.001, "closed": 20.01, "exited": 20.03}
+    records = [start,
+               {"t": 10.1, "event": "add", "world": "pair-1", "members": ["frontend",
+                                                                         "worker-1"]},
+               {"t": 10.1, "event": "form", "world": "pair-1", "generation": 0},
+               {"t": 10.3, "event": "scale", "op": "op-1", "process": "worker-1",
+                "change": "add", "outcome": "done", "error": None, "phases": phases},
+               {"t": 20.0, "event": "drain", "world": "pair-1", "generation": 0,
+                "seconds": 30},
+               {"t": 20.01, "event": "remove", "world": "pair-1", "reason": "drained"},
+               {"t": 20.03, "event": "scale", "op": "op-2", "process": "worker-1",
+                "change": "remove", "outcome": "done", "error": None, "phases": drained},
+               {"t": 21.0, "event": "end", "state": "finished"}]
+    (path / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = report(tmp_path, "r")
+    assert result.exit_code == 0, result.output
+    assert "pair-1" in result.output  # a world made while the run ran has its lane
+    assert "scale: 1 replica(s) added, requested -> told median 120 ms, max 120 ms" \
+        in result.output
+    assert "scale: 1 replica(s) retired, requested -> exited median 30 ms" in result.output
+    assert "op-1 worker-1 add: started +50 ms, formed +100 ms, told +120 ms," \
+        " first_call +200 ms" in result.output

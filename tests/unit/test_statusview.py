@@ -90,3 +90,36 @@ def test_status_says_why_processes_started_cold_once_per_reason():
         "started cold (its zygote could not start it; see the run's events): d"]
     assert "started cold" not in render({**DOC, "processes": procs[:1]}, live=True,
                                         now=200.0, plan=plan)
+
+
+def test_status_shows_each_scaled_process_and_the_worlds_draining():
+    doc = {**DOC, "revision": 2, "scale": {"worker": {
+        "desired": 3, "current": 3, "min": 1, "max": 8, "draining": ["worker-4"]}},
+        "worlds": [{**WORLD, "name": "pair-4", "state": "draining", "drain_left_s": 7.5}]}
+    text = render(doc, live=True, now=200.0)
+    assert "scaled processes:\n  worker: 3 desired, 3 running (scale 1-8); draining:" \
+        " worker-4\n  plan revision 2 (mwrun scale, mwrun drain)" in text
+    assert next(line for line in text.splitlines() if line.startswith("pair-4")).split()[:3] \
+        == ["pair-4", "draining", "7.5s"]
+    assert "scaled processes" not in render(DOC, live=True, now=200.0)
+
+
+def test_a_replica_added_while_the_run_runs_is_planned_in_its_revision(tmp_path):
+    from mwrun import runs
+
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "plan.json").write_text(json.dumps({"processes": {"worker-0": {"start": "warm"}}}))
+    (run / "revisions.jsonl").write_text(
+        json.dumps({"revision": 1, "started": {"worker-1": {"start": "cold (preload: false)"}}})
+        + "\n" + '{"revision": 2, "star')  # cut short while it is written
+    env = {"MWRUN_HOME": str(tmp_path)}
+    import os
+    old = os.environ.get("MWRUN_HOME")
+    os.environ.update(env)
+    try:
+        plan = runs.plan_now(runs.read_plan("r"), runs.read_revisions("r"))
+    finally:
+        os.environ.pop("MWRUN_HOME") if old is None else os.environ.update({"MWRUN_HOME": old})
+    assert plan["processes"] == {"worker-0": {"start": "warm"},
+                                 "worker-1": {"start": "cold (preload: false)"}}
