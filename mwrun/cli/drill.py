@@ -16,7 +16,25 @@ What the summary measures, per world:
   over exact windows, see pace.py). For the faulted worlds, over the whole drill; for
   the others, over each fault's downtime (at least ONE_SAMPLE long: counts are known
   about once a second, so a shorter window would only read their interpolation), all
-  faults' windows added up.
+  faults' windows added up. Worlds whose membership changed during the drill (made,
+  drained, removed or re-made by a scale operation) have no fault-free pace to compare
+  with: they are named and left out of the pace figures.
+
+With ``--scale PROCESS:MIN-MAX`` (elastic jobs) the schedule mixes scale operations
+into the faults: each event of the one Poisson process (mean ``--every``) is a scale
+operation with probability MIX (one half), else a fault; a scale operation's process
+is drawn among the ``--scale`` ones. Every event carries a uniform draw made with the
+schedule, and what it picks is decided when it is due, from the membership then: a
+fault the world (then one of its own members) among those that may be hit at that
+moment (``live_targets``), a scale operation its count among MIN..MAX other than the
+desired one (``pick_count``). One seed: the same events, times and draws.
+
+What else the drill counts, from the status documents it reads while it runs
+(``Ledger``): per world *life* (a world name made again after a removal is a new
+world), whether the drill faulted it; for the lives it did not fault, the calls their
+members counted as failed (``failures`` of each process's ``traffic``) and their
+breaks, both during the drill. A scale operation must cost neither: both are 0 when
+mwrun works, and the drill fails (exit 1) otherwise.
 """
 
 from __future__ import annotations
@@ -26,9 +44,10 @@ import time
 from dataclasses import dataclass, field
 
 from mwrun.cli import pace as pc
-from mwrun.cli.timeline import KILL_LEADS, Fault, Timeline, phase_text
+from mwrun.cli.timeline import KILL_LEADS, Fault, Timeline, phase_text, scale_text
 from mwrun.errors import UsageError
-from mwrun.schema import Phase
+from mwrun.schema import Event as E
+from mwrun.schema import OpState, Phase, ProcessState, ScalePhase, WorldState
 
 SIGNALS = ("KILL", "TERM", "SEGV", "STOP")
 BASELINE_MIN = 5.0  # seconds of fault-free pace the drill measures before its first fault
@@ -37,17 +56,50 @@ ONE_SAMPLE = 1.0  # the history's counts come about once a second (SAMPLE_EVERY)
 # The drill reads the clock before it asks for a fault, and the head stamps the signal
 # after, on the same machine's wall clock: a little slack all the same (a clock step).
 SENT_SLACK = 0.05
+MIX = 0.5  # with --scale: the share of the schedule's events that are scale operations
+# States in which a world or a process is never hit: on its way out (a drain).
+LEAVING_WORLDS = (WorldState.DRAINING.value, WorldState.CLOSED.value)
+LEAVING = (ProcessState.DRAINING.value, ProcessState.EXITED.value, ProcessState.STOPPED.value)
+# Membership changes in a world's history: its pace over the drill is not its own.
+RESHAPED = (E.ADD, E.RESIZE, E.DRAIN, E.REMOVE)
 
 
 @dataclass(frozen=True)
 class Shot:
     """One fault of the schedule: ``at`` seconds after the drill starts, signal
-    ``process`` (rank ``rank`` of ``world``)."""
+    ``process`` (rank ``rank`` of ``world``). With --scale the target is chosen when
+    the fault is due (``world`` is "" until then), by ``draw`` (see ``choose``)."""
 
     at: float
     world: str
     process: str
     rank: int
+    draw: float = 0.0
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """``--scale PROCESS:MIN-MAX``: the counts the drill may give PROCESS."""
+
+    process: str
+    low: int
+    high: int
+
+    def __str__(self) -> str:
+        return f"{self.process}:{self.low}-{self.high}"
+
+
+@dataclass(frozen=True)
+class Move:
+    """One scale operation of the schedule: ``at`` seconds after the drill starts,
+    give ``process`` a count within ``low..high`` (which one: ``draw``, see
+    ``pick_count``)."""
+
+    at: float
+    process: str
+    low: int
+    high: int
+    draw: float
 
 
 @dataclass
@@ -64,6 +116,7 @@ def targets(doc: dict, only: list[str] | None) -> dict[str, list[tuple[str, int]
     status document; UsageError for an unknown world or one with no such member."""
     worlds = {w["name"]: w["members"] for w in doc["worlds"]}
     shared = {p["name"] for p in doc["processes"] if len(p.get("worlds") or {}) > 1}
+    shared |= leaders(doc)
     for name in only or []:
         if name not in worlds:
             raise UsageError(f"run {doc['run_id']} has no world {name!r}; it has:"
@@ -81,21 +134,149 @@ def targets(doc: dict, only: list[str] | None) -> dict[str, list[tuple[str, int]
     return found
 
 
+def leaders(doc: dict) -> set[str]:
+    """The processes that share a world with a replica of a scaled process without
+    being one (a serving frontend): their worlds come and go with the scale, so they
+    are shared even at a moment they are in one world only, and never hit."""
+    scaled = {s["process"] for s in doc.get("scale") or []}
+    replicas = {p["name"] for p in doc["processes"] if p.get("replica_of") in scaled}
+    found = set()
+    for w in doc["worlds"]:
+        if replicas & set(w["members"]):
+            found |= set(w["members"]) - replicas
+    return found
+
+
 def schedule(seed: int | None, every: float, duration: float,
-             hit: dict[str, list[tuple[str, int]]]) -> list[Shot]:
+             hit: dict[str, list[tuple[str, int]]],
+             scales: list[Scaling] | None = None) -> list[Shot | Move]:
     """The faults, drawn at once: intervals exponential with mean ``every`` (a Poisson
     process: faults come at random, not on a beat the job could fall into step with),
     each to a random world of ``hit`` and a random one of its own members. One seed,
-    one topology: the same schedule."""
+    one topology: the same schedule.
+
+    With ``scales``, each event is a scale operation with probability MIX (of a
+    process drawn among ``scales``), else a fault; neither's target is chosen here
+    (the membership changes under the drill): each carries a draw that picks it when
+    it is due (``choose``, ``pick_count``)."""
     rng = random.Random(seed)
-    shots, at = [], 0.0
+    shots: list[Shot | Move] = []
+    at = 0.0
     while True:
         at += rng.expovariate(1.0 / every)
         if at >= duration:
             return shots
+        if scales:
+            if rng.random() < MIX:
+                which = rng.choice(scales)
+                shots.append(Move(round(at, 3), which.process, which.low, which.high,
+                                  rng.random()))
+            else:
+                shots.append(Shot(round(at, 3), "", "", -1, rng.random()))
+            continue
         world = rng.choice(sorted(hit))
         process, rank = rng.choice(hit[world])
         shots.append(Shot(round(at, 3), world, process, rank))
+
+
+def parse_scales(texts: list[str] | tuple[str, ...]) -> list[Scaling]:
+    """``--scale PROCESS:MIN-MAX`` options, by their form only (``check_scales`` holds
+    them against the run); UsageError for a malformed one or a process given twice."""
+    found: list[Scaling] = []
+    for text in texts:
+        process, _, counts = text.rpartition(":")
+        low, _, high = counts.partition("-")
+        if not process or not low.isdigit() or not high.isdigit():
+            raise UsageError(f"--scale takes PROCESS:MIN-MAX (like worker:1-8), not {text!r}")
+        if int(low) >= int(high):
+            raise UsageError(f"--scale {text}: MIN must be less than MAX (the drill moves"
+                             " the count between them)")
+        if any(s.process == process for s in found):
+            raise UsageError(f"--scale names {process} twice")
+        found.append(Scaling(process, int(low), int(high)))
+    return found
+
+
+def check_scales(doc: dict, scales: list[Scaling]) -> None:
+    """Each --scale against the run: a process with ``scale:`` in its topology, MIN-MAX
+    within its bounds; UsageError naming the bounds otherwise."""
+    bounds = {s["process"]: (s["min"], s["max"]) for s in doc.get("scale") or []}
+    for scale in scales:
+        if scale.process not in bounds:
+            has = ", ".join(f"{p} ({lo}-{hi})" for p, (lo, hi) in bounds.items())
+            known = any(p["name"] == scale.process or p.get("replica_of") == scale.process
+                        for p in doc["processes"])
+            why = "has no 'scale:' in its topology" if known else "is no process of the run"
+            raise UsageError(f"--scale {scale}: {scale.process} {why}; the run's scaled"
+                             f" processes: {has or 'none'}")
+        low, high = bounds[scale.process]
+        if scale.low < low or scale.high > high:
+            raise UsageError(f"--scale {scale}: {scale.process} scales within {low}-{high}"
+                             " (its scale: in the topology); give MIN-MAX within that")
+
+
+def live_targets(doc: dict, only: list[str] | None,
+                 busy: set[str] | frozenset[str] = frozenset()) -> dict[str, list[tuple[str, int]]]:
+    """world -> its members that may be hit now, as (process, rank): as ``targets``
+    (members in no other world, no leader), and never a world on its way out
+    (draining, closed), a member being retired, nor one of ``busy`` (a scale
+    operation of the drill's is adding or retiring it). Empty when there is none."""
+    procs = {p["name"]: p for p in doc["processes"]}
+    shared = {n for n, p in procs.items() if len(p.get("worlds") or {}) > 1} | leaders(doc)
+    found = {}
+    for w in doc["worlds"]:
+        if (only and w["name"] not in only) or w["state"] in LEAVING_WORLDS:
+            continue
+        own = [(m, i) for i, m in enumerate(w["members"]) if m in procs and m not in shared
+               and m not in busy and procs[m]["state"] not in LEAVING]
+        if own:
+            found[w["name"]] = own
+    return found
+
+
+def choose(shot: Shot, hit: dict[str, list[tuple[str, int]]]) -> Shot | None:
+    """The fault ``shot`` is, among ``hit`` now: its draw picks a world (in name
+    order), what is left of it a member. None when no one may be hit."""
+    if not hit:
+        return None
+    worlds = sorted(hit)
+    scaled = shot.draw * len(worlds)
+    world = worlds[min(int(scaled), len(worlds) - 1)]
+    members = hit[world]
+    process, rank = members[min(int((scaled % 1) * len(members)), len(members) - 1)]
+    return Shot(shot.at, world, process, rank, shot.draw)
+
+
+def replicas(doc: dict, process: str) -> list[str]:
+    """The replicas of scaled ``process`` that count (not being retired), by index: a
+    scale-down retires the last ones of this list."""
+    mine = [p["name"] for p in doc["processes"] if p.get("replica_of") == process
+            and p["state"] not in LEAVING and p["state"] != ProcessState.FAILED.value]
+    return sorted(mine, key=lambda n: int(n.rpartition("-")[2]) if n.rpartition("-")[2]
+                  .isdigit() else 0)
+
+
+def not_ready(doc: dict, names: list[str]) -> set[str]:
+    """Those of ``names`` not serving now: not running, or in a world that is not
+    healthy (a fault of the drill's not recovered yet, a world still forming)."""
+    procs = {p["name"]: p for p in doc["processes"]}
+    state = {w["name"]: w["state"] for w in doc["worlds"]}
+    return {n for n in names if n not in procs
+            or procs[n]["state"] != ProcessState.RUNNING.value
+            or any(state.get(w) != WorldState.HEALTHY.value for w in procs[n]["worlds"])}
+
+
+def pick_count(draw: float, low: int, high: int, desired: int, ordered: list[str],
+               kept: set[str]) -> int | None:
+    """The count a scale operation asks: by ``draw`` among ``low..high`` other than
+    ``desired``, and none that would retire one of ``kept`` (scale-downs retire the
+    last of ``ordered``: a replica whose world is down from a fault is never retired
+    under it, or its fault could not be seen to recover). None when none is left."""
+    floor = max((ordered.index(n) + 1 for n in kept if n in ordered), default=0)
+    counts = [n for n in range(low, high + 1) if n != desired and n >= floor]
+    if not counts:
+        return None
+    return counts[min(int(draw * len(counts)), len(counts) - 1)]
 
 
 def baseline(tl: Timeline, world: str, before: float) -> tuple[float, float] | None:
@@ -172,17 +353,172 @@ def pace_of(tl: Timeline, world: str, a: float, b: float) -> float | None:
     return pc.pace(points, tl.downs(world), a, min(b, points[-1][0]))
 
 
-def summarize(tl: Timeline, sent: list[Sent], window: Window, settings: dict) -> dict:
+@dataclass
+class Life:
+    """One world as the drill saw it: a name made again after a removal (a scale-down
+    then up) is another life, with its own counts."""
+
+    world: str
+    number: int  # 0: the first life of this name the drill saw; 1 the next...
+    since: float | None  # when the drill first saw it; None: there when the drill began
+    port: int | None
+    generation: int
+    breaks_before: int  # its breaks when the drill began (0 for a life made during it)
+    breaks: int  # as last seen
+    faulted: bool = False
+    # (process, pid) -> [failures before, failures as last seen, failures carried]
+    members: dict[tuple[str, int | None], list[int]] = field(default_factory=dict)
+
+    @property
+    def failed_calls(self) -> int:
+        return sum(m[2] + m[1] - m[0] for m in self.members.values())
+
+    @property
+    def name(self) -> str:
+        if self.since is None or self.number == 0:
+            return self.world
+        return f"{self.world} (made again at {_clock(self.since)})"
+
+
+class Ledger:
+    """The drill's reading of the status documents while it runs: each world's lives,
+    which of them it faulted, and per life its breaks and its members' failed calls
+    since the drill began (``failures`` in each process's ``traffic``: counted by the
+    members themselves, reported with their heartbeats).
+
+    A life is new when its name was not in the document before, or comes back with
+    another port (a new world gets its own store), a lower generation or fewer breaks.
+    A member's count that goes back is a new world object of the same name in the same
+    process: what it had counted stays, the new one counts from 0. A member first seen
+    after the first look (a restart, a new replica) counts from 0: it began during the
+    drill."""
+
+    def __init__(self):
+        self.lives: list[Life] = []
+        self.now: dict[str, Life] = {}  # world -> its life in the latest document
+        self.looks = 0
+
+    def see(self, doc: dict, t: float) -> None:
+        first = self.looks == 0
+        self.looks += 1
+        seen: dict[str, Life] = {}
+        for w in doc["worlds"]:
+            name, breaks, generation = w["name"], int(w["breaks"]), int(w["generation"])
+            life = self.now.get(name)
+            if life is None or life.port != w.get("port") or generation < life.generation \
+                    or breaks < life.breaks:
+                life = Life(name, sum(1 for x in self.lives if x.world == name),
+                            None if first else t, w.get("port"), generation,
+                            breaks if first else 0, breaks)
+                self.lives.append(life)
+            life.generation, life.breaks = generation, breaks
+            seen[name] = life
+        self.now = seen
+        for p in doc["processes"]:
+            for world, traffic in (p.get("traffic") or {}).items():
+                life = seen.get(world)
+                failures = traffic.get("failures") if isinstance(traffic, dict) else None
+                if life is None or not isinstance(failures, int):
+                    continue
+                counts = life.members.get((p["name"], p.get("pid")))
+                if counts is None:
+                    life.members[(p["name"], p.get("pid"))] = [failures if first else 0,
+                                                               failures, 0]
+                    continue
+                if failures < counts[1]:  # another world object of this name: from 0
+                    counts[2] += counts[1] - counts[0]
+                    counts[0] = 0
+                counts[1] = failures
+
+    def fault(self, world: str) -> int | None:
+        """The drill signalled a member of ``world``: its life now is faulted. Its
+        breaks so far (a break after them is the fault's), None if not seen."""
+        life = self.now.get(world)
+        if life is None:
+            return None
+        life.faulted = True
+        return life.breaks
+
+    def result(self) -> dict:
+        """What the record keeps: over the lives the drill did not fault, their failed
+        calls and breaks (and where there were any)."""
+        quiet = [x for x in self.lives if not x.faulted]
+        where = [f"{x.name}: {x.failed_calls} failed call(s), {x.breaks - x.breaks_before}"
+                 " break(s)" for x in quiet if x.failed_calls or x.breaks > x.breaks_before]
+        return {"looks": self.looks, "worlds": len(quiet),
+                "faulted_worlds": len(self.lives) - len(quiet),
+                "failed_calls": sum(x.failed_calls for x in quiet) if self.looks else None,
+                "breaks": sum(x.breaks - x.breaks_before for x in quiet)
+                if self.looks else None, "where": where}
+
+
+def scale_summary(ops: list[dict], skipped: list[str]) -> dict:
+    """The drill's scale operations: how many, how they ended, and per replica change
+    the time from the request to its peers told (additions) or to its exit (removals),
+    from each operation's phases as the head answered them."""
+    failed = [op for op in ops if op["state"] != OpState.DONE.value]
+    stats = {}
+    for kind, last in (("add", ScalePhase.TOLD), ("remove", ScalePhase.EXITED)):
+        took = [c["phases"][last.value] - c["phases"][ScalePhase.REQUESTED.value]
+                for op in ops for c in op.get("changes") or [] if c["change"] == kind
+                and isinstance(c["phases"].get(last.value), int | float)
+                and isinstance(c["phases"].get(ScalePhase.REQUESTED.value), int | float)]
+        count = sum(1 for op in ops for c in op.get("changes") or [] if c["change"] == kind)
+        stats[kind] = {"count": count, "median": _r(pc.median(took)),
+                       "max": _r(max(took, default=None))}
+    return {"count": len(ops), "done": len(ops) - len(failed),
+            "failed": [_op_named(op) for op in failed], "skipped": list(skipped),
+            **stats, "ops": ops}
+
+
+def _op_named(op: dict) -> str:
+    at = time.strftime("%H:%M:%S", time.localtime(op["asked"]))
+    text = f"{op['op']} {op['process']}={op['to']} asked at {at}: {op['state']}"
+    bad = [c for c in op.get("changes") or [] if c.get("outcome") not in (None, "done")]
+    if bad:
+        text += "; " + ", ".join(f"{c['process']} {c['change']} {c['outcome']}"
+                                 + (f" ({c['error']})" if c.get("error") else "") for c in bad)
+    elif op.get("error"):
+        text += f" ({op['error']})"
+    return text
+
+
+def reshaped(tl: Timeline, since: float) -> dict[str, str]:
+    """The worlds whose membership changed since ``since`` (a scale operation made,
+    resized, drained or removed them): world -> why its pace is left out (no
+    fault-free pace of the same world to compare with)."""
+    found: dict[str, str] = {}
+    for e in tl.events:
+        world = e.get("world")
+        if e["event"] not in RESHAPED or e["t"] < since or not isinstance(world, str) \
+                or world in found:
+            continue
+        before = any(x["event"] in (E.FORM, E.ADD) and x.get("world") == world
+                     and x["t"] < since for x in tl.events)
+        found[world] = ("made again during the drill" if before else
+                        "appeared during the drill") if e["event"] == E.ADD else \
+            "drained or resized during the drill"
+    return found
+
+
+def summarize(tl: Timeline, sent: list[Sent], window: Window, settings: dict,
+              ops: list[dict] | None = None, watch: dict | None = None,
+              skipped_ops: list[str] | None = None) -> dict:
     """The drill's record: per world its faults, phases, downtimes and pace kept; the
-    pace kept by the faulted worlds and by the others; the faults not recovered."""
+    pace kept by the faulted worlds and by the others; the faults not recovered. With
+    --scale, its scale operations (``ops``: each as the head last answered it, and
+    ``skipped_ops``); and ``watch`` (Ledger.result): failed calls and breaks outside
+    the worlds it faulted."""
     outcomes = match(tl, sent)
-    base = {w: pace_of(tl, w, *window.bases[w]) for w in window.bases}
+    left_out = reshaped(tl, window.started)
+    base = {w: pace_of(tl, w, *window.bases[w]) for w in window.bases if w not in left_out}
     worlds, faulted = {}, []
     for world in tl.worlds:
         mine = [o for o in outcomes if o.sent.shot.world == world]
         faults = list({id(o.fault): o.fault for o in mine if o.fault is not None}.values())
         downs = [f.back - f.start for f in faults if f.back is not None]
-        during = pace_of(tl, world, window.started, window.ended)
+        during = None if world in left_out else \
+            pace_of(tl, world, window.started, window.ended)
         kept = during / base[world] if during is not None and base.get(world) else None
         worlds[world] = {
             "faults": len(mine), "downtime_median": _r(pc.median(downs)),
@@ -196,12 +532,19 @@ def summarize(tl: Timeline, sent: list[Sent], window: Window, settings: dict) ->
                      for o in mine]}
         if mine and kept is not None:
             faulted.append(kept)
-    return {"started": round(window.started, 4), "ended": round(window.ended, 4),
-            **settings, "worlds": worlds,
-            "kept_faulted": _r(sum(faulted) / len(faulted)) if faulted else None,
-            "kept_others": _r(_others(tl, outcomes, base)),
-            "skipped": [f"{s.shot.world}: {s.skipped}" for s in sent if s.skipped],
-            "not_recovered": [_named(o) for o in outcomes if not o.recovered]}
+    record = {"started": round(window.started, 4), "ended": round(window.ended, 4),
+              **settings, "worlds": worlds,
+              "kept_faulted": _r(sum(faulted) / len(faulted)) if faulted else None,
+              "kept_others": _r(_others(tl, outcomes, base)),
+              "skipped": [f"{s.shot.world or 'a fault'}: {s.skipped}" for s in sent
+                          if s.skipped],
+              "not_recovered": [_named(o) for o in outcomes if not o.recovered],
+              "pace_left_out": left_out}
+    if ops is not None:
+        record["scale"] = scale_summary(ops, skipped_ops or [])
+    if watch is not None:
+        record["outside"] = watch
+    return record
 
 
 def _again(o: Outcome, mine: list[Outcome]) -> bool:
@@ -234,9 +577,27 @@ def _named(o: Outcome) -> str:
     return f"{o.sent.shot.world}: {o.sent.shot.process} signalled at {at}: {why}"
 
 
+def problems(record: dict) -> list[str]:
+    """What fails the drill, each named: a fault that did not recover, a scale
+    operation that did not end done, a call failed or a break outside the faulted
+    worlds. (A record of an older drill has only the first.)"""
+    found = [f"not recovered: {n}" for n in record["not_recovered"]]
+    scale = record.get("scale") or {}
+    found += [f"scale operation not done: {n}" for n in scale.get("failed", [])]
+    outside = record.get("outside") or {}
+    where = "; ".join(outside.get("where") or [])
+    if outside.get("failed_calls"):
+        found.append(f"{outside['failed_calls']} call(s) failed in worlds the drill did not"
+                     f" fault: {where}")
+    if outside.get("breaks"):
+        found.append(f"{outside['breaks']} break(s) of worlds the drill did not fault: {where}")
+    return found
+
+
 def exit_status(record: dict) -> int:
-    """0 when every world came back after every fault, 1 otherwise."""
-    return 1 if record["not_recovered"] else 0
+    """0 when every world came back after every fault, every scale operation was
+    done, and nothing failed outside the faulted worlds; 1 otherwise."""
+    return 1 if problems(record) else 0
 
 
 def lines(record: dict, brief: bool = False) -> list[str]:
@@ -244,26 +605,68 @@ def lines(record: dict, brief: bool = False) -> list[str]:
     ``brief``: a line per world, without each fault's (under a picture)."""
     took = record["ended"] - record["started"]
     sent = sum(w["faults"] for w in record["worlds"].values())
-    head = (f"drill: {sent} fault(s) (SIG{record.get('signal', 'KILL')}) in {took:.0f} s"
-            + (" (interrupted)" if record.get("interrupted") else ""))
+    scale = record.get("scale")
+    head = (f"drill: {sent} fault(s) (SIG{record.get('signal', 'KILL')})"
+            + (f" and {scale['count']} scale operation(s)" if scale is not None else "")
+            + f" in {took:.0f} s" + (" (interrupted)" if record.get("interrupted") else ""))
     out = [head + f"; pace kept: faulted worlds {_pct(record['kept_faulted'])},"
            f" the others during each fault {_pct(record['kept_others'])}"]
+    left_out = record.get("pace_left_out") or {}
     for name, w in record["worlds"].items():
+        why = f" ({left_out[name]}: no pace kept)" if name in left_out else ""
         if not w["faults"]:
-            out.append(f"  {name}: no faults; kept {_pct(w['kept'])} of its pace")
+            out.append(f"  {name}: no faults" + (why or f"; kept {_pct(w['kept'])} of its pace"))
             continue
         out.append(f"  {name}: {w['faults']} fault(s), down median {_secs(w['downtime_median'])}"
-                   f" max {_secs(w['downtime_max'])}; kept {_pct(w['kept'])} of its pace"
-                   f" ({_num(w['pace'])} of {_num(w['fault_free_pace'])} calls/s)")
+                   f" max {_secs(w['downtime_max'])}; " + (why.strip(" ()") if why else
+                   f"kept {_pct(w['kept'])} of its pace ({_num(w['pace'])} of"
+                   f" {_num(w['fault_free_pace'])} calls/s)"))
         for f in [] if brief else w["list"]:
             at = time.strftime("%H:%M:%S", time.localtime(f["sent"]))
             state = f"down {_secs(f['downtime'])}" if f["recovered"] else "NOT RECOVERED"
             state += " (hit again while down: the same outage)" if f.get("again") else ""
             out.append(f"    {at} {f['process']}: {state}"
                        + (f"; {phase_text(f['phases'])}" if f["phases"] else ""))
+    if left_out:
+        out.append(f"  pace left out for {len(left_out)} world(s) whose membership changed"
+                   " during the drill (no fault-free pace of the same world):"
+                   f" {', '.join(sorted(left_out))}")
+    if scale is not None:
+        out += _scale_lines(scale, brief)
+    outside = record.get("outside")
+    if outside is not None:
+        out.append(f"  outside the faulted worlds ({outside['worlds']} world(s) the drill did"
+                   f" not fault): {_count(outside['failed_calls'])} failed call(s),"
+                   f" {_count(outside['breaks'])} break(s)")
     out += [f"  skipped: {s}" for s in record["skipped"]]
-    out += [f"  not recovered: {n}" for n in record["not_recovered"]]
+    out += [f"  {p}" for p in problems(record)]
     return out
+
+
+def _scale_lines(scale: dict, brief: bool) -> list[str]:
+    out = [f"  scale: {scale['count']} operation(s), {scale['done']} done,"
+           f" {len(scale['failed'])} not done"]
+    for kind, verb, last in (("add", "added", "told"), ("remove", "retired", "exited")):
+        s = scale[kind]
+        if s["count"]:
+            out.append(f"    {s['count']} replica(s) {verb}: requested -> {last} median"
+                       f" {_secs(s['median'])}, max {_secs(s['max'])}")
+    for op in [] if brief else scale["ops"]:
+        at = time.strftime("%H:%M:%S", time.localtime(op["asked"]))
+        out.append(f"    {at} {op['op']} {op['process']} {op['from']} -> {op['to']}:"
+                   f" {op['state']}" + (f" ({op['error']})" if op.get("error") else ""))
+        out += [f"      {c['process']} {c['change']}: {scale_text(c['phases'])}"
+                for c in op.get("changes") or []]
+    out += [f"    skipped: {s}" for s in scale["skipped"]]
+    return out
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
 
 
 def _r(value: float | None) -> float | None:

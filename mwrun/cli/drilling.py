@@ -3,15 +3,25 @@ faults through the supervisor's ``kill_world`` request (so it records each as a
 drill, as ``mwrun kill-world --rank R`` does), show progress, wait for the last
 faults to recover, then write the summary into the run's history and say it.
 
-Everything it measures it reads back from the run's history (timeline.py), the
-same records ``mwrun report`` reads: the drill keeps no clock of its own on the
-faults. Ctrl-C ends the drill, never the job: the summary so far is still given.
+With ``--scale``, the schedule's scale operations are asked through the ``scale``
+request (an op id of the drill's own), never waited for: the loop goes on, following
+each with ``op`` requests until it has ended, and sends no fault to a replica one of
+them is adding or retiring. Faults then pick their target when they are due, from the
+status document of that moment.
+
+Everything it measures of the faults it reads back from the run's history
+(timeline.py), the same records ``mwrun report`` reads: the drill keeps no clock of
+its own on the faults. What the history does not hold (each member's failed calls)
+it reads from the status document about once a second (drill.Ledger). Ctrl-C ends
+the drill, never the job: the summary so far is still given.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import secrets
 import sys
 import time
 from collections.abc import Callable
@@ -21,23 +31,29 @@ from mwrun import runs
 from mwrun.cli import drill as d
 from mwrun.cli import timeline
 from mwrun.errors import RunError, UsageError
-from mwrun.schema import PLAN
+from mwrun.schema import PLAN, OpState
 
 POLL = 0.1  # seconds between looks at the clock while waiting for the next fault
 SHOW_EVERY = 1.0  # seconds between progress updates (each reads the history)
 BASELINE_WAIT = 60.0  # seconds the drill waits for BASELINE_MIN of fault-free pace
 RECOVER_WAIT = 30.0  # seconds after the drill for its last faults to recover
+LOOK_EVERY = 1.0  # seconds between readings of the status document (about a beat)
+OP_POLL = 0.2  # seconds between looks at a scale operation under way
+OP_WAIT = 120.0  # seconds a scale operation may take (a drain waits drain_timeout)
+SETTLE = 2.0  # seconds of beats after the last change, for the last counts to arrive
 
 
 def start(run: str | None, every: str, duration: str, worlds: str | None, sig: str,
-          seed: int | None, *, warn, say) -> int:
+          seed: int | None, *, warn, say, scale: tuple[str, ...] = ()) -> int:
     """The command line's drill: checked arguments, the schedule, the drill; its exit
-    status. Every mistake (numbers, signal, world, no live run) is one UsageError."""
+    status. Every mistake (numbers, signal, world, --scale, no live run) is one
+    UsageError."""
     every, duration = _seconds("--every", every), _seconds("--for", duration)
     sig = sig.upper().removeprefix("SIG")
     if sig not in d.SIGNALS:
         raise UsageError(f"--signal can be {', '.join(d.SIGNALS)}, not {sig}")
     only = [w.strip() for w in worlds.split(",") if w.strip()] if worlds else None
+    scales = d.parse_scales(scale)
     try:
         run_id, state = runs.find(run, warn=warn)
         if not runs.is_live(state):
@@ -45,10 +61,20 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
         doc = runs.request(state["control"], {"verb": "status"})["status"]
     except RunError as exc:
         raise UsageError(str(exc)) from None
-    shots = d.schedule(seed, every, duration, d.targets(doc, only))
+    d.check_scales(doc, scales)
+    try:
+        hit = d.targets(doc, only)
+    except UsageError:
+        if not scales or any(w not in {x["name"] for x in doc["worlds"]} for w in only or []):
+            raise
+        hit = {}  # the membership changes: someone may be hit later; each fault looks
+    shots = d.schedule(seed, every, duration, hit, scales)
     settings = {"every": every, "for": duration, "signal": sig, "seed": seed, "targets": only}
+    if scales:
+        settings["scales"] = [str(s) for s in scales]
     _, code = Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
-                    say=say, recover_wait=RECOVER_WAIT + _hang_wait(run_id, sig)).run()
+                    say=say, recover_wait=RECOVER_WAIT + _hang_wait(run_id, sig),
+                    scales=scales, op_prefix=f"drill-{secrets.token_hex(3)}").run()
     return code
 
 
@@ -76,14 +102,17 @@ def _hang_wait(run_id: str, sig: str) -> float:
 
 
 class Drill:
-    def __init__(self, run_id: str, control: str, shots: list[d.Shot], settings: dict, *,
-                 say: Callable[[str], None], tty: bool, clock=time.time, sleep=time.sleep,
-                 ask=runs.request, run_dir: Path | None = None,
-                 recover_wait: float = RECOVER_WAIT):
+    def __init__(self, run_id: str, control: str, shots: list[d.Shot | d.Move],
+                 settings: dict, *, say: Callable[[str], None], tty: bool, clock=time.time,
+                 sleep=time.sleep, ask=runs.request, run_dir: Path | None = None,
+                 recover_wait: float = RECOVER_WAIT, scales: list[d.Scaling] | None = None,
+                 op_prefix: str = "drill"):
         self.run_id = run_id
         self.control = control
         self.shots = shots
         self.settings = settings  # every, for, signal, seed, targets: into the record
+        self.scales = scales or []
+        self.op_prefix = op_prefix  # the drill's op ids: PREFIX-1, PREFIX-2, ...
         self.say = say
         self.tty = tty
         self.clock = clock
@@ -97,6 +126,16 @@ class Drill:
         self.shown = ""
         self.problem: str | None = None  # why the drill ended early
         self.in_place = False  # a progress line drawn in place, not ended yet
+        self.ledger = d.Ledger()
+        self.doc: dict | None = None  # the latest status document read
+        self.looked_at = float("-inf")
+        self.ops: list[dict] = []  # the scale operations asked, as the head last told
+        self.running: dict[str, dict] = {}  # op id -> its record, while under way
+        self.skipped_ops: list[str] = []
+        self.polled_at = float("-inf")
+        # faults sent whose break is not in a document yet: (world, process, breaks, t)
+        self.struck: list[tuple[str, str, int | None, float]] = []
+        self.changed_at = float("-inf")  # the last fault sent or scale operation ended
 
     def run(self) -> tuple[dict, int]:
         """The drill, start to end: its record and exit status."""
@@ -133,40 +172,176 @@ class Drill:
         if waiting:
             self.say(f"drill: no fault-free pace for {', '.join(waiting)} (no steady traffic"
                      f" for {d.BASELINE_MIN:.0f} s): its pace kept is not measured\n")
+        faults = sum(1 for s in self.shots if isinstance(s, d.Shot))
+        moves = len(self.shots) - faults
+        planned = f"{faults} fault(s)" + (f" and {moves} scale operation(s)"
+                                          if self.scales else "")
         if bases:
             paces = ", ".join(f"{w} {p:.2f}" for w, (a, b) in bases.items()
                               if (p := d.pace_of(tl, w, a, b)) is not None)
             self.say(f"drill: fault-free pace (calls/s, over up to {d.BASELINE_MAX:.0f} s"
-                     f" before the drill): {paces}; {len(self.shots)} fault(s) over"
+                     f" before the drill): {paces}; {planned} over"
                      f" {self.settings['for']:g} s\n")
+        if self.scales:
+            self.say(f"drill: scale operations of {', '.join(map(str, self.scales))};"
+                     " worlds that appear meanwhile have no fault-free pace: they are left"
+                     " out of the pace figures\n")
         self.window = d.Window(now, now + self.settings["for"], bases)
+        self._look(force=True)  # the counts the drill's are measured from
 
     def _shoot(self) -> None:
         for shot in self.shots:
             self._wait_until(self.window.started + shot.at)
-            t = self.clock()
-            try:
-                self.ask(self.control, {"verb": "kill_world", "world": shot.world,
-                                        "rank": shot.rank, "signal": self.settings["signal"]})
-                self.sent.append(d.Sent(shot, t))
-            except RunError as exc:
-                if not runs.is_live(runs.read_state(self.run_id) or {}):
-                    raise RunError(f"run {self.run_id} ended during the drill") from None
-                self.sent.append(d.Sent(shot, t, skipped=str(exc)))  # e.g. still restarting
+            if isinstance(shot, d.Move):
+                self._move(shot)
+            else:
+                self._fault(shot)
         self._wait_until(self.window.ended)
+
+    def _fault(self, shot: d.Shot) -> None:
+        if self.scales:  # the membership moves: whom to hit is read now
+            doc = self._look(force=True)
+            chosen = d.choose(shot, d.live_targets(doc, self.settings["targets"],
+                                                   self._busy()))
+            if chosen is None:
+                self.sent.append(d.Sent(shot, self.clock(), skipped="no member may be hit"
+                                        " now (none in one world only, or each is being"
+                                        " added or retired)"))
+                return
+            shot = chosen
+        t = self.clock()
+        try:
+            self.ask(self.control, {"verb": "kill_world", "world": shot.world,
+                                    "rank": shot.rank, "signal": self.settings["signal"]})
+        except RunError as exc:
+            self._still_live()
+            self.sent.append(d.Sent(shot, t, skipped=str(exc)))  # e.g. still restarting
+            return
+        self.sent.append(d.Sent(shot, t))
+        self.struck.append((shot.world, shot.process, self.ledger.fault(shot.world), t))
+        self.changed_at = max(self.changed_at, t)
+
+    def _move(self, move: d.Move) -> None:
+        """Ask the head for the scale operation; never wait for it here."""
+        doc = self._look(force=True)
+        at = self.clock()
+        under_way = [op["op"] for op in self.running.values() if op["process"] == move.process]
+        entry = next((e for e in doc.get("scale") or [] if e["process"] == move.process), None)
+        if under_way or entry is None:
+            why = (f"{under_way[0]} is still under way" if under_way
+                   else "the run no longer says its scale")
+            self.skipped_ops.append(f"{_clock(at)} {move.process}: {why}")
+            return
+        ordered = d.replicas(doc, move.process)
+        kept = d.not_ready(doc, ordered) | self._struck(doc)
+        count = d.pick_count(move.draw, move.low, move.high, entry["desired"], ordered, kept)
+        if count is None:
+            self.skipped_ops.append(
+                f"{_clock(at)} {move.process}: every count in {move.low}-{move.high} but"
+                f" {entry['desired']} would retire a replica that is not serving now"
+                f" ({', '.join(sorted(kept))})")
+            return
+        op = f"{self.op_prefix}-{len(self.ops) + 1}"
+        record = {"op": op, "process": move.process, "asked": round(at, 4),
+                  "from": entry["desired"], "to": count, "state": OpState.RUNNING.value,
+                  "error": None, "changes": []}
+        self.ops.append(record)
+        try:
+            reply = self.ask(self.control, {"verb": "scale", "op": op,
+                                            "changes": [f"{move.process}={count}"]})
+        except RunError as exc:
+            self._still_live()
+            record.update(state="refused", error=str(exc))
+            return
+        if reply.get("repeated"):  # another drill used this id: nothing was changed
+            record.update(state="refused", error=f"op id {op} was used already")
+            return
+        record.update(state=reply["state"], changes=reply["changes"])
+        if record["state"] == OpState.RUNNING.value:
+            self.running[op] = record
+        else:
+            self.changed_at = max(self.changed_at, self.clock())
+
+    def _busy(self) -> set[str]:
+        """The replicas a scale operation of the drill's is adding or retiring now."""
+        return {c["process"] for op in self.running.values() for c in op["changes"]}
+
+    def _struck(self, doc: dict) -> set[str]:
+        """The processes hit by a fault whose break no document has shown yet (for at
+        most KILL_LEADS): to the status they may still look like they serve."""
+        now = self.clock()
+        self.struck = [(w, p, breaks, t) for w, p, breaks, t in self.struck
+                       if now - t < d.KILL_LEADS and (life := self.ledger.now.get(w))
+                       is not None and (breaks is None or life.breaks <= breaks)]
+        return {p for _, p, _, _ in self.struck}
+
+    def _still_live(self) -> None:
+        if not runs.is_live(runs.read_state(self.run_id) or {}):
+            raise RunError(f"run {self.run_id} ended during the drill") from None
+
+    def _look(self, force: bool = False) -> dict:
+        """The status document (read at most every LOOK_EVERY unless ``force``); the
+        ledger reads every one."""
+        now = self.clock()
+        if self.doc is not None and not force and now - self.looked_at < LOOK_EVERY:
+            return self.doc
+        try:
+            doc = self.ask(self.control, {"verb": "status"})["status"]
+        except RunError:
+            self._still_live()
+            if self.doc is None:
+                raise
+            return self.doc  # a busy head: the last one will do
+        self.doc, self.looked_at = doc, now
+        self.ledger.see(doc, now)
+        return doc
+
+    def _follow(self) -> None:
+        """Each scale operation under way, as the head tells it now (every OP_POLL)."""
+        now = self.clock()
+        if not self.running or now - self.polled_at < OP_POLL:
+            return
+        self.polled_at = now
+        for op, record in list(self.running.items()):
+            try:
+                reply = self.ask(self.control, {"verb": "op", "op": op})
+            except RunError as exc:
+                self._still_live()
+                record["error"] = str(exc)  # asked again next time
+                continue
+            record.update(state=reply["state"], changes=reply["changes"], error=None)
+            if record["state"] != OpState.RUNNING.value:
+                del self.running[op]
+                self.changed_at = max(self.changed_at, now)
+
+    def _tick(self) -> None:
+        """What goes on beside the schedule: the operations followed, the counts read."""
+        self._follow()
+        if self.doc is not None:  # from the drill's start on (see _measure)
+            self._look()
 
     def _wait_until(self, at: float) -> None:
         while (left := at - self.clock()) > 0:
+            self._tick()
             self._progress()
             self.sleep(min(POLL, left))
 
     def _recover(self) -> None:
-        """Wait for every fault sent to recover, and the counts to cover the drill."""
+        """Wait for every fault sent to recover, every scale operation to end, the
+        counts to cover the drill and the last beats after the last change to come."""
         deadline = self.clock() + self.recover_wait
-        while self.clock() < deadline:
+        while True:
+            now = self.clock()
+            late = max((op["asked"] + OP_WAIT for op in self.running.values()), default=0.0)
+            if now >= max(deadline, late):
+                return
+            self._tick()
             tl = self.timeline()
             covered = all(p[-1][0] >= self.window.ended for p in tl.counts.values() if p)
-            if covered and all(o.recovered for o in d.match(tl, self.sent)):
+            backs = [o.fault.back for o in d.match(tl, self.sent) if o.recovered]
+            settled = now >= max([self.changed_at, *backs], default=now) + SETTLE
+            if covered and not self.running and settled and \
+                    all(o.recovered for o in d.match(tl, self.sent)):
                 return
             self._progress(force=True)
             self.sleep(0.5)
@@ -183,10 +358,12 @@ class Drill:
         downs = [(f["sent"], f["downtime"]) for w in record["worlds"].values()
                  for f in w["list"] if f["downtime"] is not None]
         last = d._secs(max(downs)[1]) if downs else "-"
-        self._show(f"drill {done:.0f}/{self.settings['for']:.0f} s: {faults} fault(s),"
+        ops = (f", {len(self.ops)} scale op(s) ({len(self.running)} under way)"
+               if self.scales else "")
+        self._show(f"drill {done:.0f}/{self.settings['for']:.0f} s: {faults} fault(s){ops},"
                    f" last down {last}, pace kept {d._pct(record['kept_faulted'])} (faulted)"
                    f" {d._pct(record['kept_others'])} (others)",
-                   key=f"{faults} {last}")
+                   key=f"{faults} {last} {len(self.ops)} {len(self.running)}")
 
     def _show(self, text: str, key: str | None = None) -> None:
         """In place on a terminal; elsewhere a line only when ``key`` (what changed)
@@ -206,8 +383,13 @@ class Drill:
 
     def _finish(self, interrupted: bool) -> tuple[dict, int]:
         self._end_line()
+        if self.problem is None and self.ledger.looks:
+            with contextlib.suppress(RunError, KeyboardInterrupt):
+                self._look(force=True)  # the latest counts
         record = d.summarize(self.timeline(), self.sent, self.window,
-                             {**self.settings, "interrupted": interrupted})
+                             {**self.settings, "interrupted": interrupted},
+                             ops=self.ops if self.scales else None,
+                             watch=self.ledger.result(), skipped_ops=self.skipped_ops)
         if self.problem is None:
             try:
                 self.ask(self.control, {"verb": "drill", "summary": record})
@@ -218,3 +400,7 @@ class Drill:
         if self.problem is not None:
             self.say(f"drill: {self.problem}\n")
         return record, max(d.exit_status(record), self.problem is not None)
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
