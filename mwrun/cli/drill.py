@@ -57,8 +57,7 @@ ONE_SAMPLE = 1.0  # the history's counts come about once a second (SAMPLE_EVERY)
 # after, on the same machine's wall clock: a little slack all the same (a clock step).
 SENT_SLACK = 0.05
 MIX = 0.5  # with --scale: the share of the schedule's events that are scale operations
-# States in which a world or a process is never hit: on its way out (a drain).
-LEAVING_WORLDS = (WorldState.DRAINING.value, WorldState.CLOSED.value)
+# States in which a process is never hit: on its way out (a drain), or gone.
 LEAVING = (ProcessState.DRAINING.value, ProcessState.EXITED.value, ProcessState.STOPPED.value)
 # Membership changes in a world's history: its pace over the drill is not its own.
 RESHAPED = (E.ADD, E.RESIZE, E.DRAIN, E.REMOVE)
@@ -216,16 +215,20 @@ def check_scales(doc: dict, scales: list[Scaling]) -> None:
 
 
 def live_targets(doc: dict, only: list[str] | None,
-                 busy: set[str] | frozenset[str] = frozenset()) -> dict[str, list[tuple[str, int]]]:
+                 busy: set[str] | frozenset[str] = frozenset(),
+                 down: set[str] | frozenset[str] = frozenset()) -> dict[str, list[tuple[str, int]]]:
     """world -> its members that may be hit now, as (process, rank): as ``targets``
-    (members in no other world, no leader), and never a world on its way out
-    (draining, closed), a member being retired, nor one of ``busy`` (a scale
+    (members in no other world, no leader), only in a world that is healthy now and
+    not in ``down`` (just hit, its break not seen yet): never one on its way out
+    (draining, closed), nor one still forming or re-forming, so each fault is an
+    outage of its own; never a member being retired, nor one of ``busy`` (a scale
     operation of the drill's is adding or retiring it). Empty when there is none."""
     procs = {p["name"]: p for p in doc["processes"]}
     shared = {n for n, p in procs.items() if len(p.get("worlds") or {}) > 1} | leaders(doc)
     found = {}
     for w in doc["worlds"]:
-        if (only and w["name"] not in only) or w["state"] in LEAVING_WORLDS:
+        if (only and w["name"] not in only) or w["state"] != WorldState.HEALTHY.value \
+                or w["name"] in down:
             continue
         own = [(m, i) for i, m in enumerate(w["members"]) if m in procs and m not in shared
                and m not in busy and procs[m]["state"] not in LEAVING]
@@ -281,15 +284,17 @@ def pick_count(draw: float, low: int, high: int, desired: int, ordered: list[str
 
 def baseline(tl: Timeline, world: str, before: float) -> tuple[float, float] | None:
     """The fault-free window of ``world`` before ``before``: since its last fault was
-    over (or its first count), at most BASELINE_MAX, up to its last count; None when it
-    is shorter than BASELINE_MIN."""
+    over (or its first count, or it was made by a scale operation), at most
+    BASELINE_MAX, up to its last count; None when it is shorter than BASELINE_MIN."""
     points = tl.counts.get(world)
     if not points:
         return None
     over = [f.back for f in tl.faults if f.world == world and f.start < before]
     if any(b is None for b in over):
         return None  # down now
-    since = max([points[1][0] if len(points) > 1 else before, *over])  # type: ignore[type-var]
+    made = [e["t"] for e in tl.events if e["event"] == E.ADD and e.get("world") == world
+            and e["t"] < before]  # made (again) by a scale operation: since then
+    since = max([points[1][0] if len(points) > 1 else before, *over, *made])  # type: ignore[type-var]
     end = min(before, points[-1][0])
     start = max(since, end - BASELINE_MAX)
     return (start, end) if end - start >= BASELINE_MIN else None
@@ -487,17 +492,22 @@ def reshaped(tl: Timeline, since: float) -> dict[str, str]:
     """The worlds whose membership changed since ``since`` (a scale operation made,
     resized, drained or removed them): world -> why its pace is left out (no
     fault-free pace of the same world to compare with)."""
-    found: dict[str, str] = {}
+    kinds: dict[str, list[str]] = {}
     for e in tl.events:
-        world = e.get("world")
-        if e["event"] not in RESHAPED or e["t"] < since or not isinstance(world, str) \
-                or world in found:
-            continue
+        if e["event"] in RESHAPED and e["t"] >= since and isinstance(e.get("world"), str):
+            kinds.setdefault(e["world"], []).append(e["event"])
+    found = {}
+    for world, seen in kinds.items():
         before = any(x["event"] in (E.FORM, E.ADD) and x.get("world") == world
                      and x["t"] < since for x in tl.events)
-        found[world] = ("made again during the drill" if before else
-                        "appeared during the drill") if e["event"] == E.ADD else \
-            "drained or resized during the drill"
+        if not before:
+            found[world] = "appeared during the drill"
+        elif E.ADD in seen:
+            found[world] = "removed and made again during the drill"
+        elif E.REMOVE in seen:
+            found[world] = "removed during the drill"
+        else:
+            found[world] = "resized or drained during the drill"
     return found
 
 
@@ -631,6 +641,9 @@ def lines(record: dict, brief: bool = False) -> list[str]:
         out.append(f"  pace left out for {len(left_out)} world(s) whose membership changed"
                    " during the drill (no fault-free pace of the same world):"
                    f" {', '.join(sorted(left_out))}")
+    if scale is not None and scale["done"]:
+        out.append("  (a scale operation moves load between the worlds that stay too: their"
+                   " pace says as much of the load as of the faults)")
     if scale is not None:
         out += _scale_lines(scale, brief)
     outside = record.get("outside")

@@ -31,7 +31,7 @@ from mwrun import runs
 from mwrun.cli import drill as d
 from mwrun.cli import timeline
 from mwrun.errors import RunError, UsageError
-from mwrun.schema import PLAN, OpState
+from mwrun.schema import PLAN, OpState, WorldState
 
 POLL = 0.1  # seconds between looks at the clock while waiting for the next fault
 SHOW_EVERY = 1.0  # seconds between progress updates (each reads the history)
@@ -70,8 +70,6 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
         hit = {}  # the membership changes: someone may be hit later; each fault looks
     shots = d.schedule(seed, every, duration, hit, scales)
     settings = {"every": every, "for": duration, "signal": sig, "seed": seed, "targets": only}
-    if scales:
-        settings["scales"] = [str(s) for s in scales]
     _, code = Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
                     say=say, recover_wait=RECOVER_WAIT + _hang_wait(run_id, sig),
                     scales=scales, op_prefix=f"drill-{secrets.token_hex(3)}").run()
@@ -112,6 +110,8 @@ class Drill:
         self.shots = shots
         self.settings = settings  # every, for, signal, seed, targets: into the record
         self.scales = scales or []
+        if self.scales:  # the record says what the drill was asked to scale
+            self.settings = {**settings, "scales": [str(s) for s in self.scales]}
         self.op_prefix = op_prefix  # the drill's op ids: PREFIX-1, PREFIX-2, ...
         self.say = say
         self.tty = tty
@@ -156,17 +156,20 @@ class Drill:
         return timeline.build(*timeline.load(self.run_dir, self.run_id), self.run_id)
 
     def _measure(self) -> None:
-        """Wait for BASELINE_MIN of fault-free pace in every world with traffic."""
+        """Wait for BASELINE_MIN of fault-free pace in every world with traffic (every
+        world the run has now: the history also names those a scale-down removed)."""
         deadline = self.clock() + BASELINE_WAIT
         while True:
             now = self.clock()
             tl = self.timeline()
-            bases = {w: b for w in tl.worlds if (b := d.baseline(tl, w, now)) is not None}
-            waiting = [w for w in tl.worlds if w not in bases]
+            there = self._worlds_now()
+            worlds = [w for w in tl.worlds if w in there]
+            bases = {w: b for w in worlds if (b := d.baseline(tl, w, now)) is not None}
+            waiting = [w for w in worlds if w not in bases]
             if not waiting or now >= deadline:
                 break
             self._show(f"drill: measuring each world's fault-free pace ({len(bases)} of"
-                       f" {len(tl.worlds)} worlds steady for {d.BASELINE_MIN:.0f} s)")
+                       f" {len(worlds)} worlds steady for {d.BASELINE_MIN:.0f} s)")
             self.sleep(0.5)
         self._end_line()
         if waiting:
@@ -198,15 +201,26 @@ class Drill:
                 self._fault(shot)
         self._wait_until(self.window.ended)
 
+    def _worlds_now(self) -> set[str]:
+        """The worlds the run has now, those being removed aside."""
+        try:
+            doc = self.ask(self.control, {"verb": "status"})["status"]
+        except RunError:
+            self._still_live()
+            raise
+        return {w["name"] for w in doc["worlds"]
+                if w["state"] not in (WorldState.DRAINING.value, WorldState.CLOSED.value)}
+
     def _fault(self, shot: d.Shot) -> None:
         if self.scales:  # the membership moves: whom to hit is read now
             doc = self._look(force=True)
+            down = {w for w, _, _, _ in self._pending()}
             chosen = d.choose(shot, d.live_targets(doc, self.settings["targets"],
-                                                   self._busy()))
+                                                   self._busy(), down))
             if chosen is None:
                 self.sent.append(d.Sent(shot, self.clock(), skipped="no member may be hit"
-                                        " now (none in one world only, or each is being"
-                                        " added or retired)"))
+                                        " now (none in a healthy world of its own that no"
+                                        " scale operation is changing)"))
                 return
             shot = chosen
         t = self.clock()
@@ -233,7 +247,7 @@ class Drill:
             self.skipped_ops.append(f"{_clock(at)} {move.process}: {why}")
             return
         ordered = d.replicas(doc, move.process)
-        kept = d.not_ready(doc, ordered) | self._struck(doc)
+        kept = d.not_ready(doc, ordered) | {p for _, p, _, _ in self._pending()}
         count = d.pick_count(move.draw, move.low, move.high, entry["desired"], ordered, kept)
         if count is None:
             self.skipped_ops.append(
@@ -259,6 +273,7 @@ class Drill:
         record.update(state=reply["state"], changes=reply["changes"])
         if record["state"] == OpState.RUNNING.value:
             self.running[op] = record
+            self.polled_at = self.clock()  # asked again OP_POLL from now
         else:
             self.changed_at = max(self.changed_at, self.clock())
 
@@ -266,14 +281,15 @@ class Drill:
         """The replicas a scale operation of the drill's is adding or retiring now."""
         return {c["process"] for op in self.running.values() for c in op["changes"]}
 
-    def _struck(self, doc: dict) -> set[str]:
-        """The processes hit by a fault whose break no document has shown yet (for at
-        most KILL_LEADS): to the status they may still look like they serve."""
+    def _pending(self) -> list[tuple[str, str, int | None, float]]:
+        """The faults sent whose break no document has shown yet (for at most
+        KILL_LEADS): the status may still show their world healthy, their member
+        serving (as the ledger read the latest document)."""
         now = self.clock()
         self.struck = [(w, p, breaks, t) for w, p, breaks, t in self.struck
                        if now - t < d.KILL_LEADS and (life := self.ledger.now.get(w))
                        is not None and (breaks is None or life.breaks <= breaks)]
-        return {p for _, p, _, _ in self.struck}
+        return self.struck
 
     def _still_live(self) -> None:
         if not runs.is_live(runs.read_state(self.run_id) or {}):
