@@ -26,11 +26,11 @@ operation with probability MIX (one half), else a fault; a scale operation's pro
 is drawn among the ``--scale`` ones. Every event carries a uniform draw made with the
 schedule, and what it picks is decided when it is due, from the membership then: a
 fault the world (then one of its own members) among those that may be hit at that
-moment (``live_targets``), a scale operation its count among MIN..MAX other than the
-desired one (``pick_count``). One seed: the same events, times and draws.
+moment, a scale operation its count among MIN..MAX other than the desired one (see
+drillscale.py). One seed: the same events, times and draws.
 
 What else the drill counts, from the status documents it reads while it runs
-(``Ledger``): per world *life* (a world name made again after a removal is a new
+(drillscale.Ledger): per world *life* (a world name made again after a removal is a new
 world), whether the drill faulted it; for the lives it did not fault, the calls their
 members counted as failed (``failures`` of each process's ``traffic``) and their
 breaks, both during the drill. A scale operation must cost neither: both are 0 when
@@ -39,15 +39,18 @@ mwrun works, and the drill fails (exit 1) otherwise.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass, field
 
 from mwrun.cli import pace as pc
-from mwrun.cli.timeline import KILL_LEADS, Fault, Timeline, phase_text, scale_text
+from mwrun.cli.drillscale import MIX, Move, Scaling, leaders, reshaped, scale_lines, scale_summary
+from mwrun.cli.drillscale import count_text as _count
+from mwrun.cli.timeline import KILL_LEADS, Fault, Timeline, phase_text
 from mwrun.errors import UsageError
 from mwrun.schema import Event as E
-from mwrun.schema import OpState, Phase, ProcessState, ScalePhase, WorldState
+from mwrun.schema import Phase
 
 SIGNALS = ("KILL", "TERM", "SEGV", "STOP")
 BASELINE_MIN = 5.0  # seconds of fault-free pace the drill measures before its first fault
@@ -56,11 +59,6 @@ ONE_SAMPLE = 1.0  # the history's counts come about once a second (SAMPLE_EVERY)
 # The drill reads the clock before it asks for a fault, and the head stamps the signal
 # after, on the same machine's wall clock: a little slack all the same (a clock step).
 SENT_SLACK = 0.05
-MIX = 0.5  # with --scale: the share of the schedule's events that are scale operations
-# States in which a process is never hit: on its way out (a drain), or gone.
-LEAVING = (ProcessState.DRAINING.value, ProcessState.EXITED.value, ProcessState.STOPPED.value)
-# Membership changes in a world's history: its pace over the drill is not its own.
-RESHAPED = (E.ADD, E.RESIZE, E.DRAIN, E.REMOVE)
 
 
 @dataclass(frozen=True)
@@ -76,31 +74,6 @@ class Shot:
     draw: float = 0.0
 
 
-@dataclass(frozen=True)
-class Scaling:
-    """``--scale PROCESS:MIN-MAX``: the counts the drill may give PROCESS."""
-
-    process: str
-    low: int
-    high: int
-
-    def __str__(self) -> str:
-        return f"{self.process}:{self.low}-{self.high}"
-
-
-@dataclass(frozen=True)
-class Move:
-    """One scale operation of the schedule: ``at`` seconds after the drill starts,
-    give ``process`` a count within ``low..high`` (which one: ``draw``, see
-    ``pick_count``)."""
-
-    at: float
-    process: str
-    low: int
-    high: int
-    draw: float
-
-
 @dataclass
 class Sent:
     """A shot as it went: when (head wall clock), and why not when it was not sent."""
@@ -108,6 +81,17 @@ class Sent:
     shot: Shot
     t: float
     skipped: str | None = None
+
+
+def seconds(option: str, text: str) -> float:
+    """--every, --for: a number of seconds more than 0, or UsageError."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{option} must be a number of seconds more than 0, not {text!r}")
+    return value
 
 
 def targets(doc: dict, only: list[str] | None) -> dict[str, list[tuple[str, int]]]:
@@ -130,19 +114,6 @@ def targets(doc: dict, only: list[str] | None) -> dict[str, list[tuple[str, int]
     if not found:
         raise UsageError(f"no world of run {doc['run_id']} has a member that belongs to no"
                          " other world: there is nobody the drill may hit")
-    return found
-
-
-def leaders(doc: dict) -> set[str]:
-    """The processes that share a world with a replica of a scaled process without
-    being one (a serving frontend): their worlds come and go with the scale, so they
-    are shared even at a moment they are in one world only, and never hit."""
-    scaled = {s["process"] for s in doc.get("scale") or []}
-    replicas = {p["name"] for p in doc["processes"] if p.get("replica_of") in scaled}
-    found = set()
-    for w in doc["worlds"]:
-        if replicas & set(w["members"]):
-            found |= set(w["members"]) - replicas
     return found
 
 
@@ -176,110 +147,6 @@ def schedule(seed: int | None, every: float, duration: float,
         world = rng.choice(sorted(hit))
         process, rank = rng.choice(hit[world])
         shots.append(Shot(round(at, 3), world, process, rank))
-
-
-def parse_scales(texts: list[str] | tuple[str, ...]) -> list[Scaling]:
-    """``--scale PROCESS:MIN-MAX`` options, by their form only (``check_scales`` holds
-    them against the run); UsageError for a malformed one or a process given twice."""
-    found: list[Scaling] = []
-    for text in texts:
-        process, _, counts = text.rpartition(":")
-        low, _, high = counts.partition("-")
-        if not process or not low.isdigit() or not high.isdigit():
-            raise UsageError(f"--scale takes PROCESS:MIN-MAX (like worker:1-8), not {text!r}")
-        if int(low) >= int(high):
-            raise UsageError(f"--scale {text}: MIN must be less than MAX (the drill moves"
-                             " the count between them)")
-        if any(s.process == process for s in found):
-            raise UsageError(f"--scale names {process} twice")
-        found.append(Scaling(process, int(low), int(high)))
-    return found
-
-
-def check_scales(doc: dict, scales: list[Scaling]) -> None:
-    """Each --scale against the run: a process with ``scale:`` in its topology, MIN-MAX
-    within its bounds; UsageError naming the bounds otherwise."""
-    bounds = {s["process"]: (s["min"], s["max"]) for s in doc.get("scale") or []}
-    for scale in scales:
-        if scale.process not in bounds:
-            has = ", ".join(f"{p} ({lo}-{hi})" for p, (lo, hi) in bounds.items())
-            known = any(p["name"] == scale.process or p.get("replica_of") == scale.process
-                        for p in doc["processes"])
-            why = "has no 'scale:' in its topology" if known else "is no process of the run"
-            raise UsageError(f"--scale {scale}: {scale.process} {why}; the run's scaled"
-                             f" processes: {has or 'none'}")
-        low, high = bounds[scale.process]
-        if scale.low < low or scale.high > high:
-            raise UsageError(f"--scale {scale}: {scale.process} scales within {low}-{high}"
-                             " (its scale: in the topology); give MIN-MAX within that")
-
-
-def live_targets(doc: dict, only: list[str] | None,
-                 busy: set[str] | frozenset[str] = frozenset(),
-                 down: set[str] | frozenset[str] = frozenset()) -> dict[str, list[tuple[str, int]]]:
-    """world -> its members that may be hit now, as (process, rank): as ``targets``
-    (members in no other world, no leader), only in a world that is healthy now and
-    not in ``down`` (just hit, its break not seen yet): never one on its way out
-    (draining, closed), nor one still forming or re-forming, so each fault is an
-    outage of its own; never a member being retired, nor one of ``busy`` (a scale
-    operation of the drill's is adding or retiring it). Empty when there is none."""
-    procs = {p["name"]: p for p in doc["processes"]}
-    shared = {n for n, p in procs.items() if len(p.get("worlds") or {}) > 1} | leaders(doc)
-    found = {}
-    for w in doc["worlds"]:
-        if (only and w["name"] not in only) or w["state"] != WorldState.HEALTHY.value \
-                or w["name"] in down:
-            continue
-        own = [(m, i) for i, m in enumerate(w["members"]) if m in procs and m not in shared
-               and m not in busy and procs[m]["state"] not in LEAVING]
-        if own:
-            found[w["name"]] = own
-    return found
-
-
-def choose(shot: Shot, hit: dict[str, list[tuple[str, int]]]) -> Shot | None:
-    """The fault ``shot`` is, among ``hit`` now: its draw picks a world (in name
-    order), what is left of it a member. None when no one may be hit."""
-    if not hit:
-        return None
-    worlds = sorted(hit)
-    scaled = shot.draw * len(worlds)
-    world = worlds[min(int(scaled), len(worlds) - 1)]
-    members = hit[world]
-    process, rank = members[min(int((scaled % 1) * len(members)), len(members) - 1)]
-    return Shot(shot.at, world, process, rank, shot.draw)
-
-
-def replicas(doc: dict, process: str) -> list[str]:
-    """The replicas of scaled ``process`` that count (not being retired), by index: a
-    scale-down retires the last ones of this list."""
-    mine = [p["name"] for p in doc["processes"] if p.get("replica_of") == process
-            and p["state"] not in LEAVING and p["state"] != ProcessState.FAILED.value]
-    return sorted(mine, key=lambda n: int(n.rpartition("-")[2]) if n.rpartition("-")[2]
-                  .isdigit() else 0)
-
-
-def not_ready(doc: dict, names: list[str]) -> set[str]:
-    """Those of ``names`` not serving now: not running, or in a world that is not
-    healthy (a fault of the drill's not recovered yet, a world still forming)."""
-    procs = {p["name"]: p for p in doc["processes"]}
-    state = {w["name"]: w["state"] for w in doc["worlds"]}
-    return {n for n in names if n not in procs
-            or procs[n]["state"] != ProcessState.RUNNING.value
-            or any(state.get(w) != WorldState.HEALTHY.value for w in procs[n]["worlds"])}
-
-
-def pick_count(draw: float, low: int, high: int, desired: int, ordered: list[str],
-               kept: set[str]) -> int | None:
-    """The count a scale operation asks: by ``draw`` among ``low..high`` other than
-    ``desired``, and none that would retire one of ``kept`` (scale-downs retire the
-    last of ``ordered``: a replica whose world is down from a fault is never retired
-    under it, or its fault could not be seen to recover). None when none is left."""
-    floor = max((ordered.index(n) + 1 for n in kept if n in ordered), default=0)
-    counts = [n for n in range(low, high + 1) if n != desired and n >= floor]
-    if not counts:
-        return None
-    return counts[min(int(draw * len(counts)), len(counts) - 1)]
 
 
 def baseline(tl: Timeline, world: str, before: float) -> tuple[float, float] | None:
@@ -356,159 +223,6 @@ def pace_of(tl: Timeline, world: str, a: float, b: float) -> float | None:
     if not points:
         return None
     return pc.pace(points, tl.downs(world), a, min(b, points[-1][0]))
-
-
-@dataclass
-class Life:
-    """One world as the drill saw it: a name made again after a removal (a scale-down
-    then up) is another life, with its own counts."""
-
-    world: str
-    number: int  # 0: the first life of this name the drill saw; 1 the next...
-    since: float | None  # when the drill first saw it; None: there when the drill began
-    port: int | None
-    generation: int
-    breaks_before: int  # its breaks when the drill began (0 for a life made during it)
-    breaks: int  # as last seen
-    faulted: bool = False
-    # (process, pid) -> [failures before, failures as last seen, failures carried]
-    members: dict[tuple[str, int | None], list[int]] = field(default_factory=dict)
-
-    @property
-    def failed_calls(self) -> int:
-        return sum(m[2] + m[1] - m[0] for m in self.members.values())
-
-    @property
-    def name(self) -> str:
-        if self.since is None or self.number == 0:
-            return self.world
-        return f"{self.world} (made again at {_clock(self.since)})"
-
-
-class Ledger:
-    """The drill's reading of the status documents while it runs: each world's lives,
-    which of them it faulted, and per life its breaks and its members' failed calls
-    since the drill began (``failures`` in each process's ``traffic``: counted by the
-    members themselves, reported with their heartbeats).
-
-    A life is new when its name was not in the document before, or comes back with
-    another port (a new world gets its own store), a lower generation or fewer breaks.
-    A member's count that goes back is a new world object of the same name in the same
-    process: what it had counted stays, the new one counts from 0. A member first seen
-    after the first look (a restart, a new replica) counts from 0: it began during the
-    drill."""
-
-    def __init__(self):
-        self.lives: list[Life] = []
-        self.now: dict[str, Life] = {}  # world -> its life in the latest document
-        self.looks = 0
-
-    def see(self, doc: dict, t: float) -> None:
-        first = self.looks == 0
-        self.looks += 1
-        seen: dict[str, Life] = {}
-        for w in doc["worlds"]:
-            name, breaks, generation = w["name"], int(w["breaks"]), int(w["generation"])
-            life = self.now.get(name)
-            if life is None or life.port != w.get("port") or generation < life.generation \
-                    or breaks < life.breaks:
-                life = Life(name, sum(1 for x in self.lives if x.world == name),
-                            None if first else t, w.get("port"), generation,
-                            breaks if first else 0, breaks)
-                self.lives.append(life)
-            life.generation, life.breaks = generation, breaks
-            seen[name] = life
-        self.now = seen
-        for p in doc["processes"]:
-            for world, traffic in (p.get("traffic") or {}).items():
-                life = seen.get(world)
-                failures = traffic.get("failures") if isinstance(traffic, dict) else None
-                if life is None or not isinstance(failures, int):
-                    continue
-                counts = life.members.get((p["name"], p.get("pid")))
-                if counts is None:
-                    life.members[(p["name"], p.get("pid"))] = [failures if first else 0,
-                                                               failures, 0]
-                    continue
-                if failures < counts[1]:  # another world object of this name: from 0
-                    counts[2] += counts[1] - counts[0]
-                    counts[0] = 0
-                counts[1] = failures
-
-    def fault(self, world: str) -> int | None:
-        """The drill signalled a member of ``world``: its life now is faulted. Its
-        breaks so far (a break after them is the fault's), None if not seen."""
-        life = self.now.get(world)
-        if life is None:
-            return None
-        life.faulted = True
-        return life.breaks
-
-    def result(self) -> dict:
-        """What the record keeps: over the lives the drill did not fault, their failed
-        calls and breaks (and where there were any)."""
-        quiet = [x for x in self.lives if not x.faulted]
-        where = [f"{x.name}: {x.failed_calls} failed call(s), {x.breaks - x.breaks_before}"
-                 " break(s)" for x in quiet if x.failed_calls or x.breaks > x.breaks_before]
-        return {"looks": self.looks, "worlds": len(quiet),
-                "faulted_worlds": len(self.lives) - len(quiet),
-                "failed_calls": sum(x.failed_calls for x in quiet) if self.looks else None,
-                "breaks": sum(x.breaks - x.breaks_before for x in quiet)
-                if self.looks else None, "where": where}
-
-
-def scale_summary(ops: list[dict], skipped: list[str]) -> dict:
-    """The drill's scale operations: how many, how they ended, and per replica change
-    the time from the request to its peers told (additions) or to its exit (removals),
-    from each operation's phases as the head answered them."""
-    failed = [op for op in ops if op["state"] != OpState.DONE.value]
-    stats = {}
-    for kind, last in (("add", ScalePhase.TOLD), ("remove", ScalePhase.EXITED)):
-        took = [c["phases"][last.value] - c["phases"][ScalePhase.REQUESTED.value]
-                for op in ops for c in op.get("changes") or [] if c["change"] == kind
-                and isinstance(c["phases"].get(last.value), int | float)
-                and isinstance(c["phases"].get(ScalePhase.REQUESTED.value), int | float)]
-        count = sum(1 for op in ops for c in op.get("changes") or [] if c["change"] == kind)
-        stats[kind] = {"count": count, "median": _r(pc.median(took)),
-                       "max": _r(max(took, default=None))}
-    return {"count": len(ops), "done": len(ops) - len(failed),
-            "failed": [_op_named(op) for op in failed], "skipped": list(skipped),
-            **stats, "ops": ops}
-
-
-def _op_named(op: dict) -> str:
-    at = time.strftime("%H:%M:%S", time.localtime(op["asked"]))
-    text = f"{op['op']} {op['process']}={op['to']} asked at {at}: {op['state']}"
-    bad = [c for c in op.get("changes") or [] if c.get("outcome") not in (None, "done")]
-    if bad:
-        text += "; " + ", ".join(f"{c['process']} {c['change']} {c['outcome']}"
-                                 + (f" ({c['error']})" if c.get("error") else "") for c in bad)
-    elif op.get("error"):
-        text += f" ({op['error']})"
-    return text
-
-
-def reshaped(tl: Timeline, since: float) -> dict[str, str]:
-    """The worlds whose membership changed since ``since`` (a scale operation made,
-    resized, drained or removed them): world -> why its pace is left out (no
-    fault-free pace of the same world to compare with)."""
-    kinds: dict[str, list[str]] = {}
-    for e in tl.events:
-        if e["event"] in RESHAPED and e["t"] >= since and isinstance(e.get("world"), str):
-            kinds.setdefault(e["world"], []).append(e["event"])
-    found = {}
-    for world, seen in kinds.items():
-        before = any(x["event"] in (E.FORM, E.ADD) and x.get("world") == world
-                     and x["t"] < since for x in tl.events)
-        if not before:
-            found[world] = "appeared during the drill"
-        elif E.ADD in seen:
-            found[world] = "removed and made again during the drill"
-        elif E.REMOVE in seen:
-            found[world] = "removed during the drill"
-        else:
-            found[world] = "resized or drained during the drill"
-    return found
 
 
 def summarize(tl: Timeline, sent: list[Sent], window: Window, settings: dict,
@@ -645,7 +359,7 @@ def lines(record: dict, brief: bool = False) -> list[str]:
         out.append("  (a scale operation moves load between the worlds that stay too: their"
                    " pace says as much of the load as of the faults)")
     if scale is not None:
-        out += _scale_lines(scale, brief)
+        out += scale_lines(scale, brief)
     outside = record.get("outside")
     if outside is not None:
         out.append(f"  outside the faulted worlds ({outside['worlds']} world(s) the drill did"
@@ -654,32 +368,6 @@ def lines(record: dict, brief: bool = False) -> list[str]:
     out += [f"  skipped: {s}" for s in record["skipped"]]
     out += [f"  {p}" for p in problems(record)]
     return out
-
-
-def _scale_lines(scale: dict, brief: bool) -> list[str]:
-    out = [f"  scale: {scale['count']} operation(s), {scale['done']} done,"
-           f" {len(scale['failed'])} not done"]
-    for kind, verb, last in (("add", "added", "told"), ("remove", "retired", "exited")):
-        s = scale[kind]
-        if s["count"]:
-            out.append(f"    {s['count']} replica(s) {verb}: requested -> {last} median"
-                       f" {_secs(s['median'])}, max {_secs(s['max'])}")
-    for op in [] if brief else scale["ops"]:
-        at = time.strftime("%H:%M:%S", time.localtime(op["asked"]))
-        out.append(f"    {at} {op['op']} {op['process']} {op['from']} -> {op['to']}:"
-                   f" {op['state']}" + (f" ({op['error']})" if op.get("error") else ""))
-        out += [f"      {c['process']} {c['change']}: {scale_text(c['phases'])}"
-                for c in op.get("changes") or []]
-    out += [f"    skipped: {s}" for s in scale["skipped"]]
-    return out
-
-
-def _count(value: int | None) -> str:
-    return "-" if value is None else str(value)
-
-
-def _clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(t))
 
 
 def _r(value: float | None) -> float | None:

@@ -3,24 +3,22 @@ faults through the supervisor's ``kill_world`` request (so it records each as a
 drill, as ``mwrun kill-world --rank R`` does), show progress, wait for the last
 faults to recover, then write the summary into the run's history and say it.
 
-With ``--scale``, the schedule's scale operations are asked through the ``scale``
-request (an op id of the drill's own), never waited for: the loop goes on, following
-each with ``op`` requests until it has ended, and sends no fault to a replica one of
-them is adding or retiring. Faults then pick their target when they are due, from the
-status document of that moment.
+With ``--scale``, its scale operations are asked through the ``scale`` request (op
+ids of the drill's own), never waited for: the loop goes on, following each with
+``op`` requests until it ended, and faults pick their target when they are due, from
+the status document then (drillscale.py).
 
 Everything it measures of the faults it reads back from the run's history
 (timeline.py), the same records ``mwrun report`` reads: the drill keeps no clock of
 its own on the faults. What the history does not hold (each member's failed calls)
-it reads from the status document about once a second (drill.Ledger). Ctrl-C ends
-the drill, never the job: the summary so far is still given.
+it reads from the status document about once a second (drillscale.Ledger). Ctrl-C
+ends the drill, never the job: the summary so far is still given.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import secrets
 import sys
 import time
@@ -29,9 +27,10 @@ from pathlib import Path
 
 from mwrun import runs
 from mwrun.cli import drill as d
+from mwrun.cli import drillscale as ds
 from mwrun.cli import timeline
 from mwrun.errors import RunError, UsageError
-from mwrun.schema import PLAN, OpState, WorldState
+from mwrun.schema import PLAN, OpState
 
 POLL = 0.1  # seconds between looks at the clock while waiting for the next fault
 SHOW_EVERY = 1.0  # seconds between progress updates (each reads the history)
@@ -48,12 +47,12 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
     """The command line's drill: checked arguments, the schedule, the drill; its exit
     status. Every mistake (numbers, signal, world, --scale, no live run) is one
     UsageError."""
-    every, duration = _seconds("--every", every), _seconds("--for", duration)
+    every, duration = d.seconds("--every", every), d.seconds("--for", duration)
     sig = sig.upper().removeprefix("SIG")
     if sig not in d.SIGNALS:
         raise UsageError(f"--signal can be {', '.join(d.SIGNALS)}, not {sig}")
     only = [w.strip() for w in worlds.split(",") if w.strip()] if worlds else None
-    scales = d.parse_scales(scale)
+    scales = ds.parse_scales(scale)
     try:
         run_id, state = runs.find(run, warn=warn)
         if not runs.is_live(state):
@@ -61,7 +60,7 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
         doc = runs.request(state["control"], {"verb": "status"})["status"]
     except RunError as exc:
         raise UsageError(str(exc)) from None
-    d.check_scales(doc, scales)
+    ds.check_scales(doc, scales)
     try:
         hit = d.targets(doc, only)
     except UsageError:
@@ -74,16 +73,6 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
                     say=say, recover_wait=RECOVER_WAIT + _hang_wait(run_id, sig),
                     scales=scales, op_prefix=f"drill-{secrets.token_hex(3)}").run()
     return code
-
-
-def _seconds(option: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"{option} must be a number of seconds more than 0, not {text!r}")
-    return value
 
 
 def _hang_wait(run_id: str, sig: str) -> float:
@@ -100,10 +89,10 @@ def _hang_wait(run_id: str, sig: str) -> float:
 
 
 class Drill:
-    def __init__(self, run_id: str, control: str, shots: list[d.Shot | d.Move],
+    def __init__(self, run_id: str, control: str, shots: list[d.Shot | ds.Move],
                  settings: dict, *, say: Callable[[str], None], tty: bool, clock=time.time,
                  sleep=time.sleep, ask=runs.request, run_dir: Path | None = None,
-                 recover_wait: float = RECOVER_WAIT, scales: list[d.Scaling] | None = None,
+                 recover_wait: float = RECOVER_WAIT, scales: list[ds.Scaling] | None = None,
                  op_prefix: str = "drill"):
         self.run_id = run_id
         self.control = control
@@ -126,16 +115,16 @@ class Drill:
         self.shown = ""
         self.problem: str | None = None  # why the drill ended early
         self.in_place = False  # a progress line drawn in place, not ended yet
-        self.ledger = d.Ledger()
+        self.ledger = ds.Ledger()
         self.doc: dict | None = None  # the latest status document read
-        self.looked_at = float("-inf")
         self.ops: list[dict] = []  # the scale operations asked, as the head last told
         self.running: dict[str, dict] = {}  # op id -> its record, while under way
         self.skipped_ops: list[str] = []
-        self.polled_at = float("-inf")
         # faults sent whose break is not in a document yet: (world, process, breaks, t)
         self.struck: list[tuple[str, str, int | None, float]] = []
-        self.changed_at = float("-inf")  # the last fault sent or scale operation ended
+        # when the document was read, the operations were asked after, and the last
+        # fault was sent or operation ended
+        self.looked_at = self.polled_at = self.changed_at = float("-inf")
 
     def run(self) -> tuple[dict, int]:
         """The drill, start to end: its record and exit status."""
@@ -163,7 +152,7 @@ class Drill:
             now = self.clock()
             tl = self.timeline()
             there = self._worlds_now()
-            worlds = [w for w in tl.worlds if w in there]
+            worlds = [w for w in tl.worlds if there is None or w in there]
             bases = {w: b for w in worlds if (b := d.baseline(tl, w, now)) is not None}
             waiting = [w for w in worlds if w not in bases]
             if not waiting or now >= deadline:
@@ -195,34 +184,32 @@ class Drill:
     def _shoot(self) -> None:
         for shot in self.shots:
             self._wait_until(self.window.started + shot.at)
-            if isinstance(shot, d.Move):
+            if isinstance(shot, ds.Move):
                 self._move(shot)
             else:
                 self._fault(shot)
         self._wait_until(self.window.ended)
 
-    def _worlds_now(self) -> set[str]:
-        """The worlds the run has now, those being removed aside."""
+    def _worlds_now(self) -> set[str] | None:
+        """The worlds the run has now, those being removed aside (None: not known)."""
         try:
             doc = self.ask(self.control, {"verb": "status"})["status"]
         except RunError:
-            self._still_live()
-            raise
-        return {w["name"] for w in doc["worlds"]
-                if w["state"] not in (WorldState.DRAINING.value, WorldState.CLOSED.value)}
+            return self._still_live()
+        return {w["name"] for w in doc["worlds"] if w["state"] not in ds.GOING}
 
     def _fault(self, shot: d.Shot) -> None:
         if self.scales:  # the membership moves: whom to hit is read now
             doc = self._look(force=True)
             down = {w for w, _, _, _ in self._pending()}
-            chosen = d.choose(shot, d.live_targets(doc, self.settings["targets"],
-                                                   self._busy(), down))
+            chosen = ds.choose(shot.draw, ds.live_targets(doc, self.settings["targets"],
+                                                          self._busy(), down))
             if chosen is None:
                 self.sent.append(d.Sent(shot, self.clock(), skipped="no member may be hit"
                                         " now (none in a healthy world of its own that no"
                                         " scale operation is changing)"))
                 return
-            shot = chosen
+            shot = d.Shot(shot.at, *chosen, shot.draw)
         t = self.clock()
         try:
             self.ask(self.control, {"verb": "kill_world", "world": shot.world,
@@ -233,31 +220,20 @@ class Drill:
             return
         self.sent.append(d.Sent(shot, t))
         self.struck.append((shot.world, shot.process, self.ledger.fault(shot.world), t))
-        self.changed_at = max(self.changed_at, t)
+        self.changed_at = t
 
-    def _move(self, move: d.Move) -> None:
+    def _move(self, move: ds.Move) -> None:
         """Ask the head for the scale operation; never wait for it here."""
-        doc = self._look(force=True)
-        at = self.clock()
+        doc, at = self._look(force=True), self.clock()
         under_way = [op["op"] for op in self.running.values() if op["process"] == move.process]
-        entry = next((e for e in doc.get("scale") or [] if e["process"] == move.process), None)
-        if under_way or entry is None:
-            why = (f"{under_way[0]} is still under way" if under_way
-                   else "the run no longer says its scale")
-            self.skipped_ops.append(f"{_clock(at)} {move.process}: {why}")
+        found = ds.move_count(doc, move, under_way, {p for _, p, _, _ in self._pending()})
+        if isinstance(found, str):
+            self.skipped_ops.append(f"{ds.clock_text(at)} {move.process}: {found}")
             return
-        ordered = d.replicas(doc, move.process)
-        kept = d.not_ready(doc, ordered) | {p for _, p, _, _ in self._pending()}
-        count = d.pick_count(move.draw, move.low, move.high, entry["desired"], ordered, kept)
-        if count is None:
-            self.skipped_ops.append(
-                f"{_clock(at)} {move.process}: every count in {move.low}-{move.high} but"
-                f" {entry['desired']} would retire a replica that is not serving now"
-                f" ({', '.join(sorted(kept))})")
-            return
+        count, desired = found
         op = f"{self.op_prefix}-{len(self.ops) + 1}"
         record = {"op": op, "process": move.process, "asked": round(at, 4),
-                  "from": entry["desired"], "to": count, "state": OpState.RUNNING.value,
+                  "from": desired, "to": count, "state": OpState.RUNNING.value,
                   "error": None, "changes": []}
         self.ops.append(record)
         try:
@@ -291,7 +267,7 @@ class Drill:
                        is not None and (breaks is None or life.breaks <= breaks)]
         return self.struck
 
-    def _still_live(self) -> None:
+    def _still_live(self) -> None:  # or RunError
         if not runs.is_live(runs.read_state(self.run_id) or {}):
             raise RunError(f"run {self.run_id} ended during the drill") from None
 
@@ -331,9 +307,10 @@ class Drill:
                 self.changed_at = max(self.changed_at, now)
 
     def _tick(self) -> None:
-        """What goes on beside the schedule: the operations followed, the counts read."""
+        """Beside the schedule: the operations followed, the counts read (from the
+        drill's start on: see _measure)."""
         self._follow()
-        if self.doc is not None:  # from the drill's start on (see _measure)
+        if self.doc is not None:
             self._look()
 
     def _wait_until(self, at: float) -> None:
@@ -354,10 +331,10 @@ class Drill:
             self._tick()
             tl = self.timeline()
             covered = all(p[-1][0] >= self.window.ended for p in tl.counts.values() if p)
-            backs = [o.fault.back for o in d.match(tl, self.sent) if o.recovered]
-            settled = now >= max([self.changed_at, *backs], default=now) + SETTLE
-            if covered and not self.running and settled and \
-                    all(o.recovered for o in d.match(tl, self.sent)):
+            outcomes = d.match(tl, self.sent)
+            last = max([self.changed_at, *(o.fault.back for o in outcomes if o.recovered)])
+            if covered and not self.running and now >= last + SETTLE and \
+                    all(o.recovered for o in outcomes):
                 return
             self._progress(force=True)
             self.sleep(0.5)
@@ -416,7 +393,3 @@ class Drill:
         if self.problem is not None:
             self.say(f"drill: {self.problem}\n")
         return record, max(d.exit_status(record), self.problem is not None)
-
-
-def _clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(t))

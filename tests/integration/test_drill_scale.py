@@ -11,13 +11,14 @@ import sys
 import pytest
 
 from mwrun.cli import drill as d
+from mwrun.cli import drillscale as ds
 from tests.helpers import ROOT
 from tests.integration.jobs import cli, launch, wait_status
 
 pytestmark = pytest.mark.timeout(300)
 
 SEED, EVERY, FOR = 3, 2.0, 20.0
-SCALE = d.Scaling("worker", 1, 4)
+SCALE = ds.Scaling("worker", 1, 4)
 
 SERVE = f"""\
 version: 1
@@ -75,7 +76,7 @@ def test_a_drill_with_scale_operations_on_a_serving_job(procs, home, tmp_path):
     history = (home / "runs" / "serve" / "history.jsonl").read_text().splitlines()
     [record] = [r for r in map(json.loads, history) if r.get("event") == "drill"]
     planned = d.schedule(SEED, EVERY, FOR, {}, [SCALE])
-    moves = [s for s in planned if isinstance(s, d.Move)]
+    moves = [s for s in planned if isinstance(s, ds.Move)]
     assert moves and len(moves) < len(planned)  # the seed mixes both
 
     scale = record["scale"]

@@ -8,11 +8,12 @@ import json
 import pytest
 
 from mwrun.cli import drill as d
+from mwrun.cli import drillscale as ds
 from mwrun.cli.drilling import Drill
 from mwrun.cli.timeline import build
 from mwrun.errors import UsageError
 
-WORKER = d.Scaling("worker", 1, 4)
+WORKER = ds.Scaling("worker", 1, 4)
 
 
 def serve_doc(workers=(0, 1), state="healthy", failures=None, breaks=None, ports=None,
@@ -46,7 +47,7 @@ def test_the_schedule_mixes_faults_and_scale_operations_half_and_half():
     one = d.schedule(5, 10.0, 6000.0, {}, [WORKER])
     assert one == d.schedule(5, 10.0, 6000.0, {}, [WORKER])  # one seed, one schedule
     assert one != d.schedule(6, 10.0, 6000.0, {}, [WORKER])
-    moves = [s for s in one if isinstance(s, d.Move)]
+    moves = [s for s in one if isinstance(s, ds.Move)]
     faults = [s for s in one if isinstance(s, d.Shot)]
     assert 0.4 < len(moves) / len(one) < 0.6  # MIX of about 600 events
     assert [s.at for s in one] == sorted(s.at for s in one)
@@ -57,9 +58,9 @@ def test_the_schedule_mixes_faults_and_scale_operations_half_and_half():
 
 
 def test_several_scaled_processes_share_the_scale_operations():
-    other = d.Scaling("helper", 2, 3)
+    other = ds.Scaling("helper", 2, 3)
     moves = [s for s in d.schedule(1, 1.0, 2000.0, {}, [WORKER, other])
-             if isinstance(s, d.Move)]
+             if isinstance(s, ds.Move)]
     assert {m.process for m in moves} == {"worker", "helper"}
     assert all((m.low, m.high) == ((1, 4) if m.process == "worker" else (2, 3))
                for m in moves)
@@ -75,80 +76,77 @@ def test_without_scale_the_schedule_is_as_before():
 # -- --scale against the run ------------------------------------------------------------
 
 def test_scale_options_are_read_and_held_against_the_run():
-    assert d.parse_scales(["worker:1-8", "helper:0-2"]) == [
-        d.Scaling("worker", 1, 8), d.Scaling("helper", 0, 2)]
+    assert ds.parse_scales(["worker:1-8", "helper:0-2"]) == [
+        ds.Scaling("worker", 1, 8), ds.Scaling("helper", 0, 2)]
     for bad, says in (("worker", "--scale takes PROCESS:MIN-MAX"),
                       ("worker:1", "--scale takes PROCESS:MIN-MAX"),
                       ("worker:a-3", "--scale takes PROCESS:MIN-MAX"),
                       (":1-3", "--scale takes PROCESS:MIN-MAX"),
                       ("worker:3-3", "MIN must be less than MAX")):
         with pytest.raises(UsageError, match=says):
-            d.parse_scales([bad])
+            ds.parse_scales([bad])
     with pytest.raises(UsageError, match="--scale names worker twice"):
-        d.parse_scales(["worker:1-2", "worker:2-3"])
+        ds.parse_scales(["worker:1-2", "worker:2-3"])
 
     doc = serve_doc()
-    d.check_scales(doc, [WORKER])
-    d.check_scales(doc, [d.Scaling("worker", 2, 3)])
-    for scale, says in ((d.Scaling("worker", 1, 8), r"--scale worker:1-8: worker scales"
+    ds.check_scales(doc, [WORKER])
+    ds.check_scales(doc, [ds.Scaling("worker", 2, 3)])
+    for scale, says in ((ds.Scaling("worker", 1, 8), r"--scale worker:1-8: worker scales"
                          r" within 1-4 \(its scale: in the topology\)"),
-                        (d.Scaling("worker", 0, 2), "worker scales within 1-4"),
-                        (d.Scaling("frontend", 1, 2), "frontend has no 'scale:' in its"
+                        (ds.Scaling("worker", 0, 2), "worker scales within 1-4"),
+                        (ds.Scaling("frontend", 1, 2), "frontend has no 'scale:' in its"
                          " topology; the run's scaled processes: worker \\(1-4\\)"),
-                        (d.Scaling("nobody", 1, 2), "nobody is no process of the run")):
+                        (ds.Scaling("nobody", 1, 2), "nobody is no process of the run")):
         with pytest.raises(UsageError, match=says):
-            d.check_scales(doc, [scale])
+            ds.check_scales(doc, [scale])
 
 
 # -- whom a fault may hit, what count a scale operation asks ------------------------------
 
 def test_the_leader_is_never_hit_even_when_it_is_in_one_world():
     doc = serve_doc(workers=(0,))
-    assert d.leaders(doc) == {"frontend"}
+    assert ds.leaders(doc) == {"frontend"}
     assert d.targets(doc, None) == {"pair-0": [("worker-0", 1)]}
-    assert d.live_targets(doc, None) == {"pair-0": [("worker-0", 1)]}
+    assert ds.live_targets(doc, None) == {"pair-0": [("worker-0", 1)]}
 
 
 def test_a_fault_picks_only_a_healthy_world_and_a_member_no_one_is_moving():
     doc = serve_doc(workers=(0, 1, 2, 3), draining=(3,),
                     state={"pair-1": "broken", "pair-2": "healthy"})
-    assert d.live_targets(doc, None) == {"pair-0": [("worker-0", 1)],
+    assert ds.live_targets(doc, None) == {"pair-0": [("worker-0", 1)],
                                          "pair-2": [("worker-2", 1)]}
-    assert d.live_targets(doc, None, busy={"worker-2"}) == {"pair-0": [("worker-0", 1)]}
-    assert d.live_targets(doc, None, down={"pair-0"}) == {"pair-2": [("worker-2", 1)]}
-    assert d.live_targets(doc, ["pair-2", "pair-3"]) == {"pair-2": [("worker-2", 1)]}
-    assert d.live_targets(doc, None, busy={"worker-0", "worker-2"}) == {}
+    assert ds.live_targets(doc, None, busy={"worker-2"}) == {"pair-0": [("worker-0", 1)]}
+    assert ds.live_targets(doc, None, down={"pair-0"}) == {"pair-2": [("worker-2", 1)]}
+    assert ds.live_targets(doc, ["pair-2", "pair-3"]) == {"pair-2": [("worker-2", 1)]}
+    assert ds.live_targets(doc, None, busy={"worker-0", "worker-2"}) == {}
 
-    hit = d.live_targets(doc, None)
-    shot = d.Shot(1.5, "", "", -1, 0.2)
-    assert d.choose(shot, hit) == d.Shot(1.5, "pair-0", "worker-0", 1, 0.2)
-    assert d.choose(d.Shot(1.5, "", "", -1, 0.7), hit).world == "pair-2"
-    assert d.choose(d.Shot(1.5, "", "", -1, 0.999999), hit).world == "pair-2"
-    assert d.choose(shot, {}) is None
+    hit = ds.live_targets(doc, None)
+    assert ds.choose(0.2, hit) == ("pair-0", "worker-0", 1)
+    assert ds.choose(0.7, hit)[0] == ds.choose(0.999999, hit)[0] == "pair-2"
+    assert ds.choose(0.2, {}) is None
     two = {"w": [("a", 1), ("b", 2)]}  # what is left of the draw picks the member
-    assert d.choose(d.Shot(0, "", "", -1, 0.25), two).process == "a"
-    assert d.choose(d.Shot(0, "", "", -1, 0.75), two).process == "b"
+    assert ds.choose(0.25, two)[1] == "a" and ds.choose(0.75, two)[1] == "b"
 
 
 def test_a_scale_operation_never_asks_the_count_there_is_nor_retires_one_that_is_down():
     ordered = ["worker-0", "worker-1", "worker-2"]
-    assert d.replicas(serve_doc(workers=(2, 0, 1, 3), draining=(3,)), "worker") == ordered
-    assert [d.pick_count(x / 10, 1, 4, 3, ordered, set()) for x in range(10)] == \
+    assert ds.replicas(serve_doc(workers=(2, 0, 1, 3), draining=(3,)), "worker") == ordered
+    assert [ds.pick_count(x / 10, 1, 4, 3, ordered, set()) for x in range(10)] == \
         [1, 1, 1, 1, 2, 2, 2, 4, 4, 4]
     # worker-1 is down from a fault: a scale-down may retire worker-2 only
-    assert {d.pick_count(x / 10, 1, 4, 3, ordered, {"worker-1"}) for x in range(10)} == {2, 4}
-    assert d.pick_count(0.5, 1, 3, 3, ordered, {"worker-2"}) is None  # nothing left
-    assert d.not_ready(serve_doc(workers=(0, 1, 2), state={"pair-1": "forming"}),
+    assert {ds.pick_count(x / 10, 1, 4, 3, ordered, {"worker-1"}) for x in range(10)} == {2, 4}
+    assert ds.pick_count(0.5, 1, 3, 3, ordered, {"worker-2"}) is None  # nothing left
+    assert ds.not_ready(serve_doc(workers=(0, 1, 2), state={"pair-1": "forming"}),
                        ordered) == {"worker-1"}
     doc = serve_doc(workers=(0, 1))
     doc["processes"][1]["state"] = "restarting"
-    assert d.not_ready(doc, ["worker-0", "worker-1", "worker-9"]) == {"worker-0", "worker-9"}
+    assert ds.not_ready(doc, ["worker-0", "worker-1", "worker-9"]) == {"worker-0", "worker-9"}
 
 
 # -- the ledger: failed calls and breaks outside the faulted worlds ----------------------
 
 def test_the_ledger_counts_failed_calls_and_breaks_of_the_worlds_not_faulted():
-    ledger = d.Ledger()
+    ledger = ds.Ledger()
     # before the drill: 3 failed calls in pair-0 and a break of pair-1, not the drill's
     ledger.see(serve_doc(failures={("frontend", "pair-0"): 3}, breaks={"pair-1": 1}), 10.0)
     assert ledger.fault("pair-0") == 0
@@ -164,7 +162,7 @@ def test_the_ledger_counts_failed_calls_and_breaks_of_the_worlds_not_faulted():
 
 
 def test_a_world_made_again_is_another_world_to_the_ledger():
-    ledger = d.Ledger()
+    ledger = ds.Ledger()
     ledger.see(serve_doc(workers=(0, 1)), 10.0)
     ledger.fault("pair-1")  # then pair-1 is removed (a scale-down) ...
     ledger.see(serve_doc(workers=(0,)), 11.0)
@@ -177,7 +175,7 @@ def test_a_world_made_again_is_another_world_to_the_ledger():
     assert found["failed_calls"] == 1 and found["where"][0].startswith(
         "pair-1 (made again at ")
     # made again between two looks: the same port cannot tell, fewer breaks can
-    ledger = d.Ledger()
+    ledger = ds.Ledger()
     ledger.see(serve_doc(breaks={"pair-1": 2}), 10.0)
     ledger.fault("pair-1")
     ledger.see(serve_doc(breaks={"pair-1": 0}), 11.0)
@@ -185,7 +183,7 @@ def test_a_world_made_again_is_another_world_to_the_ledger():
 
 
 def test_a_members_count_that_goes_back_keeps_what_it_had_counted():
-    ledger = d.Ledger()
+    ledger = ds.Ledger()
     ledger.see(serve_doc(failures={("frontend", "pair-0"): 1}), 10.0)
     ledger.see(serve_doc(failures={("frontend", "pair-0"): 3}), 11.0)
     ledger.see(serve_doc(failures={("frontend", "pair-0"): 1}), 12.0)  # a new World object
@@ -195,7 +193,7 @@ def test_a_members_count_that_goes_back_keeps_what_it_had_counted():
     doc["processes"][1]["pid"] = 999  # restarted
     ledger.see(doc, 13.0)
     assert ledger.result()["failed_calls"] == 3 + 4
-    assert d.Ledger().result()["failed_calls"] is None  # never read: not known
+    assert ds.Ledger().result()["failed_calls"] is None  # never read: not known
 
 
 # -- the summary ------------------------------------------------------------------------
@@ -365,14 +363,14 @@ def test_the_loop_asks_a_scale_operation_and_goes_on_while_it_runs(tmp_path):
     def sleep(seconds):
         now[0] += seconds
 
-    shots = [d.Move(0.5, "worker", 1, 3, 0.99),  # counts 1 and 3 (not 2): 3
+    shots = [ds.Move(0.5, "worker", 1, 3, 0.99),  # counts 1 and 3 (not 2): 3
              d.Shot(0.55, "", "", -1, 0.99)]  # the last world: pair-2, whose worker is busy
     said = []
     record, code = Drill("serve", "sock", shots, {"every": 1.0, "for": 2.0, "signal": "KILL",
                                                   "seed": 1, "targets": None},
                          say=said.append, tty=False, clock=lambda: now[0], sleep=sleep,
                          ask=head.ask, run_dir=tmp_path, recover_wait=1.0,
-                         scales=[d.Scaling("worker", 1, 3)], op_prefix="drill-t").run()
+                         scales=[ds.Scaling("worker", 1, 3)], op_prefix="drill-t").run()
     verbs = [m["verb"] for m in head.asked if m["verb"] != "status"]
     assert verbs[:2] == ["scale", "kill_world"]  # the fault went while the op ran
     assert verbs[2:-1] == ["op"] * FakeHead.OP_POLLS and verbs[-1] == "drill"
