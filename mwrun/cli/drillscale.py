@@ -31,9 +31,9 @@ from mwrun.schema import OpState, ProcessState, ScalePhase, WorldState
 MIX = 0.5  # with --scale: the share of the schedule's events that are scale operations
 # States in which a process is never hit: on its way out (a drain), or gone.
 LEAVING = (ProcessState.DRAINING.value, ProcessState.EXITED.value, ProcessState.STOPPED.value)
+STALE = 0.5  # seconds of slack on a last call's age (the document is built a little later)
 GOING = (WorldState.DRAINING.value, WorldState.CLOSED.value)  # worlds on their way out
-# Membership changes in a world's history: its pace over the drill is not its own.
-RESHAPED = (E.ADD, E.RESIZE, E.DRAIN, E.REMOVE)
+RESHAPED = (E.ADD, E.RESIZE, E.DRAIN, E.REMOVE)  # a world's membership changed
 
 
 @dataclass(frozen=True)
@@ -212,6 +212,7 @@ class Life:
     generation: int
     breaks_before: int  # its breaks when the drill began (0 for a life made during it)
     breaks: int  # as last seen
+    after: float | None = None  # made after this (the look before, where it was not)
     faulted: bool = False
     # (process, pid) -> [failures before, failures as last seen, failures carried]
     members: dict[tuple[str, int | None], list[int]] = field(default_factory=dict)
@@ -238,11 +239,15 @@ class Ledger:
     A member's count that goes back is a new world object of the same name in the same
     process: what it had counted stays, the new one counts from 0. A member first seen
     after the first look (a restart, a new replica) counts from 0: it began during the
-    drill."""
+    drill. One exception: a process that had a world of the same name before (the
+    same pid) shows that one's counts in the new life until its next heartbeat
+    (head/traffic.py keeps them per process and world name): a count whose last call
+    is older than the life itself is that, and counts from where it stands."""
 
     def __init__(self):
         self.lives: list[Life] = []
         self.now: dict[str, Life] = {}  # world -> its life in the latest document
+        self.at: float | None = None  # when the latest document was read
         self.looks = 0
 
     def see(self, doc: dict, t: float) -> None:
@@ -256,11 +261,11 @@ class Ledger:
                     or breaks < life.breaks:
                 life = Life(name, sum(1 for x in self.lives if x.world == name),
                             None if first else t, w.get("port"), generation,
-                            breaks if first else 0, breaks)
+                            breaks if first else 0, breaks, None if first else self.at)
                 self.lives.append(life)
             life.generation, life.breaks = generation, breaks
             seen[name] = life
-        self.now = seen
+        self.now, self.at = seen, t
         for p in doc["processes"]:
             for world, traffic in (p.get("traffic") or {}).items():
                 life = seen.get(world)
@@ -269,8 +274,11 @@ class Ledger:
                     continue
                 counts = life.members.get((p["name"], p.get("pid")))
                 if counts is None:
-                    life.members[(p["name"], p.get("pid"))] = [failures if first else 0,
-                                                               failures, 0]
+                    age = traffic.get("last_call_age_s")
+                    stale = life.after is not None and isinstance(age, int | float) \
+                        and age > t - life.after + STALE
+                    life.members[(p["name"], p.get("pid"))] = [
+                        failures if first or stale else 0, failures, 0]
                     continue
                 if failures < counts[1]:  # another world object of this name: from 0
                     counts[2] += counts[1] - counts[0]

@@ -13,7 +13,7 @@ import pytest
 from mwrun.cli import drill as d
 from mwrun.cli import drillscale as ds
 from tests.helpers import ROOT
-from tests.integration.jobs import cli, launch, wait_status
+from tests.integration.jobs import cli, launch, wait_for, wait_status
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -57,6 +57,7 @@ def test_a_drill_with_scale_operations_on_a_serving_job(procs, home, tmp_path):
     topology = tmp_path / "serve.yaml"
     topology.write_text(SERVE)
     job = launch(procs, home, topology, "--run-id", "serve")
+    wait_for(lambda: cli(home, "status").returncode == 0, 60, "the run to answer")
     wait_status(home, lambda doc: [w["state"] for w in doc["worlds"]] == ["healthy"] * 2,
                 "both pairs formed", timeout=90)
 

@@ -17,13 +17,14 @@ WORKER = ds.Scaling("worker", 1, 4)
 
 
 def serve_doc(workers=(0, 1), state="healthy", failures=None, breaks=None, ports=None,
-              draining=(), desired=None):
+              draining=(), desired=None, ages=None):
     """A frontend and its workers, one world pair-I each (examples/serving)."""
-    failures, breaks, ports = failures or {}, breaks or {}, ports or {}
+    failures, breaks, ports, ages = failures or {}, breaks or {}, ports or {}, ages or {}
     pairs = [f"pair-{i}" for i in workers]
     procs = [{"name": "frontend", "pid": 100, "state": "running", "replica_of": None,
               "worlds": {p: 0 for p in pairs},
-              "traffic": {p: {"failures": failures.get(("frontend", p), 0)} for p in pairs}}]
+              "traffic": {p: {"failures": failures.get(("frontend", p), 0),
+                              "last_call_age_s": ages.get(p, 0.1)} for p in pairs}}]
     procs += [{"name": f"worker-{i}", "pid": 200 + i, "replica_of": "worker",
                "state": "draining" if i in draining else "running",
                "worlds": {f"pair-{i}": 1},
@@ -174,6 +175,18 @@ def test_a_world_made_again_is_another_world_to_the_ledger():
     found = ledger.result()
     assert found["failed_calls"] == 1 and found["where"][0].startswith(
         "pair-1 (made again at ")
+    # the frontend's entry of the removed pair-1 (3 failed calls, its last call 5 s ago)
+    # shows in the new pair-1 until its next beat: none of the new one's
+    ledger = ds.Ledger()
+    ledger.see(serve_doc(failures={("frontend", "pair-1"): 3}), 10.0)
+    ledger.fault("pair-1")
+    ledger.see(serve_doc(workers=(0,)), 11.0)
+    ledger.see(serve_doc(ports={"pair-1": 40001}, failures={("frontend", "pair-1"): 3},
+                         ages={"pair-1": 5.0}), 12.0)
+    assert ledger.result()["failed_calls"] == 0
+    ledger.see(serve_doc(ports={"pair-1": 40001}), 13.0)  # the new one's count, from 0
+    ledger.see(serve_doc(ports={"pair-1": 40001}, failures={("frontend", "pair-1"): 1}), 14.0)
+    assert ledger.result()["failed_calls"] == 1
     # made again between two looks: the same port cannot tell, fewer breaks can
     ledger = ds.Ledger()
     ledger.see(serve_doc(breaks={"pair-1": 2}), 10.0)
