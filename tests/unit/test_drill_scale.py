@@ -400,3 +400,14 @@ def test_the_loop_asks_a_scale_operation_and_goes_on_while_it_runs(tmp_path):
     assert "drill-t-1 worker 2 -> 3: done" in text
     # the history's counts never cover the drill (they end before it): not recovered
     assert code == 1 and record["not_recovered"]
+
+
+def test_a_malformed_scale_is_bad_usage_before_any_run_is_looked_for(tmp_path):
+    from click.testing import CliRunner
+
+    from mwrun.cli.commands import main
+
+    result = CliRunner().invoke(main, ["drill", "--every", "1", "--for", "5", "--scale",
+                                       "worker:2-1"], env={"MWRUN_HOME": str(tmp_path)})
+    assert result.exit_code == 2 and "MIN must be less than MAX" in result.output
+    assert result.output.count("\n") == 1
