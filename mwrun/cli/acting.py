@@ -54,22 +54,33 @@ def kill_world(world, run, rank, sig):
 @click.option("--signal", "sig", default="KILL", show_default=True,
               help="KILL (a crash), TERM, SEGV, or STOP (a hang).")
 @click.option("--seed", type=int, help="Makes the schedule repeatable.")
-def drill(run, every, duration, worlds, sig, seed):
+@click.option("--scale", "scale", multiple=True, metavar="PROCESS:MIN-MAX",
+              help="Mix scale operations of PROCESS (a count within MIN-MAX, inside its"
+                   " scale: bounds) into the faults, half and half; repeatable.")
+def drill(run, every, duration, worlds, sig, seed, scale):
     """A chaos loop against RUN (default: the newest live run).
 
     Measures each world's fault-free pace, then for --for seconds signals a member
     of a random world at random times (mean interval --every), only members in no
-    other world, as kill-world does. At the end (and in mwrun report), per world: its
-    faults and their phases, downtime median and max, and the share of its own
-    fault-free pace it kept. Ctrl-C ends the drill, never the job. Exit status 0 when
-    every world came back after every fault, 1 otherwise, 2 for bad usage.
+    other world, as kill-world does. With --scale, half of those moments are scale
+    operations instead (a random count within MIN-MAX, followed until done, never
+    waited for), and each fault picks among the members there are at its time. At
+    the end (and in mwrun report), per world: its faults and their phases, downtime
+    median and max, and the share of its own fault-free pace it kept; the scale
+    operations and their phases; the calls that failed and the breaks in the worlds
+    the drill did not fault. Ctrl-C ends the drill, never the job. Exit status 0 when
+    every world came back after every fault, every scale operation was done and
+    nothing failed outside the faulted worlds, 1 otherwise, 2 for bad usage.
 
-    Example: mwrun drill demo --every 5 --for 60 --worlds world1,world2 --seed 7
+    \b
+    Examples:
+      mwrun drill demo --every 5 --for 60 --worlds world1,world2 --seed 7
+      mwrun drill serve --every 10 --for 600 --scale worker:1-8
     """
     from mwrun.cli import drilling
 
     sys.exit(drilling.start(run, every, duration, worlds, sig, seed, warn=warn,
-                            say=lambda text: click.echo(text, nl=False)))
+                            say=lambda text: click.echo(text, nl=False), scale=scale))
 
 
 @click.command()

@@ -16,18 +16,40 @@ What the summary measures, per world:
   over exact windows, see pace.py). For the faulted worlds, over the whole drill; for
   the others, over each fault's downtime (at least ONE_SAMPLE long: counts are known
   about once a second, so a shorter window would only read their interpolation), all
-  faults' windows added up.
+  faults' windows added up. Worlds whose membership changed during the drill (made,
+  drained, removed or re-made by a scale operation) have no fault-free pace to compare
+  with: they are named and left out of the pace figures.
+
+With ``--scale PROCESS:MIN-MAX`` (elastic jobs) the schedule mixes scale operations
+into the faults: each event of the one Poisson process (mean ``--every``) is a scale
+operation with probability MIX (one half), else a fault; a scale operation's process
+is drawn among the ``--scale`` ones. Every event carries a uniform draw made with the
+schedule, and what it picks is decided when it is due, from the membership then: a
+fault the world (then one of its own members) among those that may be hit at that
+moment, a scale operation its count among MIN..MAX other than the desired one (see
+drillscale.py). One seed: the same events, times and draws.
+
+What else the drill counts, from the status documents it reads while it runs
+(drillscale.Ledger): per world *life* (a world name made again after a removal is a new
+world), whether the drill faulted it; for the lives it did not fault, the calls their
+members counted as failed (``failures`` of each process's ``traffic``) and their
+breaks, both during the drill. A scale operation must cost neither: both are 0 when
+mwrun works, and the drill fails (exit 1) otherwise.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass, field
 
 from mwrun.cli import pace as pc
+from mwrun.cli.drillscale import MIX, Move, Scaling, leaders, reshaped, scale_lines, scale_summary
+from mwrun.cli.drillscale import count_text as _count
 from mwrun.cli.timeline import KILL_LEADS, Fault, Timeline, phase_text
 from mwrun.errors import UsageError
+from mwrun.schema import Event as E
 from mwrun.schema import Phase
 
 SIGNALS = ("KILL", "TERM", "SEGV", "STOP")
@@ -42,12 +64,14 @@ SENT_SLACK = 0.05
 @dataclass(frozen=True)
 class Shot:
     """One fault of the schedule: ``at`` seconds after the drill starts, signal
-    ``process`` (rank ``rank`` of ``world``)."""
+    ``process`` (rank ``rank`` of ``world``). With --scale the target is chosen when
+    the fault is due (``world`` is "" until then), by ``draw`` (see ``choose``)."""
 
     at: float
     world: str
     process: str
     rank: int
+    draw: float = 0.0
 
 
 @dataclass
@@ -59,11 +83,23 @@ class Sent:
     skipped: str | None = None
 
 
+def seconds(option: str, text: str) -> float:
+    """--every, --for: a number of seconds more than 0, or UsageError."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{option} must be a number of seconds more than 0, not {text!r}")
+    return value
+
+
 def targets(doc: dict, only: list[str] | None) -> dict[str, list[tuple[str, int]]]:
     """world -> its members that belong to no other world, as (process, rank), from the
     status document; UsageError for an unknown world or one with no such member."""
     worlds = {w["name"]: w["members"] for w in doc["worlds"]}
     shared = {p["name"] for p in doc["processes"] if len(p.get("worlds") or {}) > 1}
+    shared |= leaders(doc)
     for name in only or []:
         if name not in worlds:
             raise UsageError(f"run {doc['run_id']} has no world {name!r}; it has:"
@@ -82,17 +118,32 @@ def targets(doc: dict, only: list[str] | None) -> dict[str, list[tuple[str, int]
 
 
 def schedule(seed: int | None, every: float, duration: float,
-             hit: dict[str, list[tuple[str, int]]]) -> list[Shot]:
+             hit: dict[str, list[tuple[str, int]]],
+             scales: list[Scaling] | None = None) -> list[Shot | Move]:
     """The faults, drawn at once: intervals exponential with mean ``every`` (a Poisson
     process: faults come at random, not on a beat the job could fall into step with),
     each to a random world of ``hit`` and a random one of its own members. One seed,
-    one topology: the same schedule."""
+    one topology: the same schedule.
+
+    With ``scales``, each event is a scale operation with probability MIX (of a
+    process drawn among ``scales``), else a fault; neither's target is chosen here
+    (the membership changes under the drill): each carries a draw that picks it when
+    it is due (``choose``, ``pick_count``)."""
     rng = random.Random(seed)
-    shots, at = [], 0.0
+    shots: list[Shot | Move] = []
+    at = 0.0
     while True:
         at += rng.expovariate(1.0 / every)
         if at >= duration:
             return shots
+        if scales:
+            if rng.random() < MIX:
+                which = rng.choice(scales)
+                shots.append(Move(round(at, 3), which.process, which.low, which.high,
+                                  rng.random()))
+            else:
+                shots.append(Shot(round(at, 3), "", "", -1, rng.random()))
+            continue
         world = rng.choice(sorted(hit))
         process, rank = rng.choice(hit[world])
         shots.append(Shot(round(at, 3), world, process, rank))
@@ -100,15 +151,17 @@ def schedule(seed: int | None, every: float, duration: float,
 
 def baseline(tl: Timeline, world: str, before: float) -> tuple[float, float] | None:
     """The fault-free window of ``world`` before ``before``: since its last fault was
-    over (or its first count), at most BASELINE_MAX, up to its last count; None when it
-    is shorter than BASELINE_MIN."""
+    over (or its first count, or it was made by a scale operation), at most
+    BASELINE_MAX, up to its last count; None when it is shorter than BASELINE_MIN."""
     points = tl.counts.get(world)
     if not points:
         return None
     over = [f.back for f in tl.faults if f.world == world and f.start < before]
     if any(b is None for b in over):
         return None  # down now
-    since = max([points[1][0] if len(points) > 1 else before, *over])  # type: ignore[type-var]
+    made = [e["t"] for e in tl.events if e["event"] == E.ADD and e.get("world") == world
+            and e["t"] < before]  # made (again) by a scale operation: since then
+    since = max([points[1][0] if len(points) > 1 else before, *over, *made])  # type: ignore[type-var]
     end = min(before, points[-1][0])
     start = max(since, end - BASELINE_MAX)
     return (start, end) if end - start >= BASELINE_MIN else None
@@ -172,17 +225,24 @@ def pace_of(tl: Timeline, world: str, a: float, b: float) -> float | None:
     return pc.pace(points, tl.downs(world), a, min(b, points[-1][0]))
 
 
-def summarize(tl: Timeline, sent: list[Sent], window: Window, settings: dict) -> dict:
+def summarize(tl: Timeline, sent: list[Sent], window: Window, settings: dict,
+              ops: list[dict] | None = None, watch: dict | None = None,
+              skipped_ops: list[str] | None = None) -> dict:
     """The drill's record: per world its faults, phases, downtimes and pace kept; the
-    pace kept by the faulted worlds and by the others; the faults not recovered."""
+    pace kept by the faulted worlds and by the others; the faults not recovered. With
+    --scale, its scale operations (``ops``: each as the head last answered it, and
+    ``skipped_ops``); and ``watch`` (Ledger.result): failed calls and breaks outside
+    the worlds it faulted."""
     outcomes = match(tl, sent)
-    base = {w: pace_of(tl, w, *window.bases[w]) for w in window.bases}
+    left_out = reshaped(tl, window.started)
+    base = {w: pace_of(tl, w, *window.bases[w]) for w in window.bases if w not in left_out}
     worlds, faulted = {}, []
     for world in tl.worlds:
         mine = [o for o in outcomes if o.sent.shot.world == world]
         faults = list({id(o.fault): o.fault for o in mine if o.fault is not None}.values())
         downs = [f.back - f.start for f in faults if f.back is not None]
-        during = pace_of(tl, world, window.started, window.ended)
+        during = None if world in left_out else \
+            pace_of(tl, world, window.started, window.ended)
         kept = during / base[world] if during is not None and base.get(world) else None
         worlds[world] = {
             "faults": len(mine), "downtime_median": _r(pc.median(downs)),
@@ -196,12 +256,19 @@ def summarize(tl: Timeline, sent: list[Sent], window: Window, settings: dict) ->
                      for o in mine]}
         if mine and kept is not None:
             faulted.append(kept)
-    return {"started": round(window.started, 4), "ended": round(window.ended, 4),
-            **settings, "worlds": worlds,
-            "kept_faulted": _r(sum(faulted) / len(faulted)) if faulted else None,
-            "kept_others": _r(_others(tl, outcomes, base)),
-            "skipped": [f"{s.shot.world}: {s.skipped}" for s in sent if s.skipped],
-            "not_recovered": [_named(o) for o in outcomes if not o.recovered]}
+    record = {"started": round(window.started, 4), "ended": round(window.ended, 4),
+              **settings, "worlds": worlds,
+              "kept_faulted": _r(sum(faulted) / len(faulted)) if faulted else None,
+              "kept_others": _r(_others(tl, outcomes, base)),
+              "skipped": [f"{s.shot.world or 'a fault'}: {s.skipped}" for s in sent
+                          if s.skipped],
+              "not_recovered": [_named(o) for o in outcomes if not o.recovered],
+              "pace_left_out": left_out}
+    if ops is not None:
+        record["scale"] = scale_summary(ops, skipped_ops or [])
+    if watch is not None:
+        record["outside"] = watch
+    return record
 
 
 def _again(o: Outcome, mine: list[Outcome]) -> bool:
@@ -234,9 +301,27 @@ def _named(o: Outcome) -> str:
     return f"{o.sent.shot.world}: {o.sent.shot.process} signalled at {at}: {why}"
 
 
+def problems(record: dict) -> list[str]:
+    """What fails the drill, each named: a fault that did not recover, a scale
+    operation that did not end done, a call failed or a break outside the faulted
+    worlds. (A record of an older drill has only the first.)"""
+    found = [f"not recovered: {n}" for n in record["not_recovered"]]
+    scale = record.get("scale") or {}
+    found += [f"scale operation not done: {n}" for n in scale.get("failed", [])]
+    outside = record.get("outside") or {}
+    where = "; ".join(outside.get("where") or [])
+    if outside.get("failed_calls"):
+        found.append(f"{outside['failed_calls']} call(s) failed in worlds the drill did not"
+                     f" fault: {where}")
+    if outside.get("breaks"):
+        found.append(f"{outside['breaks']} break(s) of worlds the drill did not fault: {where}")
+    return found
+
+
 def exit_status(record: dict) -> int:
-    """0 when every world came back after every fault, 1 otherwise."""
-    return 1 if record["not_recovered"] else 0
+    """0 when every world came back after every fault, every scale operation was
+    done, and nothing failed outside the faulted worlds; 1 otherwise."""
+    return 1 if problems(record) else 0
 
 
 def lines(record: dict, brief: bool = False) -> list[str]:
@@ -244,25 +329,44 @@ def lines(record: dict, brief: bool = False) -> list[str]:
     ``brief``: a line per world, without each fault's (under a picture)."""
     took = record["ended"] - record["started"]
     sent = sum(w["faults"] for w in record["worlds"].values())
-    head = (f"drill: {sent} fault(s) (SIG{record.get('signal', 'KILL')}) in {took:.0f} s"
-            + (" (interrupted)" if record.get("interrupted") else ""))
+    scale = record.get("scale")
+    head = (f"drill: {sent} fault(s) (SIG{record.get('signal', 'KILL')})"
+            + (f" and {scale['count']} scale operation(s)" if scale is not None else "")
+            + f" in {took:.0f} s" + (" (interrupted)" if record.get("interrupted") else ""))
     out = [head + f"; pace kept: faulted worlds {_pct(record['kept_faulted'])},"
            f" the others during each fault {_pct(record['kept_others'])}"]
+    left_out = record.get("pace_left_out") or {}
     for name, w in record["worlds"].items():
+        why = f" ({left_out[name]}: no pace kept)" if name in left_out else ""
         if not w["faults"]:
-            out.append(f"  {name}: no faults; kept {_pct(w['kept'])} of its pace")
+            out.append(f"  {name}: no faults" + (why or f"; kept {_pct(w['kept'])} of its pace"))
             continue
         out.append(f"  {name}: {w['faults']} fault(s), down median {_secs(w['downtime_median'])}"
-                   f" max {_secs(w['downtime_max'])}; kept {_pct(w['kept'])} of its pace"
-                   f" ({_num(w['pace'])} of {_num(w['fault_free_pace'])} calls/s)")
+                   f" max {_secs(w['downtime_max'])}; " + (why.strip(" ()") if why else
+                   f"kept {_pct(w['kept'])} of its pace ({_num(w['pace'])} of"
+                   f" {_num(w['fault_free_pace'])} calls/s)"))
         for f in [] if brief else w["list"]:
             at = time.strftime("%H:%M:%S", time.localtime(f["sent"]))
             state = f"down {_secs(f['downtime'])}" if f["recovered"] else "NOT RECOVERED"
             state += " (hit again while down: the same outage)" if f.get("again") else ""
             out.append(f"    {at} {f['process']}: {state}"
                        + (f"; {phase_text(f['phases'])}" if f["phases"] else ""))
+    if left_out:
+        out.append(f"  pace left out for {len(left_out)} world(s) whose membership changed"
+                   " during the drill (no fault-free pace of the same world):"
+                   f" {', '.join(sorted(left_out))}")
+    if scale is not None and scale["done"]:
+        out.append("  (a scale operation moves load between the worlds that stay too: their"
+                   " pace says as much of the load as of the faults)")
+    if scale is not None:
+        out += scale_lines(scale, brief)
+    outside = record.get("outside")
+    if outside is not None:
+        out.append(f"  outside the faulted worlds ({outside['worlds']} world(s) the drill did"
+                   f" not fault): {_count(outside['failed_calls'])} failed call(s),"
+                   f" {_count(outside['breaks'])} break(s)")
     out += [f"  skipped: {s}" for s in record["skipped"]]
-    out += [f"  not recovered: {n}" for n in record["not_recovered"]]
+    out += [f"  {p}" for p in problems(record)]
     return out
 
 

@@ -3,15 +3,23 @@ faults through the supervisor's ``kill_world`` request (so it records each as a
 drill, as ``mwrun kill-world --rank R`` does), show progress, wait for the last
 faults to recover, then write the summary into the run's history and say it.
 
-Everything it measures it reads back from the run's history (timeline.py), the
-same records ``mwrun report`` reads: the drill keeps no clock of its own on the
-faults. Ctrl-C ends the drill, never the job: the summary so far is still given.
+With ``--scale``, its scale operations are asked through the ``scale`` request (op
+ids of the drill's own), never waited for: the loop goes on, following each with
+``op`` requests until it ended, and faults pick their target when they are due, from
+the status document then (drillscale.py).
+
+Everything it measures of the faults it reads back from the run's history
+(timeline.py), the same records ``mwrun report`` reads: the drill keeps no clock of
+its own on the faults. What the history does not hold (each member's failed calls)
+it reads from the status document about once a second (drillscale.Ledger). Ctrl-C
+ends the drill, never the job: the summary so far is still given.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
+import secrets
 import sys
 import time
 from collections.abc import Callable
@@ -19,25 +27,32 @@ from pathlib import Path
 
 from mwrun import runs
 from mwrun.cli import drill as d
+from mwrun.cli import drillscale as ds
 from mwrun.cli import timeline
 from mwrun.errors import RunError, UsageError
-from mwrun.schema import PLAN
+from mwrun.schema import PLAN, OpState
 
 POLL = 0.1  # seconds between looks at the clock while waiting for the next fault
 SHOW_EVERY = 1.0  # seconds between progress updates (each reads the history)
 BASELINE_WAIT = 60.0  # seconds the drill waits for BASELINE_MIN of fault-free pace
 RECOVER_WAIT = 30.0  # seconds after the drill for its last faults to recover
+LOOK_EVERY = 1.0  # seconds between readings of the status document (about a beat)
+OP_POLL = 0.2  # seconds between looks at a scale operation under way
+OP_WAIT = 120.0  # seconds a scale operation may take (a drain waits drain_timeout)
+SETTLE = 2.0  # seconds of beats after the last change, for the last counts to arrive
 
 
 def start(run: str | None, every: str, duration: str, worlds: str | None, sig: str,
-          seed: int | None, *, warn, say) -> int:
+          seed: int | None, *, warn, say, scale: tuple[str, ...] = ()) -> int:
     """The command line's drill: checked arguments, the schedule, the drill; its exit
-    status. Every mistake (numbers, signal, world, no live run) is one UsageError."""
-    every, duration = _seconds("--every", every), _seconds("--for", duration)
+    status. Every mistake (numbers, signal, world, --scale, no live run) is one
+    UsageError."""
+    every, duration = d.seconds("--every", every), d.seconds("--for", duration)
     sig = sig.upper().removeprefix("SIG")
     if sig not in d.SIGNALS:
         raise UsageError(f"--signal can be {', '.join(d.SIGNALS)}, not {sig}")
     only = [w.strip() for w in worlds.split(",") if w.strip()] if worlds else None
+    scales = ds.parse_scales(scale)
     try:
         run_id, state = runs.find(run, warn=warn)
         if not runs.is_live(state):
@@ -45,21 +60,19 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
         doc = runs.request(state["control"], {"verb": "status"})["status"]
     except RunError as exc:
         raise UsageError(str(exc)) from None
-    shots = d.schedule(seed, every, duration, d.targets(doc, only))
+    ds.check_scales(doc, scales)
+    try:
+        hit = d.targets(doc, only)
+    except UsageError:
+        if not scales or any(w not in {x["name"] for x in doc["worlds"]} for w in only or []):
+            raise
+        hit = {}  # the membership changes: someone may be hit later; each fault looks
+    shots = d.schedule(seed, every, duration, hit, scales)
     settings = {"every": every, "for": duration, "signal": sig, "seed": seed, "targets": only}
     _, code = Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
-                    say=say, recover_wait=RECOVER_WAIT + _hang_wait(run_id, sig)).run()
+                    say=say, recover_wait=RECOVER_WAIT + _hang_wait(run_id, sig),
+                    scales=scales, op_prefix=f"drill-{secrets.token_hex(3)}").run()
     return code
-
-
-def _seconds(option: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"{option} must be a number of seconds more than 0, not {text!r}")
-    return value
 
 
 def _hang_wait(run_id: str, sig: str) -> float:
@@ -76,14 +89,19 @@ def _hang_wait(run_id: str, sig: str) -> float:
 
 
 class Drill:
-    def __init__(self, run_id: str, control: str, shots: list[d.Shot], settings: dict, *,
-                 say: Callable[[str], None], tty: bool, clock=time.time, sleep=time.sleep,
-                 ask=runs.request, run_dir: Path | None = None,
-                 recover_wait: float = RECOVER_WAIT):
+    def __init__(self, run_id: str, control: str, shots: list[d.Shot | ds.Move],
+                 settings: dict, *, say: Callable[[str], None], tty: bool, clock=time.time,
+                 sleep=time.sleep, ask=runs.request, run_dir: Path | None = None,
+                 recover_wait: float = RECOVER_WAIT, scales: list[ds.Scaling] | None = None,
+                 op_prefix: str = "drill"):
         self.run_id = run_id
         self.control = control
         self.shots = shots
         self.settings = settings  # every, for, signal, seed, targets: into the record
+        self.scales = scales or []
+        if self.scales:  # the record says what the drill was asked to scale
+            self.settings = {**settings, "scales": [str(s) for s in self.scales]}
+        self.op_prefix = op_prefix  # the drill's op ids: PREFIX-1, PREFIX-2, ...
         self.say = say
         self.tty = tty
         self.clock = clock
@@ -97,6 +115,16 @@ class Drill:
         self.shown = ""
         self.problem: str | None = None  # why the drill ended early
         self.in_place = False  # a progress line drawn in place, not ended yet
+        self.ledger = ds.Ledger()
+        self.doc: dict | None = None  # the latest status document read
+        self.ops: list[dict] = []  # the scale operations asked, as the head last told
+        self.running: dict[str, dict] = {}  # op id -> its record, while under way
+        self.skipped_ops: list[str] = []
+        # faults sent whose break is not in a document yet: (world, process, breaks, t)
+        self.struck: list[tuple[str, str, int | None, float]] = []
+        # when the document was read, the operations were asked after, and the last
+        # fault was sent or operation ended
+        self.looked_at = self.polled_at = self.changed_at = float("-inf")
 
     def run(self) -> tuple[dict, int]:
         """The drill, start to end: its record and exit status."""
@@ -117,56 +145,196 @@ class Drill:
         return timeline.build(*timeline.load(self.run_dir, self.run_id), self.run_id)
 
     def _measure(self) -> None:
-        """Wait for BASELINE_MIN of fault-free pace in every world with traffic."""
+        """Wait for BASELINE_MIN of fault-free pace in every world with traffic (every
+        world the run has now: the history also names those a scale-down removed)."""
         deadline = self.clock() + BASELINE_WAIT
         while True:
             now = self.clock()
             tl = self.timeline()
-            bases = {w: b for w in tl.worlds if (b := d.baseline(tl, w, now)) is not None}
-            waiting = [w for w in tl.worlds if w not in bases]
+            there = self._worlds_now()
+            worlds = [w for w in tl.worlds if there is None or w in there]
+            bases = {w: b for w in worlds if (b := d.baseline(tl, w, now)) is not None}
+            waiting = [w for w in worlds if w not in bases]
             if not waiting or now >= deadline:
                 break
             self._show(f"drill: measuring each world's fault-free pace ({len(bases)} of"
-                       f" {len(tl.worlds)} worlds steady for {d.BASELINE_MIN:.0f} s)")
+                       f" {len(worlds)} worlds steady for {d.BASELINE_MIN:.0f} s)")
             self.sleep(0.5)
         self._end_line()
         if waiting:
             self.say(f"drill: no fault-free pace for {', '.join(waiting)} (no steady traffic"
                      f" for {d.BASELINE_MIN:.0f} s): its pace kept is not measured\n")
+        faults = sum(1 for s in self.shots if isinstance(s, d.Shot))
+        moves = len(self.shots) - faults
+        planned = f"{faults} fault(s)" + (f" and {moves} scale operation(s)"
+                                          if self.scales else "")
         if bases:
             paces = ", ".join(f"{w} {p:.2f}" for w, (a, b) in bases.items()
                               if (p := d.pace_of(tl, w, a, b)) is not None)
             self.say(f"drill: fault-free pace (calls/s, over up to {d.BASELINE_MAX:.0f} s"
-                     f" before the drill): {paces}; {len(self.shots)} fault(s) over"
+                     f" before the drill): {paces}; {planned} over"
                      f" {self.settings['for']:g} s\n")
+        if self.scales:
+            self.say(f"drill: scale operations of {', '.join(map(str, self.scales))};"
+                     " worlds that appear meanwhile have no fault-free pace: they are left"
+                     " out of the pace figures\n")
         self.window = d.Window(now, now + self.settings["for"], bases)
+        self._look(force=True)  # the counts the drill's are measured from
 
     def _shoot(self) -> None:
         for shot in self.shots:
             self._wait_until(self.window.started + shot.at)
-            t = self.clock()
-            try:
-                self.ask(self.control, {"verb": "kill_world", "world": shot.world,
-                                        "rank": shot.rank, "signal": self.settings["signal"]})
-                self.sent.append(d.Sent(shot, t))
-            except RunError as exc:
-                if not runs.is_live(runs.read_state(self.run_id) or {}):
-                    raise RunError(f"run {self.run_id} ended during the drill") from None
-                self.sent.append(d.Sent(shot, t, skipped=str(exc)))  # e.g. still restarting
+            if isinstance(shot, ds.Move):
+                self._move(shot)
+            else:
+                self._fault(shot)
         self._wait_until(self.window.ended)
+
+    def _worlds_now(self) -> set[str] | None:
+        """The worlds the run has now, those being removed aside (None: not known)."""
+        try:
+            doc = self.ask(self.control, {"verb": "status"})["status"]
+        except RunError:
+            return self._still_live()
+        return {w["name"] for w in doc["worlds"] if w["state"] not in ds.GOING}
+
+    def _fault(self, shot: d.Shot) -> None:
+        if self.scales:  # the membership moves: whom to hit is read now
+            doc = self._look(force=True)
+            down = {w for w, _, _, _ in self._pending()}
+            chosen = ds.choose(shot.draw, ds.live_targets(doc, self.settings["targets"],
+                                                          self._busy(), down))
+            if chosen is None:
+                self.sent.append(d.Sent(shot, self.clock(), skipped="no member may be hit"
+                                        " now (none in a healthy world of its own that no"
+                                        " scale operation is changing)"))
+                return
+            shot = d.Shot(shot.at, *chosen, shot.draw)
+        t = self.clock()
+        try:
+            self.ask(self.control, {"verb": "kill_world", "world": shot.world,
+                                    "rank": shot.rank, "signal": self.settings["signal"]})
+        except RunError as exc:
+            self._still_live()
+            self.sent.append(d.Sent(shot, t, skipped=str(exc)))  # e.g. still restarting
+            return
+        self.sent.append(d.Sent(shot, t))
+        self.struck.append((shot.world, shot.process, self.ledger.fault(shot.world), t))
+        self.changed_at = t
+
+    def _move(self, move: ds.Move) -> None:
+        """Ask the head for the scale operation; never wait for it here."""
+        doc, at = self._look(force=True), self.clock()
+        under_way = [op["op"] for op in self.running.values() if op["process"] == move.process]
+        found = ds.move_count(doc, move, under_way, {p for _, p, _, _ in self._pending()})
+        if isinstance(found, str):
+            self.skipped_ops.append(f"{ds.clock_text(at)} {move.process}: {found}")
+            return
+        count, desired = found
+        op = f"{self.op_prefix}-{len(self.ops) + 1}"
+        record = {"op": op, "process": move.process, "asked": round(at, 4),
+                  "from": desired, "to": count, "state": OpState.RUNNING.value,
+                  "error": None, "changes": []}
+        self.ops.append(record)
+        try:
+            reply = self.ask(self.control, {"verb": "scale", "op": op,
+                                            "changes": [f"{move.process}={count}"]})
+        except RunError as exc:
+            self._still_live()
+            record.update(state="refused", error=str(exc))
+            return
+        if reply.get("repeated"):  # another drill used this id: nothing was changed
+            record.update(state="refused", error=f"op id {op} was used already")
+            return
+        record.update(state=reply["state"], changes=reply["changes"])
+        if record["state"] == OpState.RUNNING.value:
+            self.running[op] = record
+            self.polled_at = self.clock()  # asked again OP_POLL from now
+        else:
+            self.changed_at = max(self.changed_at, self.clock())
+
+    def _busy(self) -> set[str]:
+        """The replicas a scale operation of the drill's is adding or retiring now."""
+        return {c["process"] for op in self.running.values() for c in op["changes"]}
+
+    def _pending(self) -> list[tuple[str, str, int | None, float]]:
+        """The faults sent whose break no document has shown yet (for at most
+        KILL_LEADS): the status may still show their world healthy, their member
+        serving (as the ledger read the latest document)."""
+        now = self.clock()
+        self.struck = [(w, p, breaks, t) for w, p, breaks, t in self.struck
+                       if now - t < d.KILL_LEADS and (life := self.ledger.now.get(w))
+                       is not None and (breaks is None or life.breaks <= breaks)]
+        return self.struck
+
+    def _still_live(self) -> None:  # or RunError
+        if not runs.is_live(runs.read_state(self.run_id) or {}):
+            raise RunError(f"run {self.run_id} ended during the drill") from None
+
+    def _look(self, force: bool = False) -> dict:
+        """The status document (read at most every LOOK_EVERY unless ``force``); the
+        ledger reads every one."""
+        now = self.clock()
+        if self.doc is not None and not force and now - self.looked_at < LOOK_EVERY:
+            return self.doc
+        try:
+            doc = self.ask(self.control, {"verb": "status"})["status"]
+        except RunError:
+            self._still_live()
+            if self.doc is None:
+                raise
+            return self.doc  # a busy head: the last one will do
+        self.doc, self.looked_at = doc, now
+        self.ledger.see(doc, now)
+        return doc
+
+    def _follow(self) -> None:
+        """Each scale operation under way, as the head tells it now (every OP_POLL)."""
+        now = self.clock()
+        if not self.running or now - self.polled_at < OP_POLL:
+            return
+        self.polled_at = now
+        for op, record in list(self.running.items()):
+            try:
+                reply = self.ask(self.control, {"verb": "op", "op": op})
+            except RunError as exc:
+                self._still_live()
+                record["error"] = str(exc)  # asked again next time
+                continue
+            record.update(state=reply["state"], changes=reply["changes"], error=None)
+            if record["state"] != OpState.RUNNING.value:
+                del self.running[op]
+                self.changed_at = max(self.changed_at, now)
+
+    def _tick(self) -> None:
+        """Beside the schedule: the operations followed, the counts read (from the
+        drill's start on: see _measure)."""
+        self._follow()
+        if self.doc is not None:
+            self._look()
 
     def _wait_until(self, at: float) -> None:
         while (left := at - self.clock()) > 0:
+            self._tick()
             self._progress()
             self.sleep(min(POLL, left))
 
     def _recover(self) -> None:
-        """Wait for every fault sent to recover, and the counts to cover the drill."""
+        """Wait for every fault sent to recover, every scale operation to end, the
+        counts to cover the drill and the last beats after the last change to come."""
         deadline = self.clock() + self.recover_wait
-        while self.clock() < deadline:
+        while True:
+            now = self.clock()
+            late = max((op["asked"] + OP_WAIT for op in self.running.values()), default=0.0)
+            if now >= max(deadline, late):
+                return
+            self._tick()
             tl = self.timeline()
             covered = all(p[-1][0] >= self.window.ended for p in tl.counts.values() if p)
-            if covered and all(o.recovered for o in d.match(tl, self.sent)):
+            outcomes = d.match(tl, self.sent)
+            last = max([self.changed_at, *(o.fault.back for o in outcomes if o.recovered)])
+            if covered and not self.running and now >= last + SETTLE and \
+                    all(o.recovered for o in outcomes):
                 return
             self._progress(force=True)
             self.sleep(0.5)
@@ -183,10 +351,12 @@ class Drill:
         downs = [(f["sent"], f["downtime"]) for w in record["worlds"].values()
                  for f in w["list"] if f["downtime"] is not None]
         last = d._secs(max(downs)[1]) if downs else "-"
-        self._show(f"drill {done:.0f}/{self.settings['for']:.0f} s: {faults} fault(s),"
+        ops = (f", {len(self.ops)} scale op(s) ({len(self.running)} under way)"
+               if self.scales else "")
+        self._show(f"drill {done:.0f}/{self.settings['for']:.0f} s: {faults} fault(s){ops},"
                    f" last down {last}, pace kept {d._pct(record['kept_faulted'])} (faulted)"
                    f" {d._pct(record['kept_others'])} (others)",
-                   key=f"{faults} {last}")
+                   key=f"{faults} {last} {len(self.ops)} {len(self.running)}")
 
     def _show(self, text: str, key: str | None = None) -> None:
         """In place on a terminal; elsewhere a line only when ``key`` (what changed)
@@ -206,8 +376,13 @@ class Drill:
 
     def _finish(self, interrupted: bool) -> tuple[dict, int]:
         self._end_line()
+        if self.problem is None and self.ledger.looks:
+            with contextlib.suppress(RunError, KeyboardInterrupt):
+                self._look(force=True)  # the latest counts
         record = d.summarize(self.timeline(), self.sent, self.window,
-                             {**self.settings, "interrupted": interrupted})
+                             {**self.settings, "interrupted": interrupted},
+                             ops=self.ops if self.scales else None,
+                             watch=self.ledger.result(), skipped_ops=self.skipped_ops)
         if self.problem is None:
             try:
                 self.ask(self.control, {"verb": "drill", "summary": record})

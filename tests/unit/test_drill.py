@@ -101,12 +101,17 @@ class FakeRun:
     """A run folder whose history grows as the drill sends faults: each kill writes
     the records of a fault that recovers."""
 
-    def __init__(self, path):
+    def __init__(self, path, doc=None):
         self.path = path
         self.asked = []
+        self.doc = doc or {**DOC, "worlds": [{**w, "state": "healthy", "breaks": 0,
+                                               "generation": 0, "port": 1 + i}
+                                              for i, w in enumerate(DOC["worlds"])]}
 
     def ask(self, control, message):
         self.asked.append(message)
+        if message["verb"] == "status":
+            return {"ok": True, "status": self.doc}
         return {"ok": True, "signalled": []}
 
 
@@ -127,7 +132,8 @@ def test_ctrl_c_ends_the_drill_with_the_summary_so_far(tmp_path, tty):
                   sleep=sleep, ask=run.ask, run_dir=tmp_path)
     record, code = drill.run()
     assert record["interrupted"] and code == 0
-    assert [m["verb"] for m in run.asked] == ["drill"]  # no fault sent, the job untouched
+    # no fault sent, the job untouched (its status read)
+    assert [m["verb"] for m in run.asked if m["verb"] != "status"] == ["drill"]
     assert any(line.startswith("drill: 0 fault(s) (SIGKILL)") for line in said)
     assert any(line.startswith("drill: fault-free pace (calls/s, over up to 60 s before the"
                                " drill): world1 10.00, world2 10.00; 1 fault(s)")
