@@ -1,5 +1,6 @@
 """Every example, launched from its topology in configs/ (fewer steps), and drilled."""
 
+import contextlib
 import re
 import signal
 import socket
@@ -212,7 +213,47 @@ def test_resnet_pipelines_serve_through_a_drill(procs, home, tmp_path):
     wait_gone(home)
 
 
+def free_run(count: int) -> int:
+    """A port P with P .. P+count-1 free (the example's worlds take consecutive ports)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            first = probe.getsockname()[1]
+        if first + count > 65535:
+            continue
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(first, first + count):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+    raise AssertionError(f"no {count} free ports in a row")
+
+
 def test_examples_are_documented():
-    for name in ("send_recv", *OPS, "resnet"):
+    for name in ("send_recv", *OPS, "resnet", "serving"):
         readme = (ROOT / "examples" / name / "README.rst").read_text()
         assert "mwrun launch configs/" in readme and "kill-world" in readme, name
+
+
+def test_serving_by_hand_adds_and_removes_worlds_beside_one(procs, tmp_path):
+    """examples/serving/README.rst's two terminals: worlds added, used and removed by
+    hand (job.add_world, job.remove_world) while the first one goes on."""
+    script = ROOT / "examples" / "serving" / "by_hand.py"
+    port = free_run(4)
+    first = procs.start([sys.executable, str(script), "--rank", "0", "--port", str(port),
+                         "--pause", "0.1"])
+    second = procs.start([sys.executable, str(script), "--rank", "1", "--port", str(port),
+                          "--pause", "0.1"])
+    for rank, proc in ((0, first), (1, second)):
+        assert proc.wait(timeout=120) == 0, proc.output()
+        out = proc.output()
+        for n in range(3):
+            assert f"rank {rank}: extra-{n} formed, all_reduce gave {2 * n};" \
+                f" worlds now: main, extra-{n}" in out, out
+            assert f"rank {rank}: event added extra-{n}" in out
+            assert f"rank {rank}: event removed extra-{n}" in out
+        assert f"rank {rank}: done; worlds now: main" in out
+        assert "broken" not in out
