@@ -222,7 +222,7 @@ def resized(old: int, new: int) -> str:
 
 
 def is_resize(reason: str | None) -> bool:
-    return bool(reason) and reason.startswith(RESIZED)
+    return reason is not None and reason.startswith(RESIZED)
 
 
 def resize(store, generation: int, size: int, incarnations: list[int],

@@ -22,6 +22,7 @@ AROUND = 10.0  # seconds before and after a fault that "before" and "after" aver
 KILL_LEADS = 10.0  # a drill's signal this long before a break is taken as its cause
 MANY = 4  # faults in a run past which the summary gives each one line (a drill's)
 SPAN = 1.0  # seconds between a history's rate samples (SAMPLE_EVERY in head/history.py)
+Pace = tuple[float, float | None]  # (calls/s, bytes/s or None when unknown): see pace()
 
 
 @dataclass
@@ -365,7 +366,8 @@ def _fault_lines(tl: Timeline, f: Fault) -> list[str]:
         else None
     out.append(f"  {f.world}: before {_rate(before)}, during {_rate(during)},"
                f" after {_rate(after)}")
-    kept, slowed = [], []
+    kept: list[tuple[str, Pace, Pace]] = []  # (world, pace before, pace during)
+    slowed: list[tuple[str, Pace, Pace]] = []
     for other in tl.worlds:
         was = pace(tl, other, first, f.start)
         was_during = pace(tl, other, f.start, stop)
@@ -389,8 +391,10 @@ def phase_text(phases: dict) -> str:
     parts = []
     for p in list(Phase)[1:]:
         t = phases.get(p.value)
-        ok = isinstance(t, int | float) and isinstance(t0, int | float)
-        parts.append(f"{p.value} " + (f"+{_secs(t - t0)}" if ok else "-"))
+        if isinstance(t, int | float) and isinstance(t0, int | float):
+            parts.append(f"{p.value} +{_secs(t - t0)}")
+        else:
+            parts.append(f"{p.value} -")
     return ", ".join(parts)
 
 

@@ -74,10 +74,10 @@ def _reach(topo, mapping, run_id: str, progress) -> tuple[dict, object]:
     if mapping is not None:
         links, srun = slurm.connect(topo, mapping, run_id, progress)
         return links, slurm.Steps(srun, topo, mapping, run_id)
-    links = remote.links_for(topo, run_id)
-    if links:
-        remote.connect_all(list(links.values()), progress=progress)
-    return links, remote.SshReach()
+    ssh_links = remote.links_for(topo, run_id)
+    if ssh_links:
+        remote.connect_all(list(ssh_links.values()), progress=progress)
+    return ssh_links, remote.SshReach()
 
 
 def _let_go(agents) -> None:
@@ -292,6 +292,7 @@ def _start_detached(path: str, run_id: str, grace: float, run_dir, plan,
              run_id, "--grace", str(grace), "--detached-child"],
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
             pass_fds=list(fds.values()), start_new_session=True, cwd=os.getcwd())
+    assert child.stdin is not None, "stdin=PIPE above"
     with contextlib.suppress(BrokenPipeError), child.stdin:
         child.stdin.write(pickle.dumps((plan, fds)))
     return child

@@ -47,6 +47,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TextIO
 
 from mwrun.head import events as ev
 from mwrun.schema import CALLS, HISTORY, HISTORY_ROTATED, RATES
@@ -64,27 +65,32 @@ class History:
         self.head = head  # the start record: run_id, name, worlds
         self.clock = clock
         self.limit = limit
-        self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept for the run
+        # Kept for the run; None once closed, or once writing failed (a full disk must
+        # not stop the supervisor).
+        self.file: TextIO | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
         self._write({"event": E.START, **head})
 
     def _write(self, record: dict) -> None:
-        if self.file is None:
+        file = self.file
+        if file is None:
             return
         line = json.dumps({"t": round(self.clock(), 4), **record}) + "\n"
         try:
-            if self.file.tell() + len(line) > self.limit:
-                self._rotate()
-            self.file.write(line)
-            self.file.flush()  # a live run's report reads it
+            if file.tell() + len(line) > self.limit:
+                file = self._rotate(file)
+            file.write(line)
+            file.flush()  # a live run's report reads it
         except (OSError, ValueError):
             self.file = None  # a full disk must not stop the supervisor
 
-    def _rotate(self) -> None:
-        self.file.close()
+    def _rotate(self, old: TextIO) -> TextIO:
+        """The new file, kept as ``self.file`` once open, its first line written."""
+        old.close()
         os.replace(self.path, self.rotated)
-        self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
-        self.file.write(json.dumps({"t": round(self.clock(), 4), "event": E.START,
-                                    "continued": True, **self.head}) + "\n")
+        new = self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        new.write(json.dumps({"t": round(self.clock(), 4), "event": E.START,
+                              "continued": True, **self.head}) + "\n")
+        return new
 
     def __call__(self, event: ev.Event) -> None:
         """A subscriber of the supervisor's events: the record of one, if it has one."""

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import IO
 
 from mwrun import __version__
 from mwrun.errors import RunError, TopologyError
@@ -46,6 +47,24 @@ def ssh_argv(target: str, options: tuple[str, ...], python: str, host: str,
     return [*argv, *options, user_host, "--", f"exec {remote}"]
 
 
+class Ssh:
+    """A started link's ssh session: its process and its three pipes."""
+
+    def __init__(self, argv: list[str]):
+        popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True)
+        assert popen.stdin is not None and popen.stdout is not None \
+            and popen.stderr is not None, "all three are pipes (PIPE above)"
+        self.popen = popen
+        self.stdin: IO[bytes] = popen.stdin
+        self.stdout: IO[bytes] = popen.stdout
+        self.stderr: IO[bytes] = popen.stderr
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+
+
 class AgentLink:
     def __init__(self, name: str, argv: list[str], python: str):
         self.name = name
@@ -58,15 +77,18 @@ class AgentLink:
         self.stderr = b""
         self.sent_at = 0.0  # monotonic, the last frame sent
         self.heard = time.monotonic()
-        self.popen: subprocess.Popen | None = None
+        self.ssh: Ssh | None = None  # once started
         self.out_fd = self.err_fd = -1  # once started
 
+    @property
+    def popen(self) -> subprocess.Popen[bytes] | None:
+        """ssh, once started."""
+        return self.ssh.popen if self.ssh is not None else None
+
     def start(self) -> None:
-        self.popen = subprocess.Popen(self.argv, stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      start_new_session=True)
-        self.out_fd, self.err_fd = self.popen.stdout.fileno(), self.popen.stderr.fileno()
-        for fd in (self.out_fd, self.err_fd, self.popen.stdin.fileno()):
+        ssh = self.ssh = Ssh(self.argv)
+        self.out_fd, self.err_fd = ssh.stdout.fileno(), ssh.stderr.fileno()
+        for fd in (self.out_fd, self.err_fd, ssh.stdin.fileno()):
             os.set_blocking(fd, False)
 
     def read(self) -> list[dict] | None:
@@ -99,8 +121,11 @@ class AgentLink:
         self.flush()
 
     def flush(self) -> bool:
+        ssh = self.ssh
+        if ssh is None:  # not started: what was sent waits in the outbox
+            return False
         try:
-            return self.outbox.flush(lambda data: os.write(self.popen.stdin.fileno(), data))
+            return self.outbox.flush(lambda data: os.write(ssh.stdin.fileno(), data))
         except (OSError, ValueError):
             return True  # the link is gone; its end of file says so
 
@@ -109,26 +134,23 @@ class AgentLink:
         or at once with 0 (a lost link: its agent may be stalled, and the head must not
         be; ssh's end closes the agent's link, and the agent ends what it started).
         ssh's exit is collected later (the head reaps its orphans)."""
-        if self.popen is None or self.popen.stdin.closed:
+        ssh = self.ssh
+        if ssh is None or ssh.stdin.closed:
             return
         self.send(Kind.STOP)
         with contextlib.suppress(OSError):
-            self.popen.stdin.close()
+            ssh.stdin.close()
         if wait <= 0:
-            self._kill()
+            ssh.kill()
         else:
             try:
-                self.popen.wait(timeout=wait)
+                ssh.popen.wait(timeout=wait)
             except subprocess.TimeoutExpired:
-                self._kill()
-                self.popen.wait()
-        for pipe in (self.popen.stdout, self.popen.stderr):
+                ssh.kill()
+                ssh.popen.wait()
+        for pipe in (ssh.stdout, ssh.stderr):
             pipe.close()
         self.state = H.LOST if self.state == H.UP else self.state
-
-    def _kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGKILL)
 
     def failure(self) -> str:
         """Why the link did not come up, in one line a user can act on."""
@@ -278,6 +300,7 @@ def reported_inventory(topo, links: dict[str, AgentLink],
     has is a positioned error."""
     inv, errors = {}, []
     for name, link in links.items():
+        assert link.hello is not None, "connected: every link is up, with its hello"
         host, facts = topo.hosts[name], link.hello["inventory"]
         cpus, gpus = tuple(facts["cpus"]), tuple(str(g) for g in facts["gpus"])
         for kind, stated, have in (("gpus", host.gpus, gpus), ("cpus", host.cpus, cpus)):

@@ -218,7 +218,8 @@ def end(srun: subprocess.Popen, wait: float = 0.0) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(srun.pid, 9)
     srun.wait()
-    srun.stderr.close()
+    if srun.stderr is not None:  # connect's srun has it (stderr=PIPE)
+        srun.stderr.close()
 
 
 class Steps:

@@ -15,9 +15,13 @@ import os
 import re
 import socket
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from mwrun import lookups, protocol
 from mwrun.plan.placement import Plan, WorldPlan
+
+if TYPE_CHECKING:
+    from torch.distributed import TCPStore  # imported when the first store is built
 
 # A gloo group's rendezvous: each rank sets PREFIX/R to its address, as in
 # 'default_pg/0//cpu//0/2' (torch 2.x); the group exists once every rank's key is there.
@@ -37,7 +41,7 @@ class WorldStores:
         self._admitted = {name: [protocol.FIRST_INCARNATION] * w.size
                           for name, w in plan.worlds.items()}
         self._bound: dict[int, socket.socket] = {}  # port -> listener, not yet a world's
-        self._stores = {}
+        self._stores: dict[str, TCPStore] = {}
 
     def choose_port(self, addr: str, taken: set[int]) -> int:
         """A free port on ``addr`` for a new world, bound now (ports.bind_free): no one

@@ -22,7 +22,12 @@ import os
 import signal
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mwrun.host.title import Area
 
 _OURS = (__file__, __file__.replace("child.py", "zygote.py"))
 
@@ -34,7 +39,7 @@ class Fresh:
     path: list[str]  # sys.path without its first entry
     own_modules: set[str]  # the zygote's own modules, not the user's to see
     torch_rng: object
-    area: object  # title.Area or None
+    area: Area | None
 
     @classmethod
     def capture(cls, path, preloaded: set[str], area) -> Fresh:
@@ -87,6 +92,7 @@ def become(request: dict, fresh: Fresh) -> None:
 def _signals(ignored: list[int], mask: list[int]) -> None:
     """Dispositions as exec and a fresh interpreter leave them: handlers back to the
     default, what the supervisor ignores stays ignored, Python's own three."""
+    handler: signal.Handlers | Callable[[int, types.FrameType | None], object]
     for sig in signal.valid_signals():
         if sig in (signal.SIGKILL, signal.SIGSTOP):
             continue
@@ -108,7 +114,7 @@ def _identity(request: dict, fresh: Fresh) -> None:
         fresh.area.set_title(" ".join(argv))
         fresh.area.set_environ(request["env"])
     sys.orig_argv = list(argv)
-    if sys.flags.safe_path:
+    if getattr(sys.flags, "safe_path", False):  # -P, new in 3.11 (3.10 has no flag)
         first = []
     elif kind == "module":
         first = [os.getcwd()]
@@ -148,7 +154,8 @@ def _run(kind: str, target: str, args: list[str]) -> None:
         import runpy
 
         sys.argv = ["-m", *args]
-        runpy._run_module_as_main(target, alter_argv=True)  # what python -m runs
+        # What python -m runs (typeshed leaves the private function out).
+        runpy._run_module_as_main(target, alter_argv=True)  # type: ignore[attr-defined]  # private
         return
     path = os.path.abspath(target)
     sys.argv = [target, *args]
@@ -172,7 +179,7 @@ def _die_by_sigint() -> None:
     import atexit
     import threading
 
-    threading._shutdown()
+    threading._shutdown()  # type: ignore[attr-defined]  # private: as the interpreter ends
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

@@ -10,17 +10,36 @@ import contextlib
 import os
 import subprocess
 import threading
+from typing import IO, Protocol
 
 import psutil
 
 from mwrun.errors import StartError
 
 
+class Child(Protocol):
+    """What a handle needs of its process: a ``subprocess.Popen`` started with
+    ``stdout=PIPE`` (``spawn``), or a ``warm.ForkedChild`` (forked, never exec'd)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def stdout(self) -> IO[bytes] | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 class ProcessHandle:
-    def __init__(self, popen: subprocess.Popen):
+    def __init__(self, popen: Child):
+        # Never None: spawn's Popen has stdout=PIPE, a ForkedChild always has its pipe.
+        assert popen.stdout is not None, "a child's output is always a pipe"
         self.popen = popen
         self.pid = popen.pid
-        self.output_fd = popen.stdout.fileno()
+        self.output: IO[bytes] = popen.stdout
+        self.output_fd = self.output.fileno()
         os.set_blocking(self.output_fd, False)
         self._ps: psutil.Process | None = None
         self.exit_fd, self._exit_writer = _exit_notifier(popen)
@@ -76,7 +95,7 @@ class ProcessHandle:
 
     def close_output(self) -> None:
         """Release the output pipe (after its end of file, or at the very end)."""
-        self.popen.stdout.close()
+        self.output.close()
 
     def status(self) -> str | None:
         """psutil's status ('running', 'sleeping', 'stopped', ...), None if gone."""
@@ -103,7 +122,7 @@ class ProcessHandle:
         return self._ps
 
 
-def _exit_notifier(popen: subprocess.Popen) -> tuple[int, int | None]:
+def _exit_notifier(popen: Child) -> tuple[int, int | None]:
     """A descriptor that becomes readable when the child exits: its pidfd where the
     kernel has them, else a pipe written by a thread blocked in waitid (no polling)."""
     try:

@@ -80,7 +80,7 @@ class ForkedChild:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        while self.poll() is None:
+        while (code := self.poll()) is None:
             if timeout is None:
                 self._wait(0)
             else:
@@ -88,7 +88,7 @@ class ForkedChild:
                 timeout -= 0.01
                 if timeout <= 0:
                     raise subprocess.TimeoutExpired([str(self.pid)], timeout)
-        return self.returncode
+        return code
 
     def _wait(self, flags: int) -> None:
         try:

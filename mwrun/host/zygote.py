@@ -75,7 +75,9 @@ def main() -> None:
     fd, modules = int(sys.argv[1]), [m for m in sys.argv[2].split(",") if m]
     from mwrun.host import child, title
 
-    base_path = list(sys.path) if sys.flags.safe_path else sys.path[1:]  # drop -c's ''
+    # -P (sys.flags.safe_path, new in 3.11) puts no '' for -c first; without it, drop it.
+    safe_path = getattr(sys.flags, "safe_path", False)
+    base_path = list(sys.path) if safe_path else sys.path[1:]
     os.environ.pop(PAD_VAR, None)
     area = title.Area.of_self()
     if area is not None:

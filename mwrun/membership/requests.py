@@ -83,7 +83,8 @@ def bounded(spec: ProcessSpec, change: Change, current: int) -> int:
 def added(indices: Iterable[int], count: int, taken: Iterable[int] = ()) -> list[int]:
     """``count`` new indices, the lowest free (``taken``: still in use, say draining)."""
     used = set(indices) | set(taken)
-    found, index = [], 0
+    found: list[int] = []
+    index = 0
     while len(found) < count:
         if index not in used:
             found.append(index)

@@ -45,8 +45,9 @@ class FieldReader(Reader):
 
     def command(self, node, what) -> list[str] | None:
         if isinstance(node, yaml.SequenceNode):
-            parts = [self.string(item, f"{what}: cmd item") for item in node.value]
-            if any(p is None for p in parts):
+            items = [self.string(item, f"{what}: cmd item") for item in node.value]
+            parts = [p for p in items if p is not None]
+            if len(parts) < len(items):
                 return None
         else:
             text = self.string(node, f"{what}: cmd")
@@ -68,7 +69,8 @@ class FieldReader(Reader):
         if items is None:
             return None
         values = [self.string(item, f"{what} item") for item in items]
-        return None if any(v is None for v in values) else values
+        strings = [v for v in values if v is not None]
+        return None if len(strings) < len(values) else strings
 
     def gpus(self, node, what) -> tuple[int, ...] | int | None:
         if isinstance(node, yaml.ScalarNode):

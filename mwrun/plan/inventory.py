@@ -33,8 +33,8 @@ def host_inventory(host: Host, local: set[str]) -> HostInventory:
         if host.gpus is not None:
             gpus = gpus[: host.gpus]
         return HostInventory(True, cpus, gpus)
-    cpus = tuple(range(host.cpus)) if host.cpus is not None else None
-    return HostInventory(False, cpus, tuple(str(i) for i in range(host.gpus or 0)))
+    stated = tuple(range(host.cpus)) if host.cpus is not None else None
+    return HostInventory(False, stated, tuple(str(i) for i in range(host.gpus or 0)))
 
 
 def inventory(topology: Topology) -> dict[str, HostInventory]:

@@ -115,7 +115,7 @@ class _Pool:
                 f"process '{proc.name}': cannot assign {count} {label} on host '{self.host}'"
                 f" without knowing how many it has; state 'cpus: N' under the host"))
             return ()
-        free = []
+        free: list[int] = []  # slots
         slot = self.cursor
         while len(free) < count and slot < len(self.items):
             if slot not in self.owner:
@@ -190,7 +190,8 @@ class Pools:
 
 def _ranges(numbers) -> str:
     """(0, 1, 2, 5) -> '0-2,5'."""
-    out, run = [], []
+    out: list[str] = []
+    run: list[int] = []
     for n in sorted(numbers):
         if run and n != run[-1] + 1:
             out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
@@ -241,7 +242,7 @@ def place(topology: Topology, inventory: dict[str, HostInventory],
         raise TopologyError(errors)
     gpu_pools = {h: _Pool("gpus", h, inv.gpus) for h, inv in inventory.items()}
     cpu_pools = {h: _Pool("cpus", h, inv.cpus) for h, inv in inventory.items()}
-    resources = {}
+    resources: dict[str, dict[str, tuple | None]] = {}  # process -> gpus and cpus it got
     # Explicit requests first, so a count never takes a device someone named.
     for explicit in (True, False):
         for proc in topology.processes.values():

@@ -32,6 +32,7 @@ from mwrun.plan.templates import (  # noqa: F401 - public here
     BACKENDS,
     MAX_WORLDS,
     ON_FAILURE,
+    Indices,
     World,
     WorldTemplate,
 )
@@ -74,7 +75,7 @@ class Topology:
         """The entries a running job may scale, by name."""
         return {n: s for n, s in self.specs.items() if s.scale is not None}
 
-    def with_replicas(self, indices: templates.Indices) -> Topology:
+    def with_replicas(self, indices: Indices) -> Topology:
         """This topology as if written for these replicas (entry -> their indices;
         entries not named keep their launch count): the processes and worlds a
         running job has once scaled (membership/revision.py)."""
@@ -168,7 +169,9 @@ class _Parser:
         (worker-0 ... worker-15 for max 16): no other entry may take one."""
         if specs is None:
             return None
-        r, made, claimed, count = self.r, {}, {}, 0
+        r, count = self.r, 0
+        made: dict[str, Process] = {}
+        claimed: dict[str, Process] = {}  # every name an entry may ever take
         self.made_max = {n: s.scale.max if s.scale else s.replicas
                          for n, s in specs.items() if s.replicas is not None}
         for spec in specs.values():
