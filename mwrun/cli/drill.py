@@ -161,7 +161,7 @@ def baseline(tl: Timeline, world: str, before: float) -> tuple[float, float] | N
         return None  # down now
     made = [e["t"] for e in tl.events if e["event"] == E.ADD and e.get("world") == world
             and e["t"] < before]  # made (again) by a scale operation: since then
-    since = max([points[1][0] if len(points) > 1 else before, *over, *made])  # type: ignore[type-var]
+    since = max([points[1][0] if len(points) > 1 else before, *over, *made])
     end = min(before, points[-1][0])
     start = max(since, end - BASELINE_MAX)
     return (start, end) if end - start >= BASELINE_MIN else None
@@ -243,7 +243,8 @@ def summarize(tl: Timeline, sent: list[Sent], window: Window, settings: dict,
         downs = [f.back - f.start for f in faults if f.back is not None]
         during = None if world in left_out else \
             pace_of(tl, world, window.started, window.ended)
-        kept = during / base[world] if during is not None and base.get(world) else None
+        fault_free = base.get(world)
+        kept = during / fault_free if during is not None and fault_free else None
         worlds[world] = {
             "faults": len(mine), "downtime_median": _r(pc.median(downs)),
             "downtime_max": _r(max(downs, default=None)), "pace": _r(during),

@@ -47,7 +47,7 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
     """The command line's drill: checked arguments, the schedule, the drill; its exit
     status. Every mistake (numbers, signal, world, --scale, no live run) is one
     UsageError."""
-    every, duration = d.seconds("--every", every), d.seconds("--for", duration)
+    mean, length = d.seconds("--every", every), d.seconds("--for", duration)
     sig = sig.upper().removeprefix("SIG")
     if sig not in d.SIGNALS:
         raise UsageError(f"--signal can be {', '.join(d.SIGNALS)}, not {sig}")
@@ -67,8 +67,8 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
         if not scales or any(w not in {x["name"] for x in doc["worlds"]} for w in only or []):
             raise
         hit = {}  # the membership changes: someone may be hit later; each fault looks
-    shots = d.schedule(seed, every, duration, hit, scales)
-    settings = {"every": every, "for": duration, "signal": sig, "seed": seed, "targets": only}
+    shots = d.schedule(seed, mean, length, hit, scales)
+    settings = {"every": mean, "for": length, "signal": sig, "seed": seed, "targets": only}
     _, code = Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
                     say=say, recover_wait=RECOVER_WAIT + _hang_wait(run_id, sig),
                     scales=scales, op_prefix=f"drill-{secrets.token_hex(3)}").run()
@@ -195,7 +195,8 @@ class Drill:
         try:
             doc = self.ask(self.control, {"verb": "status"})["status"]
         except RunError:
-            return self._still_live()
+            self._still_live()
+            return None
         return {w["name"] for w in doc["worlds"] if w["state"] not in ds.GOING}
 
     def _fault(self, shot: d.Shot) -> None:
@@ -332,7 +333,8 @@ class Drill:
             tl = self.timeline()
             covered = all(p[-1][0] >= self.window.ended for p in tl.counts.values() if p)
             outcomes = d.match(tl, self.sent)
-            last = max([self.changed_at, *(o.fault.back for o in outcomes if o.recovered)])
+            last = max([self.changed_at, *(o.fault.back for o in outcomes
+                                           if o.fault is not None and o.fault.back is not None)])
             if covered and not self.running and now >= last + SETTLE and \
                     all(o.recovered for o in outcomes):
                 return
