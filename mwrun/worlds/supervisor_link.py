@@ -18,17 +18,8 @@ The head may write lines down at any time after the hello (orders.py: ``add``,
 until the next beat is due, never longer), so the head never finds its lines piling
 up unread, and hands each order to the job. Lines it does not know are ignored.
 
-Each heartbeat carries this process's traffic per world, counted by the calls
-themselves (see calls.py): ``"t"`` (its monotonic clock) and ``"traffic": {world:
-[calls, bytes, failures, seconds since the last completed call or null]}``, counts
-since the process joined; and ``"first_calls": {world: [generation, wall-clock time]}``,
-when the latest generation of each world had its first completed call (the
-supervisor's ``first_call`` phase of a fault, head/faults.py). World events carry
-``"t"``, this process's wall clock when it joined or saw the break. The supervisor
-turns the counts into rates, so while the counts
-move (and for the supervisor's rate window after), beats come once a second whatever
-the hang timeout allows; an idle process beats only at its interval, which keeps a
-supervisor watching hundreds of idle processes idle itself.
+What each heartbeat carries, and when one is due, is beats.py's. World events carry
+``"t"``, this process's wall clock when it joined or saw the break.
 The supervisor may be busy when a process starts (forking hundreds of others, its
 listen backlog full), or its connection may drop: the link then keeps trying from its
 thread, with backoff, says so once on stderr, and holds the world events it must not
@@ -52,42 +43,14 @@ import uuid
 from collections.abc import Callable, Mapping
 
 from mwrun.worlds import orders, signals
+from mwrun.worlds.beats import Beats, aligned
 
 log = logging.getLogger("mwrun")
-TRAFFIC_EVERY = 1.0  # seconds between beats while traffic moves, for its rates
-# Seconds of fast beats after the counts last moved: the supervisor's rate window
-# (head/traffic.py WINDOW), so a rate falls to 0 in steps, as the traffic did.
-TRAFFIC_TAIL = 5.0
 CONNECT_TIMEOUT = 1.0  # one attempt to reach the supervisor's socket; one line sent
 RETRY_FIRST, RETRY_CAP = 0.05, 2.0  # backoff between attempts, seconds
 SAY_AFTER = 5.0  # seconds of failed attempts before the process says so, once
 HELD_EVENTS = 1000  # world events kept, in order, until the supervisor is reached
 MAX_LINE = 1 << 20  # a longer line from the head is dropped (the head's own limit)
-
-
-def beat_due(now: float, sent_at: float, moved_at: float, interval: float,
-             step: float) -> bool:
-    """Whether to beat at this check (one every ``step`` seconds): while the traffic
-    counts moved within TRAFFIC_TAIL, always; when idle, once per ``interval`` (the
-    half step allows for a check that wakes a little early)."""
-    return now - moved_at <= TRAFFIC_TAIL or now - sent_at >= interval - step / 2
-
-
-def next_beat(now: float, moved_at: float, interval: float, step: float) -> float:
-    """The most seconds until the beat after one sent ``now``: a check's step while the
-    traffic keeps the beats fast, else the idle interval. Told with each beat, so the
-    supervisor knows when one is late (and shows the process unresponsive) by this
-    process's own pace, not by the slowest it could beat."""
-    return step if now + step - moved_at <= TRAFFIC_TAIL else interval
-
-
-def aligned(step: float, now: float | None = None) -> float:
-    """Seconds until the next multiple of ``step`` on the wall clock. Every process of
-    a job checks at the same moments, so their beats reach the supervisor together and
-    it reads a hundred in one turn of its loop, not a hundred turns (each turn's own
-    cost was most of what watching many processes cost it)."""
-    now = time.time() if now is None else now
-    return step - now % step
 
 
 class Lines:
@@ -119,7 +82,7 @@ class SupervisorLink:
         self._nccl = nccl  # this process's NCCL version, told in the hello (None: no NCCL)
         self._process = process
         self._interval = interval
-        self._worlds = worlds
+        self._beats = Beats(interval, worlds)
         self._on_order = on_order
         self._stderr = stderr
         self._lock = threading.Lock()
@@ -207,8 +170,7 @@ class SupervisorLink:
                 self._replies.pop(rid, None)
 
     def _run(self) -> None:
-        step = min(self._interval, TRAFFIC_EVERY)
-        pace = {"sent": time.monotonic(), "moved": time.monotonic(), "counts": None}
+        step = self._beats.step
         check_at = time.time() + aligned(step)
         lines = Lines()
         while not self._stop.is_set():
@@ -226,7 +188,10 @@ class SupervisorLink:
             if sock in readable:
                 self._read(sock, lines)
             if time.time() >= check_at:
-                self._check(pace, step)
+                beat = self._beats.check()
+                if beat is not None:
+                    self.send({"verb": "heartbeat", "process": self._process,
+                               "pid": os.getpid(), **beat})
                 check_at = time.time() + aligned(step)
 
     def _read(self, sock: socket.socket, lines: Lines) -> None:
@@ -283,22 +248,6 @@ class SupervisorLink:
         stream = self._stderr or sys.stderr
         with contextlib.suppress(OSError, ValueError):
             print(text, file=stream, flush=True)
-
-    def _check(self, pace: dict, step: float) -> None:
-        """One beat check: a heartbeat goes up if one is due (see beat_due)."""
-        now = time.monotonic()
-        worlds = list(self._worlds().items())
-        traffic = {name: w._traffic() for name, w in worlds}
-        seen = {name: t[:3] for name, t in traffic.items()}
-        if seen != pace["counts"]:
-            pace["counts"], pace["moved"] = seen, now
-        if not beat_due(now, pace["sent"], pace["moved"], self._interval, step):
-            return
-        pace["sent"] = now
-        firsts = {name: first for name, w in worlds if (first := w._first()) is not None}
-        self.send({"verb": "heartbeat", "process": self._process, "pid": os.getpid(),
-                   "t": now, "traffic": traffic, "first_calls": firsts,
-                   "next": next_beat(now, pace["moved"], self._interval, step)})
 
     def close(self) -> None:
         """Stop beating, and say so: a process may go on working after leaving its
