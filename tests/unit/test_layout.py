@@ -40,6 +40,7 @@ SHARED = ("errors.py", "launchspec.py", "machine.py", "protocol.py", "terminal.p
 # The shared modules that the others build on import fewer still.
 SHARED_IMPORTS = {"schema.py": set(), "runs.py": {"mwrun", "mwrun.schema", "mwrun.errors"}}
 LONGEST_MODULE = 400
+LONGEST_CLASS = 200  # in the library (worlds): objects with one job each
 
 
 def imported_names(path: Path) -> set[str]:
@@ -266,3 +267,29 @@ def test_the_public_api_is_unchanged():
                  "World", "Work", "MwrunError"):
         assert getattr(mwrun, name) is not None
     assert mwrun.BrokenWorldError.__module__ == "mwrun.errors"
+
+
+# Where the library touches an underscored name of another object, and why: torch's
+# own option fields (no public setter), the stale-copy exit of fencing, and init
+# driving the Job its module defines.
+FOREIGN_PRIVATES = {("backends.py", "options._timeout"), ("backends.py", "options._devices"),
+                    ("fencing.py", "os._exit"), ("nccl.py", "c._nccl_version"),
+                    ("nccl.py", "c._nccl_version_suffix"), ("job.py", "job._form_initial")}
+
+
+def test_the_library_s_objects_are_small_and_keep_their_privates():
+    """No class of the library over LONGEST_CLASS lines, and no module writing or
+    reading another object's underscored attributes (each object has one job and its
+    own state: World is a facade over its membership, calls and traffic)."""
+    long, reached = [], set()
+    for path in part_files("worlds"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef) and \
+                    node.end_lineno - node.lineno + 1 > LONGEST_CLASS:
+                long.append(f"{path.name}: {node.name}")
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and \
+                    not node.attr.startswith("__") and \
+                    not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                reached.add((path.name, ast.unparse(node)))
+    assert long == []
+    assert reached - FOREIGN_PRIVATES == set()
