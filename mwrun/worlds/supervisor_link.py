@@ -92,6 +92,8 @@ class SupervisorLink:
         self._reading: socket.socket | None = None  # the thread's: where lines come down
         self._held: collections.deque[dict] = collections.deque(maxlen=HELD_EVENTS)
         self._replies: dict[str, list] = {}  # request id -> [Event, Reply or None]
+        self._waiting = threading.Lock()  # for _replies: never the sending lock, which
+        # a send holds while the socket takes its line, so that the reader never waits
         self._thread: threading.Thread | None = None
 
     @property
@@ -158,7 +160,7 @@ class SupervisorLink:
         the head's reply; None if it could not be sent or no reply came in time."""
         rid = uuid.uuid4().hex
         slot = [threading.Event(), None]
-        with self._lock:
+        with self._waiting:
             self._replies[rid] = slot
         try:
             if not self.send({**message, "id": rid}):
@@ -166,7 +168,7 @@ class SupervisorLink:
             slot[0].wait(timeout)
             return slot[1]
         finally:
-            with self._lock:
+            with self._waiting:
                 self._replies.pop(rid, None)
 
     def _run(self) -> None:
@@ -213,7 +215,7 @@ class SupervisorLink:
 
     def _hear(self, order: orders.Order | None) -> None:
         if isinstance(order, orders.Reply):
-            with self._lock:
+            with self._waiting:
                 slot = self._replies.get(order.id)
             if slot is not None:
                 slot[1] = order
