@@ -133,8 +133,8 @@ def python_cost() -> dict[str, float]:
         recv = allreduce = send
 
     world = World("w", WorldSpec(rank=0, size=2))
-    world._group = backends.Backend("gloo", Idle(), torch.device("cpu"))
-    world._generation = 0
+    world.membership.state.formed(0, 0, 2, backends.Backend("gloo", Idle(), torch.device("cpu")),
+                                  ended=lambda: False)
     t = torch.ones(256)
     idle = Idle()
     calls = {"all_reduce": (lambda: world.all_reduce(t), lambda: idle.allreduce([t]).wait()),

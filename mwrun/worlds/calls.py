@@ -4,199 +4,87 @@ Never the default group, never torch's private group registry. A call waits in t
 plain ``Work.wait()`` of torch, so it costs what the raw call costs; when the world
 breaks, the group's connections are shut down (see backends and gloo_abort) so a
 blocked call fails at once and is raised as ``BrokenWorldError``. Arguments are
-checked before anything is sent.
-
-Every completed call is counted (calls, bytes of the tensor it carried, the moment it
-completed) in plain attributes of the world, without a lock: the heartbeat thread only
-reads them, and two threads calling on one world at the same instant may, rarely, lose
-one count, which a rate shown to people can afford (a lock per call could not).
+checked before anything is sent (arguments.py). Every completed call is counted
+(traffic.py). How a call is waited for is completion.py's.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from datetime import timedelta
-from time import monotonic
-
-import torch
 import torch.distributed as dist
 
-from mwrun.worlds import failures, signals
+from mwrun.worlds import arguments, completion, failures
+from mwrun.worlds.traffic import Traffic
 from mwrun.worlds.work import Work
-
-# gloo collectives are waited for in slices: gloo can miss the closing of a connection
-# when an operation is posted at that very moment, and would then sit out the timeout.
-# Never nccl's: a timed wait on a NCCL work aborts the communicator (torch >= 2.6).
-_SLICE = timedelta(milliseconds=100)
-# torch's WorkResult, the value of an nccl work's get_future_result().
-_SUCCESS = 0
-_RESULTS = {1: "timed out (past the world's timeout)", 2: "failed (communicator error)"}
-
-
-def _result(work):
-    """The future that completes when the call is done on the GPU (or judged failed):
-    an nccl work's ``get_future()`` completes as soon as the call is queued."""
-    future_result = getattr(work, "get_future_result", None)
-    return future_result() if future_result is not None else work.get_future()
 
 
 class Calls:
-    """Mixed into World, which provides _live, _failed, _error, _generation, _device,
-    _closed."""
+    """The calls on the group of the generation ``membership`` holds (membership.py);
+    a call that fails breaks that generation (``membership.failed``)."""
+
+    def __init__(self, name: str, backend: str, membership, traffic: Traffic):
+        self.name, self.backend = name, backend
+        self._state = membership.state  # read bare on every call
+        self._membership = membership
+        self._traffic = traffic
+
+    def _failed(self, generation: int, exc: BaseException):
+        """A call of ``generation`` failed in the backend: counted, and the world is
+        broken (the error that stands is returned, to be raised)."""
+        self._traffic.failed()
+        return self._membership.failed(generation, exc)
 
     def _run(self, issue, async_op: bool, nbytes: int = 0):
         """Issue a collective on the live group and wait for it (or hand back a Work)."""
-        group = self._live()
-        generation = self._generation
+        state = self._state
+        group = state.live()
+        generation = state.generation
         try:
             work = issue(group.group)
         except RuntimeError as exc:
-            if self._worlds_fault(exc, generation, failures.ISSUE):
+            if self._fault(exc, generation, failures.ISSUE):
                 raise self._failed(generation, exc) from None
             raise  # the arguments: torch said why
         if self.backend == "nccl":
-            self._judged(work, generation)
+            completion.judged(work, lambda exc: self._failed(generation, exc),
+                              lambda: state.closed, self.name)
         if async_op:
             return Work(self, work, generation, False, nbytes)
-        self._wait(work, generation, False)
-        self._count(nbytes, generation)
+        self.wait(work, generation, False)
+        self._traffic.count(nbytes, generation)
         return None
 
-    def _wait(self, work, generation: int, p2p: bool, timeout: float | None = None) -> None:
+    def wait(self, work, generation: int, p2p: bool, timeout: float | None = None) -> None:
         """Wait for a call of ``generation``; BrokenWorldError if the world broke."""
-        if self.backend == "nccl":
-            self._wait_nccl(work, generation, timeout)
-            return
-        if p2p:
-            # A timed-out gloo send/recv closes its connection, so no slicing here: the
-            # break's abort ends the wait (or, rarely, the world's timeout does).
-            try:
-                work.wait() if timeout is None else work.wait(timedelta(seconds=timeout))
-            except RuntimeError as exc:
-                if self._worlds_fault(exc, generation, failures.WAIT):
-                    raise self._failed(generation, exc) from None
-                raise
-            return
-        deadline = None if timeout is None else time.monotonic() + timeout
-        step = _SLICE
-        while True:
-            if deadline is not None:
-                step = timedelta(seconds=min(0.1, max(deadline - time.monotonic(), 0.0)))
-            try:
-                work.wait(step)
-                return
-            except RuntimeError as exc:
-                if work.is_completed():  # done after all, or failed for real
-                    try:
-                        work.wait()
-                        return
-                    except RuntimeError as failure:
-                        if self._worlds_fault(failure, generation, failures.WAIT):
-                            raise self._failed(generation, failure) from None
-                        raise
-                error = self._error
-                if error is not None or generation != self._generation:
-                    raise self._failed(generation, exc) from None
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise TimeoutError(f"{self.name}: not done after {timeout:g}s") from None
-
-    def _count(self, nbytes: int, generation: int) -> None:
-        """A call of ``generation`` completed (async ones, once their Work was waited
-        for); the first of each generation is timed on the wall clock, for the
-        supervisor's phases of a fault (the heartbeat's ``first_calls``)."""
-        self._calls += 1
-        self._bytes += nbytes
-        self._last_call = monotonic()
-        if self._first_call[0] < generation:
-            self._first_call = (generation, time.time())
-
-    def _first(self) -> tuple[int, float] | None:
-        """(generation, wall-clock time) of this generation's first completed call, once
-        there is one (the latest generation's only)."""
-        first = self._first_call
-        return first if first[0] >= 0 else None
-
-    def _traffic(self) -> tuple[int, int, int, float | None]:
-        """(calls, bytes, failures, seconds since the last completed call) so far, for
-        the heartbeat: counts since this process joined, across generations."""
-        last = self._last_call
-        return self._calls, self._bytes, self._failures, \
-            (monotonic() - last if last else None)
-
-    def _wait_nccl(self, work, generation: int, timeout: float | None) -> None:
-        """Never a timed ``work.wait``: it would abort a healthy communicator. A caller's
-        timeout is a deadline on the work's result future instead (done once the GPU
-        ran the call, or torch's watchdog judged it); a break ends any wait by abort()."""
-        if timeout is not None:
-            done = threading.Event()
-            _result(work).add_done_callback(lambda _: done.set())
-            if not done.wait(timeout):
-                raise TimeoutError(f"{self.name}: not done after {timeout:g}s")
         try:
-            work.wait()
-        except RuntimeError as exc:
-            if self._worlds_fault(exc, generation, failures.WAIT):
+            completion.wait(work, self.backend, p2p, timeout, self.name,
+                            lambda: self._state.error is not None
+                            or generation != self._state.generation)
+        except completion.Failed as failed:
+            exc = failed.__cause__
+            if failed.broken or self._fault(exc, generation, failures.WAIT):
                 raise self._failed(generation, exc) from None
-            raise
+            raise exc from None
 
-    def _judged(self, work, generation: int) -> None:
-        """torch's watchdog marks an nccl call's result TIMEOUT once it outlives the
-        world's timeout, or COMM_ERROR: the world breaks then, at once (torch would
-        clean up only after its flight recorder's wait, and never tell this world)."""
-        future = getattr(work, "get_future_result", None)
-        if future is None:  # a torch before 2.6: the world's calls fail when torch aborts
-            return
+    def count(self, nbytes: int, generation: int) -> None:
+        """An async call of ``generation`` was waited for: it completed."""
+        self._traffic.count(nbytes, generation)
 
-        def judged(result) -> None:
-            try:
-                value = result.value()
-            except Exception as exc:  # a failed future is a failed call
-                value = exc
-            if value != _SUCCESS and not self._closed:  # the break runs off torch's thread
-                error = dist.DistBackendError(f"the call was judged {_RESULTS.get(value, value)}"
-                                              " by torch's watchdog")
-                signals.start(threading.Thread(target=self._failed, args=(generation, error),
-                                               name=f"mwrun-judged-{self.name}", daemon=True))
-
-        future().add_done_callback(judged)
-
-    def _worlds_fault(self, exc: BaseException, generation: int, stage: str) -> bool:
+    def _fault(self, exc: BaseException, generation: int, stage: str) -> bool:
         """Whether ``exc`` breaks the world (see failures.py), or is the caller's."""
-        return self._error is not None or generation != self._generation or \
+        state = self._state
+        return state.error is not None or generation != state.generation or \
             failures.is_worlds(exc, self.backend, stage)
 
     def _tensor(self, tensor, what: str = "tensor") -> None:
-        if not isinstance(tensor, torch.Tensor):
-            kind = type(tensor).__name__
-            raise TypeError(f"{self.name}: {what} must be a torch.Tensor, not {kind}")
-        if tensor.device != self._device:
-            raise ValueError(f"{self.name}: {what} is on {tensor.device}, but this world's"
-                             f" backend {self.backend} works on {self._device}")
-        if not tensor.is_contiguous():
-            raise ValueError(f"{self.name}: {what} must be contiguous (call .contiguous())")
-
-    def _rank(self, rank, what: str, peer: bool = False) -> int:
-        if type(rank) is int and 0 <= rank < self.size and not (peer and rank == self.rank):
-            return rank
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.size:
-            raise ValueError(f"{self.name}: {what} must be a rank in 0..{self.size - 1},"
-                             f" not {rank!r}")
-        if peer and rank == self.rank:
-            raise ValueError(f"{self.name}: {what} {rank} is this process's own rank")
-        return rank
+        arguments.tensor(self.name, tensor, self._state.device, self.backend, what)
 
     def _list(self, tensors, like, what: str) -> list:
-        if not isinstance(tensors, list | tuple) or len(tensors) != self.size:
-            count = len(tensors) if isinstance(tensors, list | tuple) else type(tensors).__name__
-            raise ValueError(f"{self.name}: {what} must be a list of {self.size} tensors"
-                             f" (one per rank), not {count}")
-        for i, t in enumerate(tensors):
-            self._tensor(t, f"{what}[{i}]")
-            if t.shape != like.shape or t.dtype != like.dtype:
-                raise ValueError(f"{self.name}: {what}[{i}] is {t.dtype} {tuple(t.shape)}, the"
-                                 f" tensor is {like.dtype} {tuple(like.shape)}")
-        return list(tensors)
+        return arguments.tensors(self.name, tensors, like, self._state.size,
+                                 self._state.device, self.backend, what)
+
+    def _rank(self, rank, what: str, peer: bool = False) -> int:
+        state = self._state
+        return arguments.rank(self.name, rank, state.size, what, state.rank if peer else None)
 
     # send and recv skip _run's generic path: on a latency-bound round trip, every
     # microsecond of Python per call shows (four calls sit on its critical path).
@@ -204,39 +92,35 @@ class Calls:
     def send(self, tensor, dst: int, async_op: bool = False):
         self._tensor(tensor)
         self._rank(dst, "dst", peer=True)
-        return self._point(self._live().group.send, tensor, dst, async_op)
+        return self._point(self._state.live().group.send, tensor, dst, async_op)
 
     def recv(self, tensor, src: int, async_op: bool = False):
         self._tensor(tensor)
         self._rank(src, "src", peer=True)
-        return self._point(self._live().group.recv, tensor, src, async_op)
+        return self._point(self._state.live().group.recv, tensor, src, async_op)
 
     def _point(self, issue, tensor, peer: int, async_op: bool):
-        generation = self._generation
+        state = self._state
+        generation = state.generation
         try:
             work = issue([tensor], peer, 0)
         except RuntimeError as exc:
-            if self._worlds_fault(exc, generation, failures.ISSUE_P2P):
+            if self._fault(exc, generation, failures.ISSUE_P2P):
                 raise self._failed(generation, exc) from None
             raise
         if self.backend == "nccl":
-            self._judged(work, generation)
+            completion.judged(work, lambda exc: self._failed(generation, exc),
+                              lambda: state.closed, self.name)
         if async_op:
             return Work(self, work, generation, True, tensor.nbytes)
         try:
-            work.wait()  # see _wait: no slicing for point-to-point calls
+            work.wait()  # see completion.wait: no slicing for point-to-point calls
         except RuntimeError as exc:
-            if self._worlds_fault(exc, generation, failures.WAIT):
+            if self._fault(exc, generation, failures.WAIT):
                 raise self._failed(generation, exc) from None
             raise
-        self._count(tensor.nbytes, generation)
+        self._traffic.count(tensor.nbytes, generation)
         return None
-
-    def isend(self, tensor, dst: int) -> Work:
-        return self.send(tensor, dst, async_op=True)
-
-    def irecv(self, tensor, src: int) -> Work:
-        return self.recv(tensor, src, async_op=True)
 
     def broadcast(self, tensor, src: int, async_op: bool = False):
         self._tensor(tensor)
@@ -268,7 +152,7 @@ class Calls:
         dst = self._rank(dst, "dst")
         opts = dist.GatherOptions()
         opts.rootRank = dst
-        if self.rank == dst:
+        if self._state.rank == dst:
             outputs = [self._list(gather_list, tensor, "gather_list")]
         elif gather_list:
             raise ValueError(f"{self.name}: only rank {dst} (dst) takes a gather_list")
@@ -281,7 +165,7 @@ class Calls:
         src = self._rank(src, "src")
         opts = dist.ScatterOptions()
         opts.rootRank = src
-        if self.rank == src:
+        if self._state.rank == src:
             inputs = [self._list(scatter_list, tensor, "scatter_list")]
         elif scatter_list:
             raise ValueError(f"{self.name}: only rank {src} (src) takes a scatter_list")

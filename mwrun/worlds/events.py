@@ -24,8 +24,11 @@ from dataclasses import dataclass
 KEPT = 10000
 
 
-class EventKind(enum.StrEnum):
-    """What happened to a world (compares equal to its value: ``kind == "added"``)."""
+class EventKind(str, enum.Enum):
+    """What happened to a world (a str: ``kind == "added"``, and it prints as its value)."""
+
+    __str__ = str.__str__  # (enum.StrEnum, from Python 3.11 only)
+    __format__ = str.__format__
 
     ADDED = "added"
     DRAINING = "draining"

@@ -14,7 +14,7 @@ import time
 
 from mwrun.errors import BrokenWorldError, MwrunError
 from mwrun.worlds import signals
-from mwrun.worlds.world import WorldClosed
+from mwrun.worlds.state import WorldClosed
 
 RETRY = 0.05  # seconds between a failed attempt and the next (not a poll)
 
@@ -24,11 +24,11 @@ def form(world, deadline: float) -> BaseException | None:
     is left broken with that reason, so that a later ``rejoin()`` may still form it)."""
     while True:
         try:
-            world.form(deadline)
+            world.membership.form(deadline)
             return None
         except BrokenWorldError as exc:
             if isinstance(exc, WorldClosed) or time.monotonic() >= deadline - RETRY:
-                world.give_up(exc)
+                world.membership.state.give_up(exc)
                 return exc
             time.sleep(RETRY)  # not a poll: only between failed attempts
         except MwrunError as exc:  # could not host its store; removed (WorldClosedError)

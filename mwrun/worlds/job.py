@@ -16,8 +16,9 @@ from mwrun.worlds import forming, orders, signals
 from mwrun.worlds import nccl as discipline
 from mwrun.worlds.events import EventQueue
 from mwrun.worlds.roster import Roster
+from mwrun.worlds.state import WorldClosed
 from mwrun.worlds.supervisor_link import SupervisorLink
-from mwrun.worlds.world import World, WorldClosed
+from mwrun.worlds.world import World
 from mwrun.worlds.worldspec import WorldSpec, from_environment
 
 FORM_TIMEOUT = 300.0  # by hand, people start processes one terminal at a time

@@ -7,6 +7,9 @@ the head, by a resize that leaves this member out, or ``job.remove_world``): the
 ``removed``. What a world tells of itself (``broken``, ``resized``, ``reformed``,
 ``removed``) is posted only while it is in the live set: a world still forming is no
 one's business yet, and one that never formed leaves quietly.
+
+Locks: a world tells its changes under its state's lock (state.py), and the roster's
+is taken inside it; so the roster never takes a world's state lock under its own.
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ class Roster:
                 if name in self._forming:
                     self._draining[name] = generation
                 return
-            if world.mark_draining():
+            if world.membership.state.drain():
                 gen = world.generation if generation is None else generation
                 self.events.post(WorldEvent(EventKind.DRAINING, name, gen))
 

@@ -11,9 +11,9 @@ letting go of the broken generation, hosted the store anew after close() had dro
 it, or dropped the old group (whose destructor releases the GIL) as Python exited.
 
 So the store and the waits on it end while Python still runs (close(), or the exit
-hook below), and once they have, nothing builds them again; and close() waits for a
-rejoin that holds the old group until it has handed it to its reaper, which the exit
-hook waits for (``RELEASING``).
+hook below), and once they have, nothing builds them again (worldstore.py); and
+close() waits for a rejoin that holds the old group until it has handed it to its
+reaper, which the exit hook waits for (``RELEASING``).
 """
 
 from __future__ import annotations
@@ -35,28 +35,27 @@ from mwrun.worlds.interruptible import RELEASING, finish
 
 log = logging.getLogger("mwrun")
 HEARD_WAIT = 1.0  # seconds a leaving host waits for its peers to read that it leaves
-_HOSTS: weakref.WeakSet = weakref.WeakSet()  # worlds whose store this process hosts
+_HOSTS: weakref.WeakSet = weakref.WeakSet()  # memberships whose store this process hosts
 
 
-def host(world) -> None:
-    """Host ``world``'s store, under the lock with which close() and the exit hook end
-    it, and never once they have (its waits ended): then this raises ``exiting()``."""
-    spec = world._spec
-    with world._lock:
-        if world._waits.ended:
-            raise world._exiting()
-        try:
-            fd = backends.store_listener(spec.addr, spec.port)  # not every interface
-            extra = {} if fd is None else {"master_listen_fd": fd}
-            server = dist.TCPStore(spec.addr, spec.port, None, True,
-                                   timeout=timedelta(seconds=world.timeout),
-                                   wait_for_workers=False, **extra)
-        except (RuntimeError, OSError) as exc:
-            raise MwrunError(f"world {world.name!r}: cannot host its store on"
-                             f" {spec.addr}:{spec.port}: {summarize(exc)}") from None
-        protocol.start(server)
-        world._server = server
-        _HOSTS.add(world)
+def serve(name: str, spec):
+    """The world's store, served from this process (on its address only)."""
+    try:
+        fd = backends.store_listener(spec.addr, spec.port)  # not every interface
+        extra = {} if fd is None else {"master_listen_fd": fd}
+        server = dist.TCPStore(spec.addr, spec.port, None, True,
+                               timeout=timedelta(seconds=spec.timeout),
+                               wait_for_workers=False, **extra)
+    except (RuntimeError, OSError) as exc:
+        raise MwrunError(f"world {name!r}: cannot host its store on"
+                         f" {spec.addr}:{spec.port}: {summarize(exc)}") from None
+    protocol.start(server)
+    return server
+
+
+def hosted(membership) -> None:
+    """``membership`` hosts its world's store: the exit hook ends it (``at_exit()``)."""
+    _HOSTS.add(membership)
 
 
 def by_a_peer(spec) -> bool:
@@ -65,44 +64,41 @@ def by_a_peer(spec) -> bool:
     return spec.host_store is None and not spec.hosts_store
 
 
-def lost(world, generation: int, exc: BaseException) -> BrokenWorldError:
+def lost(membership, generation: int, exc: BaseException) -> BrokenWorldError:
     """A store call failed for good (not a timeout): why the world broke."""
-    if by_a_peer(world._spec) and not world._closed:
-        return gone(world, generation, 0, exc)
-    return BrokenWorldError(world.name, generation, f"lost the world's store: {summarize(exc)}")
+    if by_a_peer(membership.spec) and not membership.state.closed:
+        return gone(membership, generation, 0, exc)
+    return BrokenWorldError(membership.name, generation,
+                            f"lost the world's store: {summarize(exc)}")
 
 
-def gone(world, generation: int, rank: int, exc: BaseException | None = None
-         ) -> BrokenWorldError:
+def gone(membership, generation: int, rank: int, exc: BaseException | None = None):
     """By hand, the member that hosted the store has gone (it left, or died): the world
     is over, since no one can meet without its store. It ends (WorldEnded) with one
     reason, and rejoin() raises the same at once rather than wait for a store that will
     not come back."""
     reason = protocol.store_host_gone(rank)
     if exc is not None:
-        log.debug("%s: %s (%s)", world.name, reason, summarize(exc))
-    with world._lock:
-        if world._over is None:
-            world._over = WorldEnded(world.name, generation, reason)
-    world._store = None
-    return world._break(generation, reason, publish=False, left=(rank,))
+        log.debug("%s: %s (%s)", membership.name, reason, summarize(exc))
+    membership.state.host_over(WorldEnded(membership.name, generation, reason))
+    membership.stores.forget()
+    return membership.broke(generation, reason, publish=False, left=(rank,))
 
 
-def leaving(world, generation: int) -> None:
+def leaving(server, generation: int, size: int, rank: int) -> None:
     """The host leaves (close(), or its exit): tell the others, in the store, before it
     goes with this process (protocol.host_leaves), for the generation they are in and
     the one they may be joining. Without it each would find a lost connection, and
     torch's client logs a C++ warning with a stack trace for every store wait that
     fails that way (see below)."""
-    server = world._server
-    if server is None or world.size < 2:
+    if size < 2:
         return
     with contextlib.suppress(RuntimeError, TimeoutError, ValueError):
         latest = int(protocol.text(server.get(protocol.GEN)))
         for gen in sorted({g for g in (generation, latest) if g >= 0}):
-            protocol.host_leaves(server, gen, world.size, world.rank)
+            protocol.host_leaves(server, gen, size, rank)
         if generation >= 0:
-            _until_heard(server, protocol.heard_keys(generation, world.size, world.rank))
+            _until_heard(server, protocol.heard_keys(generation, size, rank))
 
 
 def _until_heard(server, keys: list[str]) -> None:
@@ -128,16 +124,6 @@ def _drop_stores() -> None:
     """At exit, while Python still runs: end the stores this process hosts and let the
     threads waiting on them finish. Dropped later, in the interpreter's teardown, they
     would wake those threads where they can no longer run, and the C++ runtime aborts."""
-    for world in list(_HOSTS):
-        leaving(world, world._generation)  # a script that exits without close()
-        with world._lock:  # as close() does: no wait starts, no store is hosted again
-            world._waits.end()
-            server, world._server = world._server, None
-        del server  # its destructor ends its connections, outside the lock
-        with world._retiring:  # a rejoin letting a group go hands it to RELEASING first
-            pass
-        finish(world._waits)
-        watcher = world._watcher
-        if watcher is not None:
-            watcher.join(timeout=2)
+    for membership in list(_HOSTS):
+        membership.at_exit()  # a script that exits without close()
     finish(RELEASING)  # groups being dropped: their threads end in C++ too

@@ -18,17 +18,8 @@ The head may write lines down at any time after the hello (orders.py: ``add``,
 until the next beat is due, never longer), so the head never finds its lines piling
 up unread, and hands each order to the job. Lines it does not know are ignored.
 
-Each heartbeat carries this process's traffic per world, counted by the calls
-themselves (see calls.py): ``"t"`` (its monotonic clock) and ``"traffic": {world:
-[calls, bytes, failures, seconds since the last completed call or null]}``, counts
-since the process joined; and ``"first_calls": {world: [generation, wall-clock time]}``,
-when the latest generation of each world had its first completed call (the
-supervisor's ``first_call`` phase of a fault, head/faults.py). World events carry
-``"t"``, this process's wall clock when it joined or saw the break. The supervisor
-turns the counts into rates, so while the counts
-move (and for the supervisor's rate window after), beats come once a second whatever
-the hang timeout allows; an idle process beats only at its interval, which keeps a
-supervisor watching hundreds of idle processes idle itself.
+What each heartbeat carries, and when one is due, is beats.py's. World events carry
+``"t"``, this process's wall clock when it joined or saw the break.
 The supervisor may be busy when a process starts (forking hundreds of others, its
 listen backlog full), or its connection may drop: the link then keeps trying from its
 thread, with backoff, says so once on stderr, and holds the world events it must not
@@ -52,42 +43,14 @@ import uuid
 from collections.abc import Callable, Mapping
 
 from mwrun.worlds import orders, signals
+from mwrun.worlds.beats import Beats, aligned
 
 log = logging.getLogger("mwrun")
-TRAFFIC_EVERY = 1.0  # seconds between beats while traffic moves, for its rates
-# Seconds of fast beats after the counts last moved: the supervisor's rate window
-# (head/traffic.py WINDOW), so a rate falls to 0 in steps, as the traffic did.
-TRAFFIC_TAIL = 5.0
 CONNECT_TIMEOUT = 1.0  # one attempt to reach the supervisor's socket; one line sent
 RETRY_FIRST, RETRY_CAP = 0.05, 2.0  # backoff between attempts, seconds
 SAY_AFTER = 5.0  # seconds of failed attempts before the process says so, once
 HELD_EVENTS = 1000  # world events kept, in order, until the supervisor is reached
 MAX_LINE = 1 << 20  # a longer line from the head is dropped (the head's own limit)
-
-
-def beat_due(now: float, sent_at: float, moved_at: float, interval: float,
-             step: float) -> bool:
-    """Whether to beat at this check (one every ``step`` seconds): while the traffic
-    counts moved within TRAFFIC_TAIL, always; when idle, once per ``interval`` (the
-    half step allows for a check that wakes a little early)."""
-    return now - moved_at <= TRAFFIC_TAIL or now - sent_at >= interval - step / 2
-
-
-def next_beat(now: float, moved_at: float, interval: float, step: float) -> float:
-    """The most seconds until the beat after one sent ``now``: a check's step while the
-    traffic keeps the beats fast, else the idle interval. Told with each beat, so the
-    supervisor knows when one is late (and shows the process unresponsive) by this
-    process's own pace, not by the slowest it could beat."""
-    return step if now + step - moved_at <= TRAFFIC_TAIL else interval
-
-
-def aligned(step: float, now: float | None = None) -> float:
-    """Seconds until the next multiple of ``step`` on the wall clock. Every process of
-    a job checks at the same moments, so their beats reach the supervisor together and
-    it reads a hundred in one turn of its loop, not a hundred turns (each turn's own
-    cost was most of what watching many processes cost it)."""
-    now = time.time() if now is None else now
-    return step - now % step
 
 
 class Lines:
@@ -119,7 +82,7 @@ class SupervisorLink:
         self._nccl = nccl  # this process's NCCL version, told in the hello (None: no NCCL)
         self._process = process
         self._interval = interval
-        self._worlds = worlds
+        self._beats = Beats(interval, worlds)
         self._on_order = on_order
         self._stderr = stderr
         self._lock = threading.Lock()
@@ -129,6 +92,8 @@ class SupervisorLink:
         self._reading: socket.socket | None = None  # the thread's: where lines come down
         self._held: collections.deque[dict] = collections.deque(maxlen=HELD_EVENTS)
         self._replies: dict[str, list] = {}  # request id -> [Event, Reply or None]
+        self._waiting = threading.Lock()  # for _replies: never the sending lock, which
+        # a send holds while the socket takes its line, so that the reader never waits
         self._thread: threading.Thread | None = None
 
     @property
@@ -195,7 +160,7 @@ class SupervisorLink:
         the head's reply; None if it could not be sent or no reply came in time."""
         rid = uuid.uuid4().hex
         slot = [threading.Event(), None]
-        with self._lock:
+        with self._waiting:
             self._replies[rid] = slot
         try:
             if not self.send({**message, "id": rid}):
@@ -203,12 +168,11 @@ class SupervisorLink:
             slot[0].wait(timeout)
             return slot[1]
         finally:
-            with self._lock:
+            with self._waiting:
                 self._replies.pop(rid, None)
 
     def _run(self) -> None:
-        step = min(self._interval, TRAFFIC_EVERY)
-        pace = {"sent": time.monotonic(), "moved": time.monotonic(), "counts": None}
+        step = self._beats.step
         check_at = time.time() + aligned(step)
         lines = Lines()
         while not self._stop.is_set():
@@ -226,7 +190,10 @@ class SupervisorLink:
             if sock in readable:
                 self._read(sock, lines)
             if time.time() >= check_at:
-                self._check(pace, step)
+                beat = self._beats.check()
+                if beat is not None:
+                    self.send({"verb": "heartbeat", "process": self._process,
+                               "pid": os.getpid(), **beat})
                 check_at = time.time() + aligned(step)
 
     def _read(self, sock: socket.socket, lines: Lines) -> None:
@@ -248,7 +215,7 @@ class SupervisorLink:
 
     def _hear(self, order: orders.Order | None) -> None:
         if isinstance(order, orders.Reply):
-            with self._lock:
+            with self._waiting:
                 slot = self._replies.get(order.id)
             if slot is not None:
                 slot[1] = order
@@ -283,22 +250,6 @@ class SupervisorLink:
         stream = self._stderr or sys.stderr
         with contextlib.suppress(OSError, ValueError):
             print(text, file=stream, flush=True)
-
-    def _check(self, pace: dict, step: float) -> None:
-        """One beat check: a heartbeat goes up if one is due (see beat_due)."""
-        now = time.monotonic()
-        worlds = list(self._worlds().items())
-        traffic = {name: w._traffic() for name, w in worlds}
-        seen = {name: t[:3] for name, t in traffic.items()}
-        if seen != pace["counts"]:
-            pace["counts"], pace["moved"] = seen, now
-        if not beat_due(now, pace["sent"], pace["moved"], self._interval, step):
-            return
-        pace["sent"] = now
-        firsts = {name: first for name, w in worlds if (first := w._first()) is not None}
-        self.send({"verb": "heartbeat", "process": self._process, "pid": os.getpid(),
-                   "t": now, "traffic": traffic, "first_calls": firsts,
-                   "next": next_beat(now, pace["moved"], self._interval, step)})
 
     def close(self) -> None:
         """Stop beating, and say so: a process may go on working after leaving its

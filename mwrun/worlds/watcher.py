@@ -1,51 +1,91 @@
 """A world's watcher: one light thread per world and member, asleep in the world's
 store on its own wake key until the generation ends (no polling; see mwrun.protocol).
-Woken, it reads why: a break (which it applies to the world), a removal or a resize
-that leaves this member out (the world is closed for it: seats.py), this member's own
-close, or, by hand, the store's host leaving; a lost store is a break of its own.
+Woken, it reads why: a break (which it applies to the membership), a removal or a
+resize that leaves this member out (the world is closed for it: seats.py), this
+member's own close, or, by hand, the store's host leaving; a lost store is a break of
+its own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from datetime import timedelta
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError
-from mwrun.worlds import failures, seats, storehost
+from mwrun.worlds import failures, seats, signals, storehost
 
 _FOREVER = timedelta(hours=1)  # a watcher's wait, renewed for as long as the world lives
+STOP_WAIT = 5.0  # seconds stop() waits for the thread to read its wake key
 
 
-def watch(world, generation: int) -> None:
-    """The watcher thread of ``world``'s ``generation`` (started once it formed)."""
-    wake = protocol.wake_key(generation, world.rank)
-    try:
-        client = world._client(world.timeout)
-        while True:
-            try:
-                client.wait([wake], _FOREVER)
-                break
-            except (RuntimeError, TimeoutError) as exc:
-                if not failures.store_timed_out(exc):
-                    raise
-        if protocol.text(client.get(wake)) == "close" or world._closed:
+class Watcher:
+    """The watcher of the generation ``membership`` holds (membership.py)."""
+
+    def __init__(self, membership):
+        self._membership = membership
+        self._thread: threading.Thread | None = None
+        self._watching = (-1, 0)  # (generation, rank) of the thread
+
+    def start(self, generation: int, rank: int) -> None:
+        self._watching = (generation, rank)
+        self._thread = threading.Thread(target=self._watch, args=(generation, rank),
+                                        name=f"mwrun-watch-{self._membership.name}",
+                                        daemon=True)
+        signals.start(self._thread)
+
+    def is_current(self) -> bool:
+        """Whether the caller is the watcher thread itself."""
+        return self._thread is threading.current_thread()
+
+    def stop(self, store) -> None:
+        """End the thread: it may still sleep (a break that was not published, like a
+        peer leaving, wakes no one), so wake it with its own key, in ``store``."""
+        thread, self._thread = self._thread, None
+        if thread is None or not thread.is_alive() or thread is threading.current_thread():
             return
-        host = protocol.host_left(client, generation)
-        if host is not None:  # read: the host may close its store now
-            protocol.heard(client, generation, world.rank)
-            storehost.gone(world, generation, host)
-            return
-        reason = protocol.broken_reason(client, generation) or "marked broken"
-        ended = protocol.ended(client, generation)
-        closes = seats.closes(client, generation, reason, world._process)
-    except (RuntimeError, TimeoutError, BrokenWorldError) as exc:
-        if world._closed:
-            return
-        if storehost.by_a_peer(world._spec):  # by hand, its host died without a word
-            storehost.gone(world, generation, 0, exc)
-            return
-        reason = (f"lost the world's store at {world._spec.addr}:{world._spec.port}"
-                  " (its host has gone)")
-        world._store = None  # reconnect on rejoin
-        ended, closes = False, None
-    world._break(generation, reason, publish=False, ended=ended, closes=closes)
+        generation, rank = self._watching
+        if store is not None:
+            with contextlib.suppress(RuntimeError, TimeoutError):
+                store.set(protocol.wake_key(generation, rank), "close")
+        thread.join(timeout=STOP_WAIT)
+
+    def join(self, timeout: float) -> None:
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=timeout)
+
+    def _watch(self, generation: int, rank: int) -> None:
+        membership = self._membership
+        spec = membership.stores.spec
+        wake = protocol.wake_key(generation, rank)
+        try:
+            client = membership.stores.client(spec.timeout, generation)
+            while True:
+                try:
+                    client.wait([wake], _FOREVER)
+                    break
+                except (RuntimeError, TimeoutError) as exc:
+                    if not failures.store_timed_out(exc):
+                        raise
+            if protocol.text(client.get(wake)) == "close" or membership.state.closed:
+                return
+            host = protocol.host_left(client, generation)
+            if host is not None:  # read: the host may close its store now
+                protocol.heard(client, generation, rank)
+                storehost.gone(membership, generation, host)
+                return
+            reason = protocol.broken_reason(client, generation) or "marked broken"
+            ended = protocol.ended(client, generation)
+            closes = seats.closes(client, generation, reason, membership.process)
+        except (RuntimeError, TimeoutError, BrokenWorldError) as exc:
+            if membership.state.closed:
+                return
+            if storehost.by_a_peer(spec):  # by hand, its host died without a word
+                storehost.gone(membership, generation, 0, exc)
+                return
+            reason = f"lost the world's store at {spec.addr}:{spec.port} (its host has gone)"
+            membership.stores.forget()  # reconnect on rejoin
+            ended, closes = False, None
+        membership.broke(generation, reason, publish=False, ended=ended, closes=closes)

@@ -17,10 +17,10 @@ class Work:
     call as done. ``await work`` does the same without blocking the event loop.
     """
 
-    __slots__ = ("_generation", "_nbytes", "_p2p", "_work", "_world")
+    __slots__ = ("_calls", "_generation", "_nbytes", "_p2p", "_work")
 
-    def __init__(self, world, work, generation: int, p2p: bool, nbytes: int = 0):
-        self._world = world
+    def __init__(self, calls, work, generation: int, p2p: bool, nbytes: int = 0):
+        self._calls = calls  # the world's calls (calls.py): they wait and count
         self._work = work
         self._generation = generation
         self._p2p = p2p
@@ -34,9 +34,9 @@ class Work:
         call pending; a timed-out collective (and any nccl call: its communicator is
         never given a timed wait) stays pending and may be waited again.
         """
-        self._world._wait(self._work, self._generation, self._p2p, timeout)
+        self._calls.wait(self._work, self._generation, self._p2p, timeout)
         if self._nbytes is not None:
-            self._world._count(self._nbytes, self._generation)
+            self._calls.count(self._nbytes, self._generation)
             self._nbytes = None
         return True
 

@@ -1,14 +1,17 @@
-"""One member's connections to a world's store (mwrun.protocol describes its keys).
+"""One member's connections to a world's store (mwrun.protocol describes its keys), and,
+by hand, the store itself where this member hosts it (storehost.py).
 
 A shared client for quick calls, made once; a fresh client for every wait, so that a
 wait can be left behind (see interruptible); and the waits in flight, which end when
-the world closes or the process exits (``waits.end()``). Every way it can fail is said
-as the world's: a store that cannot be reached, a wait that times out, a lost store
-(``lost``: what that means depends on who hosts it, see storehost).
+the world closes or the process exits (``stop_waits``). Once they have, nothing waits on the
+store and no store is hosted again (storehost.py says why that order matters). Every
+way it can fail is said as the world's: a store that cannot be reached, a wait that
+times out, a lost store (``lost``: what that means depends on who hosts it).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 
@@ -16,7 +19,7 @@ import torch.distributed as dist
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError
-from mwrun.worlds import failures
+from mwrun.worlds import failures, storehost
 from mwrun.worlds.failures import summarize
 from mwrun.worlds.interruptible import Waits, interruptible
 
@@ -28,10 +31,41 @@ class WorldStore:
     def __init__(self, name: str, spec, exiting, lost):
         self.name = name
         self.spec = spec
-        self.waits = Waits()  # store waits in flight (interruptible); ended by close()
-        self.shared = None  # the client for quick calls, once made (None again: remake)
+        self.waits = Waits()  # store waits in flight (interruptible); ended by end()
+        self.shared = None  # the client for quick calls, once made (None: made anew)
+        self.server = None  # the store itself, while this member hosts it
+        self._lock = threading.Lock()  # hosting and ending, never both at once
         self._exiting = exiting
         self._lost = lost
+
+    def host(self) -> None:
+        """Host the world's store (by hand, rank 0), unless it is hosted already; never
+        once the waits have ended: then this raises ``exiting()``."""
+        with self._lock:
+            if self.server is not None:
+                return
+            if self.waits.ended:
+                raise self._exiting()
+            self.server = storehost.serve(self.name, self.spec)
+
+    def stop_waits(self) -> None:
+        """No wait starts from now on, and no store is hosted again."""
+        with self._lock:
+            self.waits.end()
+
+    def leaving(self, generation: int, size: int, rank: int) -> None:
+        """By hand, the host leaves: its peers are told first (storehost.leaving)."""
+        server = self.server
+        if server is not None:
+            storehost.leaving(server, generation, size, rank)
+
+    def drop(self) -> None:
+        """Let the store go: the one this member hosts (its connections close with it,
+        so tell the peers first: ``leaving``) and the shared client."""
+        with self._lock:
+            server, self.server = self.server, None
+        self.shared = None
+        del server  # its destructor ends its connections, outside the lock
 
     def client(self, timeout: float, generation: int = 0):
         """A new connection to the store (BrokenWorldError if it cannot be reached)."""
@@ -52,6 +86,11 @@ class WorldStore:
             self.shared = interruptible(self._exiting, self.waits, self.client,
                                         left(deadline, 300.0), generation)
         return self.shared
+
+    def forget(self) -> None:
+        """The shared client is of no use any more (its store was lost, or the world
+        closed): the next ``connect`` makes a new one."""
+        self.shared = None
 
     def value(self, store, key: str, deadline: float | None, generation: int) -> str:
         """The value of ``key`` once it exists; BrokenWorldError past ``deadline``."""

@@ -75,8 +75,13 @@ while True:
         w.rejoin()
         say(rejoined=w.generation, rank=w.rank, size=w.size)
     except mwrun.WorldClosedError as exc:
+        try:
+            w.rejoin()
+            again = False
+        except mwrun.WorldClosedError as error:  # the same, at once
+            again = error is exc
         say(closed=exc.reason, generation=exc.generation, in_worlds=args.world in job.worlds,
-            draining=w.draining)
+            draining=w.draining, rejoin_raises_it=again)
         break
 job.close()
 listener.join()

@@ -32,7 +32,7 @@ if restart > 0:  # the restarted members: the world re-formed, done
     raise SystemExit(0)
 if sys.argv[1] == "stuck":
     nccl.ABORT_DEADLINE = 1.0
-    world._group._abort = threading.Event().wait  # never returns
+    world.membership.state.group._abort = threading.Event().wait  # never returns
 value = torch.zeros(1)
 try:
     while True:

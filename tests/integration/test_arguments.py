@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from mwrun.errors import MwrunError
-from mwrun.worlds import backends, storehost
+from mwrun.worlds import backends
 from mwrun.worlds.world import World
 from mwrun.worlds.worldspec import WorldSpec
 from tests.helpers import free_port
@@ -191,14 +191,14 @@ def test_a_store_hosted_by_hand_listens_on_its_address_only():
     import psutil
 
     port = free_port()
-    world = World("w", WorldSpec(rank=0, size=1, addr="127.0.0.1", port=port))
-    storehost.host(world)
+    stores = World("w", WorldSpec(rank=0, size=1, addr="127.0.0.1", port=port)).membership.stores
+    stores.host()
     try:
         listening = [c.laddr.ip for c in psutil.Process().net_connections(kind="tcp")
                      if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
         assert listening == ["127.0.0.1"]  # torch alone would listen on every interface
     finally:
-        world._server = None
+        stores.drop()
 
 
 def test_a_store_address_not_on_this_machine_is_left_to_torch():

@@ -112,7 +112,7 @@ def test_a_world_the_head_adds_grows_shrinks_drains_and_is_removed(procs, tmp_pa
         protocol.resize(pair, 1, 3, [1, 1], ["frontend", "worker-1"], protocol.resized(3, 2))
         closed = worker0.expect(lambda v: isinstance(v, dict) and "closed" in v, timeout=90)
         assert closed["closed"].startswith("worker-0 was removed from the world")
-        assert closed["in_worlds"] is False
+        assert closed["in_worlds"] is False and closed["rejoin_raises_it"] is True
         for proc, rank in ((frontend, 0), (worker1, 1)):
             seen = call(proc, 2, 2)
             assert (seen["rank"], seen["sum"]) == (rank, 2.0)
@@ -127,7 +127,7 @@ def test_a_world_the_head_adds_grows_shrinks_drains_and_is_removed(procs, tmp_pa
         for proc in (frontend, worker1):
             closed = proc.expect(lambda v: isinstance(v, dict) and "closed" in v, timeout=90)
             assert closed == {"closed": "drained: worker-1 retired", "generation": 2,
-                              "in_worlds": False, "draining": True}
+                              "in_worlds": False, "draining": True, "rejoin_raises_it": True}
         for proc in (frontend, worker0, worker1):
             assert proc.wait(60) == 0, proc.output()
     except BaseException:

@@ -108,8 +108,8 @@ class FakeGroup:
 
 def nccl_world(group) -> World:
     world = World("w", WorldSpec(rank=0, size=1, backend="nccl"))
-    world._group = backends.Backend("nccl", group, torch.device("cpu"))
-    world._generation, world._device = 0, torch.device("cpu")  # a stand-in for cuda:0
+    backend = backends.Backend("nccl", group, torch.device("cpu"))  # cpu: for cuda:0
+    assert world.membership.state.formed(0, 0, 1, backend, ended=lambda: False)
     return world
 
 

@@ -3,6 +3,7 @@ and what the head says down the supervisor link, parsed: no processes."""
 
 import asyncio
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -94,11 +95,14 @@ def test_async_events_never_block_the_loop_and_end_when_the_queue_closes():
 
 
 class FakeWorld:
+    """What the roster reads of a World: its name, generation and draining state."""
+
     def __init__(self, name, generation=0):
-        self.name, self.generation, self.reason = name, generation, None
+        self.name, self.generation = name, generation
+        self.membership = SimpleNamespace(state=self)
         self.draining = False
 
-    def mark_draining(self):
+    def drain(self):
         first, self.draining = not self.draining, True
         return first
 

@@ -7,8 +7,8 @@ import pytest
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError
 from mwrun.worlds import backends
+from mwrun.worlds.failures import summarize
 from mwrun.worlds.job import beat_interval
-from mwrun.worlds.world import summarize
 from mwrun.worlds.worldspec import WorldSpec, from_environment
 
 

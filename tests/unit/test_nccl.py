@@ -158,7 +158,8 @@ def world_with(backend, name="gpu", link=None) -> World:
     """A World whose generation 0 is ``backend`` (no store: the break is local)."""
     world = World(name, WorldSpec(rank=0, size=1, backend="nccl", timeout=5.0),
                   link=link, local_addr="127.0.0.1")
-    world._group, world._generation, world._device = backend, 0, torch.device("cpu")
+    backend.device = torch.device("cpu")  # a stand-in for cuda:0
+    assert world.membership.state.formed(0, 0, 1, backend, ended=lambda: False)
     return world
 
 
@@ -206,10 +207,10 @@ def test_the_launcher_and_the_library_agree(timeout):
 def test_a_broken_communicator_is_aborted_once_and_never_destroyed():
     backend, group = made()
     world = world_with(backend)
-    error = world._break(0, "a peer died", publish=False)
+    error = world.membership.broke(0, "a peer died", publish=False)
     assert world.broken and error.reason == "a peer died"
     assert group.calls.count(("abort",)) == 1
-    world._retire()  # a rejoin lets the broken group go
+    world.membership.retire()  # a rejoin lets the broken group go
     assert group.calls.count(("abort",)) == 1  # never a second abort
     assert ("shutdown",) not in group.calls and backend.group is None
 
@@ -221,7 +222,8 @@ def test_two_hanging_aborts_take_one_deadline_not_two(monkeypatch):
     made_two = [made() for _ in range(2)]
     worlds = [world_with(backend, f"gpu{i}") for i, (backend, _) in enumerate(made_two)]
     hanging = release_once_all_abort(monkeypatch, [group for _, group in made_two])
-    threads = [threading.Thread(target=w._break, args=(0, "host lost", False)) for w in worlds]
+    threads = [threading.Thread(target=w.membership.broke, args=(0, "host lost", False))
+               for w in worlds]
     for thread in threads:  # as two watcher threads see their worlds break at once
         thread.start()
     for thread in threads:
@@ -264,7 +266,7 @@ def test_an_abort_past_its_deadline_is_told_to_the_supervisor(monkeypatch):
     monkeypatch.setattr(discipline, "ABORT_DEADLINE", 0.3)
     link = Link()
     world = world_with(made()[0], link=link)
-    world._break(0, "a peer died", publish=False)  # returned with the abort still hung:
+    world.membership.broke(0, "a peer died", publish=False)  # returned, the abort hung:
     release.set()  # the process never hangs in an abort
     hung = [e for e in link.events if e[2] == protocol.ABORT_HUNG]
     assert len(hung) == 1 and hung[0][:2] == ("gpu", 0)
@@ -274,7 +276,7 @@ def test_an_abort_past_its_deadline_is_told_to_the_supervisor(monkeypatch):
 
 def test_an_abort_that_returns_is_not_told():
     link = Link()
-    world_with(made()[0], link=link)._break(0, "a peer died", publish=False)
+    world_with(made()[0], link=link).membership.broke(0, "a peer died", publish=False)
     assert [e[2] for e in link.events] == ["broken"]
 
 

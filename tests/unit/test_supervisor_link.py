@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from mwrun.worlds import orders, supervisor_link
+from mwrun.worlds import beats, orders, supervisor_link
 from mwrun.worlds.supervisor_link import SupervisorLink
 from tests.fakehead import FakeHead
 
@@ -62,12 +62,12 @@ def test_a_closed_link_stops_trying(tmp_path):
 
 
 def test_each_beat_says_when_the_next_is_due_at_the_latest():
-    tail = supervisor_link.TRAFFIC_TAIL
+    tail = beats.TRAFFIC_TAIL
     # calls moved just now: beats at every check (1 s) for the rate window
-    assert supervisor_link.next_beat(100.0, 100.0, 5.0, 1.0) == 1.0
-    assert supervisor_link.next_beat(100.0 + tail - 1.0, 100.0, 5.0, 1.0) == 1.0
+    assert beats.next_beat(100.0, 100.0, 5.0, 1.0) == 1.0
+    assert beats.next_beat(100.0 + tail - 1.0, 100.0, 5.0, 1.0) == 1.0
     # idle past the window: its own interval
-    assert supervisor_link.next_beat(100.0 + tail, 100.0, 5.0, 1.0) == 5.0
+    assert beats.next_beat(100.0 + tail, 100.0, 5.0, 1.0) == 5.0
 
 
 def test_the_link_reads_the_head_s_lines_while_it_beats(tmp_path):

@@ -6,7 +6,7 @@ import torch
 from mwrun.head.stores import plain_ranks
 from mwrun.head.traffic import WINDOW, Traffic
 from mwrun.worlds import backends
-from mwrun.worlds.supervisor_link import TRAFFIC_TAIL, beat_due
+from mwrun.worlds.beats import TRAFFIC_TAIL, beat_due
 from mwrun.worlds.world import World
 from mwrun.worlds.worldspec import WorldSpec
 
@@ -30,23 +30,23 @@ class Idle:
 
 def idle_world():
     world = World("w", WorldSpec(rank=0, size=2))
-    world._group = backends.Backend("gloo", Idle(), torch.device("cpu"))
-    world._generation = 0
+    backend = backends.Backend("gloo", Idle(), torch.device("cpu"))
+    assert world.membership.state.formed(0, 0, 2, backend, ended=lambda: False)
     return world
 
 
 def test_completed_calls_are_counted_with_their_bytes():
     world = idle_world()
-    assert world._traffic() == (0, 0, 0, None)
+    assert world.traffic.totals() == (0, 0, 0, None)
     t = torch.ones(256)  # 1 KiB
     world.send(t, 1)
     world.recv(t, 1)
     world.all_reduce(torch.ones(4, dtype=torch.float64))
     work = world.all_reduce(t, async_op=True)
-    assert world._traffic()[:2] == (3, 2048 + 32)  # not done until waited for
+    assert world.traffic.totals()[:2] == (3, 2048 + 32)  # not done until waited for
     work.wait()
     work.wait()  # waited twice, counted once
-    calls, nbytes, failures, age = world._traffic()
+    calls, nbytes, failures, age = world.traffic.totals()
     assert (calls, nbytes, failures) == (4, 3072 + 32, 0) and 0 <= age < 1.0
 
 
@@ -57,10 +57,12 @@ def test_a_failed_call_counts_as_a_failure_not_a_call():
         def send(self, *args):
             raise RuntimeError("Connection closed by peer [127.0.0.1]:1")
 
-    world._group = backends.Backend("gloo", Failing(), torch.device("cpu"))
+    world.membership.state.take_group()
+    failing = backends.Backend("gloo", Failing(), torch.device("cpu"))
+    world.membership.state.formed(0, 0, 2, failing, ended=lambda: False)
     with pytest.raises(RuntimeError):  # BrokenWorldError, a RuntimeError
         world.send(torch.ones(1), 1)
-    assert world._traffic()[:3] == (0, 0, 1)
+    assert world.traffic.totals()[:3] == (0, 0, 1)
 
 
 def beats(traffic, process, pid, start, rate, size, seconds, now=0.0):

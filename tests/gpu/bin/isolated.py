@@ -50,7 +50,7 @@ if args.hang_abort and restart > 0:  # the restarted member: healthy, done
     raise SystemExit(0)
 if args.hang_abort:
     nccl.ABORT_DEADLINE = 2.0
-    solo._group._abort = threading.Event().wait  # never returns
+    solo.membership.state.group._abort = threading.Event().wait  # never returns
 
 calls, stop = [0], threading.Event()
 
