@@ -2,6 +2,7 @@ import contextlib
 import os
 import signal
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -47,8 +48,14 @@ def pytest_cmdline_main(config):
             or not config.pluginmanager.hasplugin("xdist") \
             or config.inipath != ROOT / "pyproject.toml":
         return
+    # The GPU suite alone runs in one process: its tests share the one GPU anyway, and
+    # a GPU machine's pytest may carry plugins that refuse to run under xdist
+    # (pytest-benchmark warns, and warnings are errors here).
+    gpu = ROOT / "tests" / "gpu"
+    gpu_only = bool(config.args) and all(Path(arg).resolve().is_relative_to(gpu)
+                                         for arg in config.args)
     if config.option.numprocesses is None and not config.option.usepdb \
-            and config.option.capture != "no" \
+            and config.option.capture != "no" and not gpu_only \
             and any(os.path.isdir(arg) for arg in config.args):
         config.option.numprocesses = WORKERS
     if config.option.numprocesses and config.option.dist == "no":
