@@ -57,7 +57,7 @@ class Beats:
         self.step = min(interval, TRAFFIC_EVERY)  # a check every step seconds
         self._worlds = worlds
         self._sent = self._moved = time.monotonic()
-        self._counts = None
+        self._counts: dict | None = None
 
     def check(self) -> dict | None:
         """At a check: the heartbeat's fields if one is due, else None."""

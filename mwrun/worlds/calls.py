@@ -61,6 +61,7 @@ class Calls:
                             or generation != self._state.generation)
         except completion.Failed as failed:
             exc = failed.__cause__
+            assert exc is not None  # completion.wait raises Failed from the wait's error
             if failed.broken or self._fault(exc, generation, failures.WAIT):
                 raise self._failed(generation, exc) from None
             raise exc from None

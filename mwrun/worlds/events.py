@@ -27,8 +27,11 @@ KEPT = 10000
 class EventKind(str, enum.Enum):
     """What happened to a world (a str: ``kind == "added"``, and it prints as its value)."""
 
-    __str__ = str.__str__  # (enum.StrEnum, from Python 3.11 only)
-    __format__ = str.__format__
+    def __str__(self) -> str:  # (enum.StrEnum, from Python 3.11 only)
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return self.value.__format__(spec)
 
     ADDED = "added"
     DRAINING = "draining"

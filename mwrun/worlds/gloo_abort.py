@@ -36,7 +36,7 @@ _EPOLL = "anon_inode:[eventpoll]"
 
 
 def _fd_targets() -> dict[int, str]:
-    targets = {}
+    targets: dict[int, str] = {}
     try:
         names = os.listdir("/proc/self/fd")
     except OSError:

@@ -87,7 +87,7 @@ def version(torch_module=None) -> str | None:
     if torch_module is None:
         import torch as torch_module
     c = getattr(torch_module, "_C", None)
-    if not hasattr(c, "_nccl_version"):
+    if c is None or not hasattr(c, "_nccl_version"):
         return None
     try:
         number = int(c._nccl_version())

@@ -15,6 +15,7 @@ type) is ignored: a newer head may say more than this library knows.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mwrun.errors import MwrunError
@@ -87,4 +88,5 @@ def _reply(message: dict) -> Reply:
     return Reply(rid, ok, None if error is None else str(error), rest)
 
 
-_PARSERS = {"add": _add, "drain": _drain, "reply": _reply}
+_PARSERS: dict[str, Callable[[dict], Order]] = {"add": _add, "drain": _drain,
+                                                "reply": _reply}

@@ -58,7 +58,7 @@ class Roster:
         """The claimed world formed: it enters the live set, ``added`` is posted, and a
         drain told meanwhile applies now. False if it was dropped while it formed."""
         with self._lock:
-            if self._forming.get(world.name) is not world:
+            if not _same(self._forming.get(world.name), world):
                 return False
             del self._forming[world.name]
             self._live[world.name] = world
@@ -73,10 +73,10 @@ class Roster:
         """Take ``world`` out of the job; True if it was live (``removed`` is posted)."""
         with self._lock:
             self._draining.pop(world.name, None)
-            if self._forming.get(world.name) is world:
+            if _same(self._forming.get(world.name), world):
                 del self._forming[world.name]
                 return False
-            if self._live.get(world.name) is not world:
+            if not _same(self._live.get(world.name), world):
                 return False
             del self._live[world.name]
             self.events.post(WorldEvent(EventKind.REMOVED, world.name, world.generation,
@@ -112,5 +112,11 @@ class Roster:
             self.drop(world, reason)
             return
         with self._lock:
-            if self._live.get(world.name) is world:
+            if _same(self._live.get(world.name), world):
                 self.events.post(WorldEvent(kind, world.name, generation, reason))
+
+
+def _same(found, world) -> bool:
+    """Whether the world a table holds under its name is this one (not another made
+    under the same name since)."""
+    return found is world

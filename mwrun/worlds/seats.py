@@ -22,8 +22,8 @@ def seat(store, world: str, generation: int, process: str | None,
     names = protocol.members(store, generation) if process is not None else None
     if names is None:
         return rank, size
-    if process not in names:
-        raise WorldClosedError(world, generation, removed_from(process, generation))
+    if process is None or process not in names:
+        raise WorldClosedError(world, generation, removed_from(str(process), generation))
     return names.index(process), len(names)
 
 

@@ -42,10 +42,9 @@ def serve(name: str, spec):
     """The world's store, served from this process (on its address only)."""
     try:
         fd = backends.store_listener(spec.addr, spec.port)  # not every interface
-        extra = {} if fd is None else {"master_listen_fd": fd}
         server = dist.TCPStore(spec.addr, spec.port, None, True,
                                timeout=timedelta(seconds=spec.timeout),
-                               wait_for_workers=False, **extra)
+                               wait_for_workers=False, master_listen_fd=fd)
     except (RuntimeError, OSError) as exc:
         raise MwrunError(f"world {name!r}: cannot host its store on"
                          f" {spec.addr}:{spec.port}: {summarize(exc)}") from None

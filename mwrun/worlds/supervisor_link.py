@@ -70,6 +70,14 @@ class Lines:
         return [line for line in whole if line.strip()]
 
 
+class Pending:
+    """A request's answer, waited for: set once by the reader."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.reply: orders.Reply | None = None
+
+
 class SupervisorLink:
     """``worlds()``: the worlds whose traffic each beat carries (the job's live set);
     ``on_order(order)``: what to do with an ``add`` or ``drain`` from the head (called
@@ -91,7 +99,7 @@ class SupervisorLink:
         self._sock: socket.socket | None = None  # where lines go up (None: not connected)
         self._reading: socket.socket | None = None  # the thread's: where lines come down
         self._held: collections.deque[dict] = collections.deque(maxlen=HELD_EVENTS)
-        self._replies: dict[str, list] = {}  # request id -> [Event, Reply or None]
+        self._replies: dict[str, Pending] = {}  # request id -> its answer, to come
         self._waiting = threading.Lock()  # for _replies: never the sending lock, which
         # a send holds while the socket takes its line, so that the reader never waits
         self._thread: threading.Thread | None = None
@@ -159,14 +167,14 @@ class SupervisorLink:
         """Send ``message`` with a fresh ``id`` and wait up to ``timeout`` seconds for
         the head's reply; None if it could not be sent or no reply came in time."""
         rid = uuid.uuid4().hex
-        slot = [threading.Event(), None]
+        slot = Pending()
         with self._waiting:
             self._replies[rid] = slot
         try:
             if not self.send({**message, "id": rid}):
                 return None
-            slot[0].wait(timeout)
-            return slot[1]
+            slot.done.wait(timeout)
+            return slot.reply
         finally:
             with self._waiting:
                 self._replies.pop(rid, None)
@@ -218,8 +226,8 @@ class SupervisorLink:
             with self._waiting:
                 slot = self._replies.get(order.id)
             if slot is not None:
-                slot[1] = order
-                slot[0].set()
+                slot.reply = order
+                slot.done.set()
         elif order is not None and self._on_order is not None:
             try:
                 self._on_order(order)
@@ -261,9 +269,9 @@ class SupervisorLink:
             self._thread.join(timeout=5)
         self.send({"verb": "bye", "process": self._process, "pid": os.getpid()})
         with self._lock:
-            socks = {self._sock, self._reading} - {None}
+            socks = [s for s in (self._sock, self._reading) if s is not None]
             self._sock = self._reading = None
-        for sock in socks:
+        for sock in set(socks):
             sock.close()
         if self._thread is None or not self._thread.is_alive():
             self._wake_r.close()

@@ -24,7 +24,7 @@ class Work:
         self._work = work
         self._generation = generation
         self._p2p = p2p
-        self._nbytes = nbytes  # counted once, by the first wait() that sees it done
+        self._nbytes: int | None = nbytes  # counted once, by the first wait() that sees it done
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the call is done; after ``timeout`` seconds raise TimeoutError.
