@@ -88,6 +88,166 @@ def _hang_wait(run_id: str, sig: str) -> float:
         return 90.0  # the default hang_timeout (3 x the default timeout)
 
 
+class Display:
+    """The drill's progress line: in place on a terminal; elsewhere a line only when
+    what it says changed (not one per second)."""
+
+    def __init__(self, say: Callable[[str], None], tty: bool):
+        self.say, self.tty = say, tty
+        self.shown, self.shown_at = "", float("-inf")
+        self.in_place = False  # a line drawn in place, not ended yet
+
+    def due(self, now: float, force: bool = False) -> bool:
+        if now - self.shown_at < SHOW_EVERY and not force:
+            return False
+        self.shown_at = now
+        return True
+
+    def show(self, text: str, key: str | None = None) -> None:
+        """``key``: what changed (a plain line is said only when it did)."""
+        if self.tty:
+            self.say(f"\r{text}\x1b[K")
+            self.in_place = True
+        elif (key or text) != self.shown:
+            self.say(text + "\n")
+        self.shown = key or text
+
+    def end_line(self) -> None:
+        """Below a line drawn in place, before anything else is said."""
+        if self.in_place:
+            self.say("\n")
+            self.in_place = False
+
+
+class Watch:
+    """The run as the drill last read it: its status document (at most every
+    LOOK_EVERY, unless forced), which the ledger reads each of, and the faults sent
+    whose break no document has shown yet."""
+
+    def __init__(self, run_id: str, control: str, ask, clock):
+        self.run_id, self.control, self.ask, self.clock = run_id, control, ask, clock
+        self.ledger = ds.Ledger()
+        self.doc: dict | None = None  # the latest status document read
+        self.looked_at = float("-inf")
+        # faults sent whose break is not in a document yet: (world, process, breaks, t)
+        self.struck: list[tuple[str, str, int | None, float]] = []
+
+    def still_live(self) -> None:  # or RunError
+        if not runs.is_live(runs.read_state(self.run_id) or {}):
+            raise RunError(f"run {self.run_id} ended during the drill") from None
+
+    def look(self, force: bool = False) -> dict:
+        """The status document (read at most every LOOK_EVERY unless ``force``)."""
+        now = self.clock()
+        if self.doc is not None and not force and now - self.looked_at < LOOK_EVERY:
+            return self.doc
+        try:
+            doc = self.ask(self.control, {"verb": "status"})["status"]
+        except RunError:
+            self.still_live()
+            if self.doc is None:
+                raise
+            return self.doc  # a busy head: the last one will do
+        self.doc, self.looked_at = doc, now
+        self.ledger.see(doc, now)
+        return doc
+
+    def worlds_now(self) -> set[str] | None:
+        """The worlds the run has now, those being removed aside (None: not known)."""
+        try:
+            doc = self.ask(self.control, {"verb": "status"})["status"]
+        except RunError:
+            self.still_live()
+            return None
+        return {w["name"] for w in doc["worlds"] if w["state"] not in ds.GOING}
+
+    def pending(self) -> list[tuple[str, str, int | None, float]]:
+        """The faults sent whose break no document has shown yet (for at most
+        KILL_LEADS): the status may still show their world healthy, their member
+        serving (as the ledger read the latest document)."""
+        now = self.clock()
+        self.struck = [(w, p, breaks, t) for w, p, breaks, t in self.struck
+                       if now - t < d.KILL_LEADS and (life := self.ledger.now.get(w))
+                       is not None and (breaks is None or life.breaks <= breaks)]
+        return self.struck
+
+
+class Operations:
+    """The drill's scale operations: each asked of the head (never waited for), then
+    followed, every OP_POLL, until it ends; as the head last told them."""
+
+    def __init__(self, prefix: str, ask, control: str, clock, still_live):
+        self.prefix = prefix  # the drill's op ids: PREFIX-1, PREFIX-2, ...
+        self.ask, self.control, self.clock, self.still_live = ask, control, clock, still_live
+        self.records: list[dict] = []  # every operation asked
+        self.running: dict[str, dict] = {}  # op id -> its record, while under way
+        self.skipped: list[str] = []  # operations not asked, and why
+        self.polled_at = float("-inf")
+
+    def _record(self, move: ds.Move, count: int, desired: int, at: float) -> dict:
+        op = f"{self.prefix}-{len(self.records) + 1}"
+        record = {"op": op, "process": move.process, "asked": round(at, 4),
+                  "from": desired, "to": count, "state": OpState.RUNNING.value,
+                  "error": None, "changes": []}
+        self.records.append(record)
+        return record
+
+    def move(self, move: ds.Move, doc: dict, hit: set[str]) -> bool:
+        """Ask the head for ``move`` as the run is now (``hit``: replicas just faulted);
+        whether it ended at once (refused, or nothing to change)."""
+        at = self.clock()
+        under_way = [op["op"] for op in self.running.values() if op["process"] == move.process]
+        found = ds.move_count(doc, move, under_way, hit)
+        if isinstance(found, str):
+            self.skipped.append(f"{ds.clock_text(at)} {move.process}: {found}")
+            return False
+        record = self._record(move, *found, at)
+        op = record["op"]
+        try:
+            reply = self.ask(self.control, {"verb": "scale", "op": op,
+                                            "changes": [f"{move.process}={found[0]}"]})
+        except RunError as exc:
+            self.still_live()
+            record.update(state="refused", error=str(exc))
+            return False
+        if reply.get("repeated"):  # another drill used this id: nothing was changed
+            record.update(state="refused", error=f"op id {op} was used already")
+            return False
+        record.update(state=reply["state"], changes=reply["changes"])
+        if record["state"] == OpState.RUNNING.value:
+            self.running[op] = record
+            self.polled_at = self.clock()  # asked again OP_POLL from now
+            return False
+        return True
+
+    def follow(self) -> bool:
+        """Each operation under way, as the head tells it now; whether one ended."""
+        now = self.clock()
+        if not self.running or now - self.polled_at < OP_POLL:
+            return False
+        self.polled_at, ended = now, False
+        for op, record in list(self.running.items()):
+            try:
+                reply = self.ask(self.control, {"verb": "op", "op": op})
+            except RunError as exc:
+                self.still_live()
+                record["error"] = str(exc)  # asked again next time
+                continue
+            record.update(state=reply["state"], changes=reply["changes"], error=None)
+            if record["state"] != OpState.RUNNING.value:
+                del self.running[op]
+                ended = True
+        return ended
+
+    def busy(self) -> set[str]:
+        """The replicas an operation of the drill's is adding or retiring now."""
+        return {c["process"] for op in self.running.values() for c in op["changes"]}
+
+    def late(self) -> float:
+        """When the last operation under way has had its time (OP_WAIT)."""
+        return max((op["asked"] + OP_WAIT for op in self.running.values()), default=0.0)
+
+
 class Drill:
     def __init__(self, run_id: str, control: str, shots: list[d.Shot | ds.Move],
                  settings: dict, *, say: Callable[[str], None], tty: bool, clock=time.time,
@@ -101,9 +261,7 @@ class Drill:
         self.scales = scales or []
         if self.scales:  # the record says what the drill was asked to scale
             self.settings = {**settings, "scales": [str(s) for s in self.scales]}
-        self.op_prefix = op_prefix  # the drill's op ids: PREFIX-1, PREFIX-2, ...
         self.say = say
-        self.tty = tty
         self.clock = clock
         self.sleep = sleep
         self.ask = ask
@@ -111,20 +269,11 @@ class Drill:
         self.recover_wait = recover_wait
         self.sent: list[d.Sent] = []
         self.window = d.Window(clock(), clock())
-        self.shown_at = float("-inf")
-        self.shown = ""
         self.problem: str | None = None  # why the drill ended early
-        self.in_place = False  # a progress line drawn in place, not ended yet
-        self.ledger = ds.Ledger()
-        self.doc: dict | None = None  # the latest status document read
-        self.ops: list[dict] = []  # the scale operations asked, as the head last told
-        self.running: dict[str, dict] = {}  # op id -> its record, while under way
-        self.skipped_ops: list[str] = []
-        # faults sent whose break is not in a document yet: (world, process, breaks, t)
-        self.struck: list[tuple[str, str, int | None, float]] = []
-        # when the document was read, the operations were asked after, and the last
-        # fault was sent or operation ended
-        self.looked_at = self.polled_at = self.changed_at = float("-inf")
+        self.display = Display(say, tty)
+        self.watch = Watch(run_id, control, ask, clock)
+        self.operations = Operations(op_prefix, ask, control, clock, self.watch.still_live)
+        self.changed_at = float("-inf")  # the last fault was sent or operation ended
 
     def run(self) -> tuple[dict, int]:
         """The drill, start to end: its record and exit status."""
@@ -151,16 +300,16 @@ class Drill:
         while True:
             now = self.clock()
             tl = self.timeline()
-            there = self._worlds_now()
+            there = self.watch.worlds_now()
             worlds = [w for w in tl.worlds if there is None or w in there]
             bases = {w: b for w in worlds if (b := d.baseline(tl, w, now)) is not None}
             waiting = [w for w in worlds if w not in bases]
             if not waiting or now >= deadline:
                 break
-            self._show(f"drill: measuring each world's fault-free pace ({len(bases)} of"
-                       f" {len(worlds)} worlds steady for {d.BASELINE_MIN:.0f} s)")
+            self.display.show(f"drill: measuring each world's fault-free pace ({len(bases)}"
+                              f" of {len(worlds)} worlds steady for {d.BASELINE_MIN:.0f} s)")
             self.sleep(0.5)
-        self._end_line()
+        self.display.end_line()
         if waiting:
             self.say(f"drill: no fault-free pace for {', '.join(waiting)} (no steady traffic"
                      f" for {d.BASELINE_MIN:.0f} s): its pace kept is not measured\n")
@@ -179,7 +328,7 @@ class Drill:
                      " worlds that appear meanwhile have no fault-free pace: they are left"
                      " out of the pace figures\n")
         self.window = d.Window(now, now + self.settings["for"], bases)
-        self._look(force=True)  # the counts the drill's are measured from
+        self.watch.look(force=True)  # the counts the drill's are measured from
 
     def _shoot(self) -> None:
         for shot in self.shots:
@@ -190,21 +339,12 @@ class Drill:
                 self._fault(shot)
         self._wait_until(self.window.ended)
 
-    def _worlds_now(self) -> set[str] | None:
-        """The worlds the run has now, those being removed aside (None: not known)."""
-        try:
-            doc = self.ask(self.control, {"verb": "status"})["status"]
-        except RunError:
-            self._still_live()
-            return None
-        return {w["name"] for w in doc["worlds"] if w["state"] not in ds.GOING}
-
     def _fault(self, shot: d.Shot) -> None:
         if self.scales:  # the membership moves: whom to hit is read now
-            doc = self._look(force=True)
-            down = {w for w, _, _, _ in self._pending()}
+            doc = self.watch.look(force=True)
+            down = {w for w, _, _, _ in self.watch.pending()}
             chosen = ds.choose(shot.draw, ds.live_targets(doc, self.settings["targets"],
-                                                          self._busy(), down))
+                                                          self.operations.busy(), down))
             if chosen is None:
                 self.sent.append(d.Sent(shot, self.clock(), skipped="no member may be hit"
                                         " now (none in a healthy world of its own that no"
@@ -216,103 +356,27 @@ class Drill:
             self.ask(self.control, {"verb": "kill_world", "world": shot.world,
                                     "rank": shot.rank, "signal": self.settings["signal"]})
         except RunError as exc:
-            self._still_live()
+            self.watch.still_live()
             self.sent.append(d.Sent(shot, t, skipped=str(exc)))  # e.g. still restarting
             return
         self.sent.append(d.Sent(shot, t))
-        self.struck.append((shot.world, shot.process, self.ledger.fault(shot.world), t))
+        self.watch.struck.append((shot.world, shot.process,
+                                  self.watch.ledger.fault(shot.world), t))
         self.changed_at = t
 
     def _move(self, move: ds.Move) -> None:
         """Ask the head for the scale operation; never wait for it here."""
-        doc, at = self._look(force=True), self.clock()
-        under_way = [op["op"] for op in self.running.values() if op["process"] == move.process]
-        found = ds.move_count(doc, move, under_way, {p for _, p, _, _ in self._pending()})
-        if isinstance(found, str):
-            self.skipped_ops.append(f"{ds.clock_text(at)} {move.process}: {found}")
-            return
-        count, desired = found
-        op = f"{self.op_prefix}-{len(self.ops) + 1}"
-        record = {"op": op, "process": move.process, "asked": round(at, 4),
-                  "from": desired, "to": count, "state": OpState.RUNNING.value,
-                  "error": None, "changes": []}
-        self.ops.append(record)
-        try:
-            reply = self.ask(self.control, {"verb": "scale", "op": op,
-                                            "changes": [f"{move.process}={count}"]})
-        except RunError as exc:
-            self._still_live()
-            record.update(state="refused", error=str(exc))
-            return
-        if reply.get("repeated"):  # another drill used this id: nothing was changed
-            record.update(state="refused", error=f"op id {op} was used already")
-            return
-        record.update(state=reply["state"], changes=reply["changes"])
-        if record["state"] == OpState.RUNNING.value:
-            self.running[op] = record
-            self.polled_at = self.clock()  # asked again OP_POLL from now
-        else:
+        doc = self.watch.look(force=True)
+        if self.operations.move(move, doc, {p for _, p, _, _ in self.watch.pending()}):
             self.changed_at = max(self.changed_at, self.clock())
-
-    def _busy(self) -> set[str]:
-        """The replicas a scale operation of the drill's is adding or retiring now."""
-        return {c["process"] for op in self.running.values() for c in op["changes"]}
-
-    def _pending(self) -> list[tuple[str, str, int | None, float]]:
-        """The faults sent whose break no document has shown yet (for at most
-        KILL_LEADS): the status may still show their world healthy, their member
-        serving (as the ledger read the latest document)."""
-        now = self.clock()
-        self.struck = [(w, p, breaks, t) for w, p, breaks, t in self.struck
-                       if now - t < d.KILL_LEADS and (life := self.ledger.now.get(w))
-                       is not None and (breaks is None or life.breaks <= breaks)]
-        return self.struck
-
-    def _still_live(self) -> None:  # or RunError
-        if not runs.is_live(runs.read_state(self.run_id) or {}):
-            raise RunError(f"run {self.run_id} ended during the drill") from None
-
-    def _look(self, force: bool = False) -> dict:
-        """The status document (read at most every LOOK_EVERY unless ``force``); the
-        ledger reads every one."""
-        now = self.clock()
-        if self.doc is not None and not force and now - self.looked_at < LOOK_EVERY:
-            return self.doc
-        try:
-            doc = self.ask(self.control, {"verb": "status"})["status"]
-        except RunError:
-            self._still_live()
-            if self.doc is None:
-                raise
-            return self.doc  # a busy head: the last one will do
-        self.doc, self.looked_at = doc, now
-        self.ledger.see(doc, now)
-        return doc
-
-    def _follow(self) -> None:
-        """Each scale operation under way, as the head tells it now (every OP_POLL)."""
-        now = self.clock()
-        if not self.running or now - self.polled_at < OP_POLL:
-            return
-        self.polled_at = now
-        for op, record in list(self.running.items()):
-            try:
-                reply = self.ask(self.control, {"verb": "op", "op": op})
-            except RunError as exc:
-                self._still_live()
-                record["error"] = str(exc)  # asked again next time
-                continue
-            record.update(state=reply["state"], changes=reply["changes"], error=None)
-            if record["state"] != OpState.RUNNING.value:
-                del self.running[op]
-                self.changed_at = max(self.changed_at, now)
 
     def _tick(self) -> None:
         """Beside the schedule: the operations followed, the counts read (from the
         drill's start on: see _measure)."""
-        self._follow()
-        if self.doc is not None:
-            self._look()
+        if self.operations.follow():
+            self.changed_at = max(self.changed_at, self.clock())
+        if self.watch.doc is not None:
+            self.watch.look()
 
     def _wait_until(self, at: float) -> None:
         while (left := at - self.clock()) > 0:
@@ -326,7 +390,7 @@ class Drill:
         deadline = self.clock() + self.recover_wait
         while True:
             now = self.clock()
-            late = max((op["asked"] + OP_WAIT for op in self.running.values()), default=0.0)
+            late = self.operations.late()
             if now >= max(deadline, late):
                 return
             self._tick()
@@ -335,7 +399,7 @@ class Drill:
             outcomes = d.match(tl, self.sent)
             last = max([self.changed_at, *(o.fault.back for o in outcomes
                                            if o.fault is not None and o.fault.back is not None)])
-            if covered and not self.running and now >= last + SETTLE and \
+            if covered and not self.operations.running and now >= last + SETTLE and \
                     all(o.recovered for o in outcomes):
                 return
             self._progress(force=True)
@@ -343,9 +407,8 @@ class Drill:
 
     def _progress(self, force: bool = False) -> None:
         now = self.clock()
-        if now - self.shown_at < SHOW_EVERY and not force:
+        if not self.display.due(now, force):
             return
-        self.shown_at = now
         window = d.Window(self.window.started, now, self.window.bases)
         record = d.summarize(self.timeline(), self.sent, window, self.settings)
         done = min(now, self.window.ended) - self.window.started
@@ -353,38 +416,23 @@ class Drill:
         downs = [(f["sent"], f["downtime"]) for w in record["worlds"].values()
                  for f in w["list"] if f["downtime"] is not None]
         last = d._secs(max(downs)[1]) if downs else "-"
-        ops = (f", {len(self.ops)} scale op(s) ({len(self.running)} under way)"
-               if self.scales else "")
-        self._show(f"drill {done:.0f}/{self.settings['for']:.0f} s: {faults} fault(s){ops},"
-                   f" last down {last}, pace kept {d._pct(record['kept_faulted'])} (faulted)"
-                   f" {d._pct(record['kept_others'])} (others)",
-                   key=f"{faults} {last} {len(self.ops)} {len(self.running)}")
-
-    def _show(self, text: str, key: str | None = None) -> None:
-        """In place on a terminal; elsewhere a line only when ``key`` (what changed)
-        did, not one per second."""
-        if self.tty:
-            self.say(f"\r{text}\x1b[K")
-            self.in_place = True
-        elif (key or text) != self.shown:
-            self.say(text + "\n")
-        self.shown = key or text
-
-    def _end_line(self) -> None:
-        """Below a line drawn in place, before anything else is said."""
-        if self.in_place:
-            self.say("\n")
-            self.in_place = False
+        ops, running = self.operations.records, self.operations.running
+        shown = f", {len(ops)} scale op(s) ({len(running)} under way)" if self.scales else ""
+        self.display.show(
+            f"drill {done:.0f}/{self.settings['for']:.0f} s: {faults} fault(s){shown},"
+            f" last down {last}, pace kept {d._pct(record['kept_faulted'])} (faulted)"
+            f" {d._pct(record['kept_others'])} (others)",
+            key=f"{faults} {last} {len(ops)} {len(running)}")
 
     def _finish(self, interrupted: bool) -> tuple[dict, int]:
-        self._end_line()
-        if self.problem is None and self.ledger.looks:
+        self.display.end_line()
+        if self.problem is None and self.watch.ledger.looks:
             with contextlib.suppress(RunError, KeyboardInterrupt):
-                self._look(force=True)  # the latest counts
+                self.watch.look(force=True)  # the latest counts
         record = d.summarize(self.timeline(), self.sent, self.window,
                              {**self.settings, "interrupted": interrupted},
-                             ops=self.ops if self.scales else None,
-                             watch=self.ledger.result(), skipped_ops=self.skipped_ops)
+                             ops=self.operations.records if self.scales else None,
+                             watch=self.watch.ledger.result(), skipped_ops=self.operations.skipped)
         if self.problem is None:
             try:
                 self.ask(self.control, {"verb": "drill", "summary": record})
