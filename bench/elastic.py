@@ -101,11 +101,11 @@ def op_of(done: subprocess.CompletedProcess) -> str:
 
 
 def served(job: Launched) -> tuple[int, float]:
-    """The frontend's last 'served N requests in Ts' line: (N, T)."""
+    """The frontend's last 'frontend | served N requests in Ts, ...' line: (N, T)."""
     for line in reversed(job.lines):
         if line.startswith("frontend | served"):
             words = line.split()
-            return int(words[4]), float(words[7].rstrip("s,"))
+            return int(words[3]), float(words[6].rstrip("s,"))
     return 0, 0.0
 
 
@@ -222,9 +222,7 @@ worlds:
                 for world in list(sup.procs[name].plan.worlds):
                     fe = sup.procs["frontend"]
                     sup.members.on_world_event("frontend", fe.pid, world, 0, "released")
-                host.t += 3.0
-                sup.on_tick()  # it may end by itself: its SIGTERM is due
-                sup.on_exit(name, 0)
+                sup.on_exit(name, 0)  # its world closed: it ends by itself
                 membership.gone(name)
     return (time.process_time() - began) / (2 * rounds)
 
@@ -247,12 +245,14 @@ class ScriptedHost:
         return self.pid
 
     def join(self, sup, name, only=None):
+        """A process's library joining its worlds (``only``: these; it said hello)."""
         rec = sup.procs[name]
-        sup.members.on_hello(name, rec.pid, 1.0)
-        for world in rec.plan.worlds:
-            if world in sup.worlds and (only is None or world in only):
-                sup.members.on_world_event(name, rec.pid, world, sup.worlds[world].generation,
-                                   "ready")
+        if only is None:
+            sup.members.on_hello(name, rec.pid, 1.0)
+        for world in (rec.plan.worlds if only is None else only):
+            if world in sup.worlds and world in rec.plan.worlds:
+                sup.members.on_world_event(name, rec.pid, world,
+                                           sup.worlds[world].generation, "ready")
 
     def __getattr__(self, name):  # signal, probe, reachable, tell, the stores' writes
         return lambda *args, **kwargs: True if name == "reachable" else None

@@ -67,7 +67,7 @@ class Members:
             # A member saw the break first (a timeout, a drill by hand): its store says
             # so already; the rest of the world follows it to the next generation.
             self.book.broke(world, reason, written=True)
-        self.settle(rec)
+        self.settle(rec, only=[world_name])  # what one world's news moved: that world
 
     def plain_forming(self) -> list[str]:
         """Worlds whose stores the loop looks into for a plain group (worldbook.py)."""
@@ -86,5 +86,6 @@ class Members:
                 if rec.state.alive and not rec.said_hello:
                     rec.ready.add(world_name)
                     rec.generations[world_name] = world.generation
-        self.settle(*(self.processes.records[m] for m in world.plan.members))
+        self.settle(*(self.processes.records[m] for m in world.plan.members),
+                    only=[world_name])
 

@@ -55,15 +55,16 @@ class Reshaping:
         self.leaves = Deadlines()  # retired process with no world -> when SIGTERM is due
         self.kills = Deadlines()  # retired process sent SIGTERM -> when SIGKILL is due
 
-    def apply(self, rev: Revision, now: float) -> list[ProcessRecord]:
-        """Apply ``rev`` (see the module's docstring); the processes it touched."""
+    def apply(self, rev: Revision, now: float) -> None:
+        """Apply ``rev`` (see the module's docstring)."""
         procs, plan = self.processes.records, rev.plan
         for name in rev.changed:
             rec, proc = procs.get(name), plan.processes[name]
             if rec is not None:
                 # A world it is in that drains stays its own until it is gone.
-                draining = {w: r for w, r in rec.plan.worlds.items()
-                            if w not in proc.worlds and rev.worlds.get(w) in DRAINS}
+                draining = {w: rec.plan.worlds[w] for w, action in rev.worlds.items()
+                            if action in DRAINS and w in rec.plan.worlds
+                            and w not in proc.worlds}
                 rec.plan = replace(proc, worlds={**proc.worlds, **draining})
         for name in rev.started:
             self.processes.add(plan.processes[name])
@@ -80,7 +81,6 @@ class Reshaping:
             self.spawn(procs[name])
         for name in rev.retired:
             self._retire(procs[name], rev.op, now)
-        return [procs[n] for n in (*rev.changed, *rev.started, *rev.retired) if n in procs]
 
     # -- worlds -----------------------------------------------------------------------
 
@@ -130,8 +130,9 @@ class Reshaping:
             rec = self.processes.records.get(name)
             if rec is None or world not in rec.plan.worlds:
                 continue
-            rec.plan = replace(rec.plan, worlds={w: r for w, r in rec.plan.worlds.items()
-                                                 if w != world})
+            worlds = dict(rec.plan.worlds)
+            del worlds[world]
+            rec.plan = replace(rec.plan, worlds=worlds)
             if rec.retired and not rec.plan.worlds:
                 self._stop(rec)
 

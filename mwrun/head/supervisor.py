@@ -13,6 +13,7 @@ reshaping.py.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 from mwrun.head import drills, policy
@@ -89,13 +90,15 @@ class Supervisor:
     def exit_code(self) -> int:
         return 1 if self.state is R.FAILED else 0
 
-    def _settle(self, *touched: ProcessRecord) -> None:
+    def _settle(self, *touched: ProcessRecord, only: Iterable[str] | None = None) -> None:
         """Derive the states an event may have moved: the worlds of the processes it
         touched and their members (never every world: at 1,000 processes that made
-        bring-up quadratic); end the run when nothing is left."""
+        bring-up quadratic), or ``only`` the worlds it was about (a leader in a thousand
+        worlds says something of one of them at a time); end the run when nothing is
+        left."""
         now = self.host.now()
-        worlds = {w: self.worlds[w] for rec in touched for w in rec.plan.worlds
-                  if w in self.worlds}
+        names = only if only is not None else [w for rec in touched for w in rec.plan.worlds]
+        worlds = {w: self.worlds[w] for w in names if w in self.worlds}
         for world in worlds.values():
             self.book.progress(world, now)
         for world in worlds.values():
@@ -219,8 +222,8 @@ class Supervisor:
 
     def revise(self, revision: Revision) -> None:
         """Move the running job to a new membership (a scale, a drain): see reshaping.py."""
-        touched = self.reshaping.apply(revision, self.host.now())
-        self._settle(*touched)
+        self.reshaping.apply(revision, self.host.now())
+        self._settle(only=revision.worlds)  # the worlds it changed, and their members
 
     def kill_world(self, world_name: str, rank: int | None, sig: int) -> list[dict]:
         """The fault drill (see drills.py); raises ValueError."""

@@ -83,6 +83,8 @@ def bounded(spec: ProcessSpec, change: Change, current: int) -> int:
 def added(indices: Iterable[int], count: int, taken: Iterable[int] = ()) -> list[int]:
     """``count`` new indices, the lowest free (``taken``: still in use, say draining)."""
     used = set(indices) | set(taken)
+    if not used or max(used) + 1 == len(used):  # no gap: the next ones (no scan)
+        return list(range(len(used), len(used) + count))
     found: list[int] = []
     index = 0
     while len(found) < count:
@@ -90,11 +92,6 @@ def added(indices: Iterable[int], count: int, taken: Iterable[int] = ()) -> list
             found.append(index)
         index += 1
     return found
-
-
-def removed(indices: Iterable[int], count: int) -> list[int]:
-    """The ``count`` highest indices."""
-    return sorted(indices, reverse=True)[:count]
 
 
 def replica(specs: Mapping[str, ProcessSpec], name: str) -> tuple[ProcessSpec, int]:

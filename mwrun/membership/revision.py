@@ -15,16 +15,16 @@ new replica what a job of ten does).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from mwrun.membership import requests
+from mwrun.membership.placing import Placer
 from mwrun.membership.requests import Change, Refused
-from mwrun.plan import templates, timeouts
+from mwrun.plan import templates
 from mwrun.plan.inventory import HostInventory
-from mwrun.plan.placement import Plan, Pools, ProcessPlan, WorldPlan, process_plan, store_addr_for
+from mwrun.plan.placement import Plan, ProcessPlan, WorldPlan
 from mwrun.plan.topology import Topology
 
 PortChooser = Callable[[str, set[int]], int]
@@ -77,16 +77,16 @@ def _public(proc: ProcessPlan) -> dict:
 class Membership:
     def __init__(self, topology: Topology, plan: Plan, inventory: dict[str, HostInventory],
                  python: str | None, choose_port: PortChooser):
-        self.topology, self.plan, self.python = topology, plan, python
-        self.choose_port = choose_port
+        self.topology, self.plan = topology, plan
         self.desired = {n: tuple(range(s.replicas or 0)) for n, s in topology.scaled.items()}
         self.every = templates.launch_indices(topology.specs)  # fixed entries too
         self.retiring: dict[str, ProcessPlan] = {}  # retired, not gone yet: still holding
-        self.pools = Pools(inventory)
-        for proc in plan.processes.values():
-            self.pools.hold(proc)
+        self.placer = Placer(topology, plan, inventory, python, choose_port)
         self.uses = {n: [t for t in topology.templates.values() if n in t.refs]
                      for n in topology.specs}
+        self.made_of: dict[str, set[str]] = {}  # template -> the worlds it made, now
+        for world in plan.worlds.values():
+            self.made_of.setdefault(world.template, set()).add(world.name)
         self.number = 0
 
     def replicas(self, process: str) -> tuple[int, ...]:
@@ -105,12 +105,11 @@ class Membership:
             now = self.desired[spec.name]
             target = requests.bounded(spec, change, len(now))
             taken = [self._index(n) for n in self.retiring if self._entry(n) == spec.name]
-            if target >= len(now):
-                new = (*now, *requests.added(now, target - len(now), taken))
+            if target >= len(now):  # (``now`` is sorted: the highest go first)
+                new = tuple(sorted((*now, *requests.added(now, target - len(now), taken))))
             else:
-                gone = set(requests.removed(now, len(now) - target))
-                new = tuple(i for i in now if i not in gone)
-            indices[spec.name] = tuple(sorted(new))
+                new = now[:target]
+            indices[spec.name] = new
         return self._revise(indices, op)
 
     def drain(self, names: Iterable[str], op: str) -> Revision:
@@ -134,6 +133,13 @@ class Membership:
         """The head applied ``revision``: it is the membership now."""
         for name in revision.retired:
             self.retiring[name] = self.plan.processes[name]
+        for name, action in revision.worlds.items():
+            world = revision.plan.worlds.get(name) or self.plan.worlds[name]
+            made = self.made_of.setdefault(world.template, set())
+            if action is Action.REMOVE:
+                made.discard(name)
+            else:
+                made.add(name)
         self.plan = revision.plan
         self.desired.update(revision.indices)
         self.every.update(revision.indices)
@@ -143,7 +149,7 @@ class Membership:
         """A retired replica has exited: what it held is free."""
         proc = self.retiring.pop(name, None)
         if proc is not None:
-            self.pools.release(name, proc.host)
+            self.placer.release(name, proc.host)
 
     # -- the revision --------------------------------------------------------------------
 
@@ -151,25 +157,29 @@ class Membership:
         old = self.plan
         every = {**self.every, **indices}
         started, retired = [], []
+        moved: dict[str, tuple[list[int], list[int]]] = {}  # entry -> (added, retired)
         for entry, new in indices.items():
-            before = set(self.desired[entry])
-            started += [f"{entry}-{i}" for i in new if i not in before]
-            retired += [f"{entry}-{i}" for i in sorted(before - set(new))]
-        touched = {t.name: t for e in indices for t in self.uses[e]}
-        made = templates.expand(touched, every)
-        was = {w: p for w, p in old.worlds.items() if p.template in touched}
+            moved[entry] = _difference(self.desired[entry], new)
+            started += [f"{entry}-{i}" for i in moved[entry][0]]
+            retired += [f"{entry}-{i}" for i in moved[entry][1]]
+        made, was = self._worlds_of(indices, moved, every)
         actions = {w: Action.FORM for w in made if w not in was}
         actions.update({w: Action.REMOVE for w in was if w not in made})
         for name in set(made) & set(was):
             gained = set(made[name].members) - set(was[name].members)
             if made[name].members != was[name].members:
                 actions[name] = Action.RESIZE if gained else Action.DRAIN
-        processes = {n: p for n, p in old.processes.items() if n not in retired}
-        processes.update(self._place(started, every, made))
-        worlds = {n: w for n, w in old.worlds.items() if actions.get(n) is not Action.REMOVE}
+        # Copies (at C speed) and then what changed: a revision costs what it touches.
+        processes = dict(old.processes)
+        for name in retired:
+            del processes[name]
+        processes.update(self.placer.processes(started, made))
+        worlds = dict(old.worlds)
+        for name in [w for w, a in actions.items() if a is Action.REMOVE]:
+            del worlds[name]
         for name in actions:
             if name in made:
-                worlds[name] = self._world(made[name], old.worlds.get(name), processes)
+                worlds[name] = self.placer.world(made[name], old.worlds.get(name), processes)
         changed = self._members(processes, worlds, actions, started)
         plan = Plan(old.name, old.source, old.store_host, processes, worlds)
         drains = {w: min(self._drain_timeout(m) for m in old.worlds[w].members
@@ -178,43 +188,28 @@ class Membership:
         return Revision(self.number + 1, op, plan, indices, tuple(started), tuple(retired),
                         tuple(n for n in changed if n not in started), actions, drains)
 
+    def _worlds_of(self, indices: dict[str, tuple[int, ...]],
+                   moved: dict[str, tuple[list[int], list[int]]], every) -> tuple[dict, dict]:
+        """The worlds a change of ``indices`` may touch, as they will be (made from
+        their templates again) and as they are: a template made per replica of the
+        changed process, naming no other changed one bare, only for the replicas
+        added or retired; any other template that names a changed process, whole."""
+        made: dict[str, templates.World] = {}
+        was: dict[str, WorldPlan] = {}
+        for t in {t.name: t for e in indices for t in self.uses[e]}.values():
+            if t.per in indices and not [r for r in t.refs if r in indices and r != t.per]:
+                added, retired = moved[t.per]
+                made.update(templates.instances(t, every, added))
+                names = [t.instance(i) for i in (*added, *retired)]
+            else:
+                made.update(templates.expand({t.name: t}, every))
+                names = sorted(self.made_of.get(t.name, ()))
+            was.update({n: self.plan.worlds[n] for n in names if n in self.plan.worlds})
+        return made, was
+
     def _drain_timeout(self, name: str) -> float:
         scale = self.topology.specs[self._entry(name)].scale
         return scale.drain_timeout if scale is not None else 0.0
-
-    def _place(self, started: list[str], every, made) -> dict[str, ProcessPlan]:
-        """Plans for the new replicas, their GPUs and CPUs taken (all or none)."""
-        errors: list = []
-        placed = {}
-        for name in started:
-            entry = self._entry(name)
-            proc = self.topology.specs[entry].replica(self._index(name))
-            got = self.pools.take(proc, errors)
-            worlds = {w.name: w.members.index(name) for w in made.values() if name in w.members}
-            view = replace(self.topology, processes={name: proc})
-            hang = timeouts.hang(view, name, [w.timeout for w in made.values()
-                                              if name in w.members]).seconds
-            placed[name] = process_plan(view, proc, got, worlds, (0, 1), self.python, hang)
-        if errors:
-            for name in placed:
-                self.pools.release(name, placed[name].host)
-            raise Refused("cannot place every new replica: " + "; ".join(
-                d.message for d in errors))
-        return placed
-
-    def _world(self, world: templates.World, old: WorldPlan | None,
-               processes: dict[str, ProcessPlan]) -> WorldPlan:
-        hangs = [processes[m].hang_timeout for m in world.members]
-        rejoin = timeouts.world_rejoin(hangs).seconds
-        rejoin_s = None if math.isinf(rejoin) else rejoin
-        if old is not None:
-            return replace(old, members=world.members, rejoin=rejoin_s)
-        addr = store_addr_for(self.topology, [processes[m].host for m in world.members],
-                              self.plan.store_host)
-        taken = {w.port for w in self.plan.worlds.values()}
-        port = self.choose_port(addr, taken)
-        return WorldPlan(world.name, world.members, world.backend, world.timeout, addr, port,
-                         True, world.on_failure, rejoin_s, world.template)
 
     def _members(self, processes, worlds, actions, started) -> list[str]:
         """Each member of a world that changed: its worlds (world -> rank; new worlds
@@ -226,16 +221,16 @@ class Membership:
         changed = []
         for name in sorted(touched):
             proc = processes[name]
-            ranks = {w: r for w, r in proc.worlds.items()
-                     if w in worlds and actions.get(w) is not Action.REMOVE}
-            ranks.update({w: worlds[w].members.index(name) for w in actions
-                          if w in worlds and name in worlds[w].members})
-            gone = [w for w in proc.worlds if actions.get(w) is Action.REMOVE]
+            ranks = dict(proc.worlds)
+            for w in actions:  # the worlds it leaves, joins, or holds at another rank
+                if w not in worlds or name not in worlds[w].members:
+                    ranks.pop(w, None)
+                else:
+                    ranks[w] = worlds[w].members.index(name)
             primary = worlds[next(iter(ranks))] if ranks else None
             local = (proc.local_rank, proc.local_world_size) if primary is None else \
                 _local(primary, name, processes)
-            if ranks != proc.worlds or gone or local != (proc.local_rank,
-                                                         proc.local_world_size):
+            if ranks != proc.worlds or local != (proc.local_rank, proc.local_world_size):
                 processes[name] = replace(proc, worlds=ranks, local_rank=local[0],
                                           local_world_size=local[1])
                 changed.append(name)
@@ -246,6 +241,17 @@ class Membership:
 
     def _index(self, name: str) -> int:
         return int(name.rsplit("-", 1)[1])
+
+
+def _difference(before: tuple[int, ...], after: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """(indices added, indices retired) between two sorted tuples: what a request
+    changes, found in the few it changes (a scale moves the end; a drain one index)."""
+    if len(after) >= len(before) and after[:len(before)] == before:
+        return list(after[len(before):]), []
+    if len(after) < len(before) and before[:len(after)] == after:
+        return [], list(before[len(after):])
+    was, now = set(before), set(after)
+    return sorted(now - was), sorted(was - now)
 
 
 def _local(world: WorldPlan, name: str, processes: dict[str, ProcessPlan]) -> tuple[int, int]:

@@ -12,7 +12,7 @@ job scaled at run time has exactly the worlds a topology written for that count 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mwrun.plan import timeouts
@@ -83,12 +83,22 @@ def expand(templates: Mapping[str, WorldTemplate], indices: Indices) -> dict[str
     only member's replicas all gone, is not made)."""
     worlds = {}
     for t in templates.values():
-        for index in (indices.get(t.per, ()) if t.per else (None,)):
-            found = members(t, indices, index)
-            if found:
-                worlds[t.instance(index)] = World(
-                    t.instance(index), tuple(found), t.backend, t.timeout, t.port,
-                    t.on_failure, _positions(t, found, indices, index), t.name)
+        worlds.update(instances(t, indices, indices.get(t.per, ()) if t.per else (None,)))
+    return worlds
+
+
+def instances(t: WorldTemplate, indices: Indices,
+              which: Iterable[int | None]) -> dict[str, World]:
+    """The worlds a template makes for the replicas ``which`` of its ``per`` (None: the
+    one world of a template without ``per``): a scale that adds or retires a replica
+    makes only its worlds again, not every world of the template."""
+    worlds = {}
+    for index in which:
+        found = members(t, indices, index)
+        if found:
+            worlds[t.instance(index)] = World(
+                t.instance(index), tuple(found), t.backend, t.timeout, t.port,
+                t.on_failure, _positions(t, found, indices, index), t.name)
     return worlds
 
 
