@@ -70,8 +70,10 @@ def main() -> None:
                       reversed((run / "history.jsonl").read_text().splitlines())
                       if '"event": "drill"' in line)
     print(drill.stdout[-6000:])
-    failed_by_scale = [line for line in job.lines if "frontend | request" in line
-                       and "failed" in line and "SIGKILL" not in line]
+    said = [line.partition(" | ")[2] for line in job.lines
+            if line.partition(" | ")[0].strip() == "frontend"]
+    failed = [line for line in said if line.startswith("request ") and "failed" in line]
+    failed_by_scale = [line for line in failed if "SIGKILL" not in line]
     scale = record.get("scale") or {}
     outside = record.get("outside") or {}
     print(f"churn {took:.0f} s, load {began[0]:.1f} -> {os.getloadavg()[0]:.1f}:"
@@ -80,7 +82,7 @@ def main() -> None:
           f" not recovered {len(record.get('not_recovered', []))};"
           f" scale operations {scale.get('count')}, done {scale.get('done')},"
           f" failed {scale.get('failed')};"
-          f" frontend requests failed by no kill {len(failed_by_scale)};"
+          f" frontend requests failed {len(failed)}, by no kill {len(failed_by_scale)};"
           f" outside the faulted worlds: {outside};"
           f" processes left after stop {len(left)}")
 

@@ -100,17 +100,24 @@ def op_of(done: subprocess.CompletedProcess) -> str:
     return done.stdout.split(":", 1)[0]
 
 
+def frontend(job: Launched) -> list[str]:
+    """What the frontend said (its lines without the prefix, which the console pads to
+    the longest process name)."""
+    return [line.partition(" | ")[2] for line in job.lines
+            if line.partition(" | ")[0].strip() == "frontend"]
+
+
 def served(job: Launched) -> tuple[int, float]:
-    """The frontend's last 'frontend | served N requests in Ts, ...' line: (N, T)."""
-    for line in reversed(job.lines):
-        if line.startswith("frontend | served"):
+    """The frontend's last 'served N requests in Ts, ...' line: (N, T)."""
+    for line in reversed(frontend(job)):
+        if line.startswith("served "):
             words = line.split()
-            return int(words[3]), float(words[6].rstrip("s,"))
+            return int(words[1]), float(words[4].rstrip("s,"))
     return 0, 0.0
 
 
 def failed(job: Launched) -> list[str]:
-    return [line for line in job.lines if "frontend | request" in line and "failed" in line]
+    return [line for line in frontend(job) if line.startswith("request ") and "failed" in line]
 
 
 def additions(work: Path, adds: int, hosts: str = "", worker_host: str = "") -> dict:
