@@ -114,9 +114,13 @@ class Ops:
                 changes.append(Change(op, name, REMOVE, self._phases(now, REMOVE),
                                   set(worlds_of.get(name, ()))))
         for change in changes:
-            old = self.open.pop(change.process, None)
-            if old is not None and not old.done:
-                self._end(old, "cancelled", f"{op} changed {change.process} again")
+            old = self.open.get(change.process)
+            if old is not None:
+                if not old.done:
+                    self._end(old, "cancelled", f"{op} changed {change.process} again")
+                # an addition done but still waiting for its first call is written now
+                # (first_call null): its record must not be lost to the new change
+                self._write(old)
             self.open[change.process] = change
         self.ops[op] = found = Op(op, request, now, revision.number, changes)
         adds = [c.process for c in changes if c.kind == ADD]

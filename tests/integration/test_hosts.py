@@ -31,7 +31,6 @@ def test_a_world_across_a_network_namespace(procs, home, tmp_path, node):
     topology.write_text(f"""\
 version: 1
 name: hosts
-timeout: 10
 hosts:
   head: {{addr: {head}}}
   node1: {{addr: {remote}, netns: {ns}}}

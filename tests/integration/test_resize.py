@@ -68,7 +68,7 @@ def test_a_bare_world_is_resized_with_its_scaled_process(procs, home, tmp_path):
     done = cli(home, "scale", "trainer=-2")  # trainer-3 and trainer-2 drain away
     assert done.returncode == 0, done.stderr
     shrunk = sums(job, 2, ["trainer-0", "trainer-1"])
-    assert [v["rank"] for v in shrunk.values()] == [0, 1]
+    assert {n: v["rank"] for n, v in shrunk.items()} == {"trainer-0": 0, "trainer-1": 1}
     doc = wait_status(home, lambda d: [p["name"] for p in d["processes"]]
                       == ["trainer-0", "trainer-1"], "two trainers left")
     assert doc["worlds"][0]["breaks"] == 0 and doc["worlds"][0]["members"] == \

@@ -208,3 +208,16 @@ def test_a_stop_during_a_drain_ends_the_run_cleanly():
     for name in list(sup.procs):
         sup.on_exit(name, -signal.SIGTERM)
     assert sup.state is R.FINISHED and sup.exit_code == 0
+
+
+def test_an_addition_drained_before_its_first_call_keeps_its_record():
+    sup, host, m, ops = make()
+    join(sup)
+    revise(sup, m, ops, "worker=+1")
+    join(sup)
+    ops.added("pair-2", "frontend", host.wall())  # told: done; its record waits for a first call
+    assert ops.get("op").changes[0].done
+    revise(sup, m, ops, drain=["worker-2"])
+    records = [e for e in host.events if isinstance(e, dict) and e.get("process") == "worker-2"]
+    assert [(r["change"], r["outcome"]) for r in records] == [("add", "done")]
+    assert records[0]["phases"]["first_call"] is None
