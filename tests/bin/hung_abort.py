@@ -28,6 +28,9 @@ restart = int(os.environ.get("MWRUN_RESTART_COUNT", "0"))
 say(event="formed", role=sys.argv[1], restart=restart)
 if restart > 0:  # the restarted members: the world re-formed, done
     say(event="restarted", restart=restart)
+    # Neither leaves before the other has its group: the first to return from init
+    # would otherwise close its end while the other may still be connecting to it.
+    world.barrier()
     job.close()
     raise SystemExit(0)
 if sys.argv[1] == "stuck":

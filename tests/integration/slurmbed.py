@@ -103,7 +103,7 @@ def cluster(tmp: Path | None = None):
     cluster is this worker's (made on first use, kept until close()); ``tmp`` is not
     used and is taken for the callers that pass their test's folder."""
     global _shared
-    if _shared is not None and not _idle(_shared.env, wait=10.0):
+    if _shared is not None and _idle(_shared.env, wait=10.0) is not None:
         close()  # the last test left it unwell: a fresh one
     if _shared is None:
         _shared = _Shared()
@@ -141,15 +141,16 @@ def _daemons_running() -> list[int]:
     return found
 
 
-def _idle(env: dict, wait: float) -> bool:
+def _idle(env: dict, wait: float) -> list[str] | None:
+    """None once both nodes are idle, else the nodes' last states after ``wait``."""
     deadline = time.monotonic() + wait
     while True:
         out = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env,
                              capture_output=True, text=True, timeout=30).stdout
         if out.split() == ["idle", "idle"]:
-            return True
+            return None
         if time.monotonic() > deadline:
-            return False
+            return out.split()
         time.sleep(0.1)
 
 
@@ -200,9 +201,12 @@ PartitionName=all Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                  f"hostname {NODE2}; exec slurmd -D -N {NODE2}"], env=env,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
-            if not _idle(env, wait=30.0):
+            # slurmd registers within a second or two on a quiet machine; a loaded one
+            # (another suite beside this one) has been seen to take over 30 s
+            states = _idle(env, wait=120.0)
+            if states is not None:
                 raise RuntimeError("slurm test cluster: both nodes idle did not happen"
-                                   " in 30 s")
+                                   f" in 120 s (sinfo says {states or 'nothing'})")
             yield env, n2, [here, NODE2], daemons
         finally:
             for proc in reversed(daemons):
