@@ -19,18 +19,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from mwrun import runs
 from mwrun.cli import drill as d
+from mwrun.cli import drillrisk, timeline
 from mwrun.cli import drillscale as ds
-from mwrun.cli import timeline
 from mwrun.errors import RunError, UsageError
-from mwrun.schema import PLAN, OpState
+from mwrun.schema import HISTORY, PLAN, OpState
+from mwrun.schema import Event as E
 
 POLL = 0.1  # seconds between looks at the clock while waiting for the next fault
 SHOW_EVERY = 1.0  # seconds between progress updates (each reads the history)
@@ -51,7 +53,10 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
     sig = sig.upper().removeprefix("SIG")
     if sig not in d.SIGNALS:
         raise UsageError(f"--signal can be {', '.join(d.SIGNALS)}, not {sig}")
-    only = [w.strip() for w in worlds.split(",") if w.strip()] if worlds else None
+    only = [w.strip() for w in worlds.split(",") if w.strip()] if worlds is not None else None
+    if only == []:  # --worlds "": naming none is not asking for all of them
+        raise UsageError(f"--worlds names no world ({worlds!r}): give WORLD,... or leave it"
+                         " out to drill every world")
     scales = ds.parse_scales(scale)
     try:
         run_id, state = runs.find(run, warn=warn)
@@ -67,6 +72,8 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
         if not scales or any(w not in {x["name"] for x in doc["worlds"]} for w in only or []):
             raise
         hit = {}  # the membership changes: someone may be hit later; each fault looks
+    for line in drillrisk.risks(doc, hit, d.expected(mean, length, scales)[0]):
+        warn(f"drill: warning: {line}")
     shots = d.schedule(seed, mean, length, hit, scales)
     settings = {"every": mean, "for": length, "signal": sig, "seed": seed, "targets": only}
     _, code = Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
@@ -249,14 +256,14 @@ class Operations:
 
 
 class Drill:
-    def __init__(self, run_id: str, control: str, shots: list[d.Shot | ds.Move],
+    def __init__(self, run_id: str, control: str, shots: Iterable[d.Shot | ds.Move],
                  settings: dict, *, say: Callable[[str], None], tty: bool, clock=time.time,
                  sleep=time.sleep, ask=runs.request, run_dir: Path | None = None,
                  recover_wait: float = RECOVER_WAIT, scales: list[ds.Scaling] | None = None,
                  op_prefix: str = "drill"):
         self.run_id = run_id
         self.control = control
-        self.shots = shots
+        self.shots = shots  # drawn as the drill reaches them (d.schedule is lazy)
         self.settings = settings  # every, for, signal, seed, targets: into the record
         self.scales = scales or []
         if self.scales:  # the record says what the drill was asked to scale
@@ -313,10 +320,9 @@ class Drill:
         if waiting:
             self.say(f"drill: no fault-free pace for {', '.join(waiting)} (no steady traffic"
                      f" for {d.BASELINE_MIN:.0f} s): its pace kept is not measured\n")
-        faults = sum(1 for s in self.shots if isinstance(s, d.Shot))
-        moves = len(self.shots) - faults
-        planned = f"{faults} fault(s)" + (f" and {moves} scale operation(s)"
-                                          if self.scales else "")
+        faults, moves = d.expected(self.settings["every"], self.settings["for"], self.scales)
+        planned = f"about {faults:.0f} fault(s)" + (f" and {moves:.0f} scale operation(s)"
+                                                    if self.scales else "")
         if bases:
             paces = ", ".join(f"{w} {p:.2f}" for w, (a, b) in bases.items()
                               if (p := d.pace_of(tl, w, a, b)) is not None)
@@ -424,6 +430,26 @@ class Drill:
             f" {d._pct(record['kept_others'])} (others)",
             key=f"{faults} {last} {len(ops)} {len(running)}")
 
+    def _record_after_the_run(self, record: dict, exc: RunError) -> None:
+        """The head did not take the summary: when the run is over (no head writes the
+        history any more), the drill appends it to the run's history itself, saying
+        the run ended under it, so that the history and ``report`` hold every drill.
+        A live head that refused it is a problem of the drill's, said."""
+        if runs.is_live(runs.read_state(self.run_id) or {}):
+            self.problem = f"the summary was not recorded in the history: {exc}"
+            return
+        self.problem = self.problem or f"run {self.run_id} ended before the drill did"
+        record["run_ended"] = self.problem
+        line = json.dumps({"t": round(self.clock(), 4), "event": E.DRILL, **record}) + "\n"
+        try:  # one write, appended: whole even beside a head's last lines
+            fd = os.open(self.run_dir / HISTORY, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        except OSError as err:
+            self.problem += f"; the summary was not recorded in the history: {err}"
+
     def _finish(self, interrupted: bool) -> tuple[dict, int]:
         self.display.end_line()
         if self.problem is None and self.watch.ledger.looks:
@@ -433,11 +459,12 @@ class Drill:
                              {**self.settings, "interrupted": interrupted},
                              ops=self.operations.records if self.scales else None,
                              watch=self.watch.ledger.result(), skipped_ops=self.operations.skipped)
-        if self.problem is None:
-            try:
-                self.ask(self.control, {"verb": "drill", "summary": record})
-            except RunError as exc:
-                self.problem = f"the summary was not recorded in the history: {exc}"
+        if self.problem is not None:  # the run ended under it: the record says so
+            record["run_ended"] = self.problem
+        try:
+            self.ask(self.control, {"verb": "drill", "summary": record})
+        except RunError as exc:
+            self._record_after_the_run(record, exc)
         for line in d.lines(record):
             self.say(line + "\n")
         if self.problem is not None:
