@@ -72,13 +72,12 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
         if not scales or any(w not in {x["name"] for x in doc["worlds"]} for w in only or []):
             raise
         hit = {}  # the membership changes: someone may be hit later; each fault looks
-    for line in drillrisk.risks(doc, hit, d.expected(mean, length, scales)[0]):
-        warn(f"drill: warning: {line}")
     shots = d.schedule(seed, mean, length, hit, scales)
     settings = {"every": mean, "for": length, "signal": sig, "seed": seed, "targets": only}
     _, code = Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
                     say=say, recover_wait=RECOVER_WAIT + _hang_wait(run_id, sig),
-                    scales=scales, op_prefix=f"drill-{secrets.token_hex(3)}").run()
+                    scales=scales, op_prefix=f"drill-{secrets.token_hex(3)}", hit=hit,
+                    warn=warn).run()
     return code
 
 
@@ -260,7 +259,8 @@ class Drill:
                  settings: dict, *, say: Callable[[str], None], tty: bool, clock=time.time,
                  sleep=time.sleep, ask=runs.request, run_dir: Path | None = None,
                  recover_wait: float = RECOVER_WAIT, scales: list[ds.Scaling] | None = None,
-                 op_prefix: str = "drill"):
+                 op_prefix: str = "drill", hit: dict | None = None,
+                 warn: Callable[[str], None] | None = None):
         self.run_id = run_id
         self.control = control
         self.shots = shots  # drawn as the drill reaches them (d.schedule is lazy)
@@ -281,6 +281,8 @@ class Drill:
         self.watch = Watch(run_id, control, ask, clock)
         self.operations = Operations(op_prefix, ask, control, clock, self.watch.still_live)
         self.changed_at = float("-inf")  # the last fault was sent or operation ended
+        self.hit = hit or {}  # world -> the members it may hit (drillrisk: what it costs)
+        self.warn = warn or (lambda text: say(f"mwrun: {text}\n"))
 
     def run(self) -> tuple[dict, int]:
         """The drill, start to end: its record and exit status."""
@@ -334,7 +336,9 @@ class Drill:
                      " worlds that appear meanwhile have no fault-free pace: they are left"
                      " out of the pace figures\n")
         self.window = d.Window(now, now + self.settings["for"], bases)
-        self.watch.look(force=True)  # the counts the drill's are measured from
+        doc = self.watch.look(force=True)  # the counts the drill's are measured from
+        for line in drillrisk.risks(doc, self.hit, faults):  # with the members' traffic
+            self.warn(f"drill: warning: {line}")
 
     def _shoot(self) -> None:
         for shot in self.shots:
@@ -430,26 +434,6 @@ class Drill:
             f" {d._pct(record['kept_others'])} (others)",
             key=f"{faults} {last} {len(ops)} {len(running)}")
 
-    def _record_after_the_run(self, record: dict, exc: RunError) -> None:
-        """The head did not take the summary: when the run is over (no head writes the
-        history any more), the drill appends it to the run's history itself, saying
-        the run ended under it, so that the history and ``report`` hold every drill.
-        A live head that refused it is a problem of the drill's, said."""
-        if runs.is_live(runs.read_state(self.run_id) or {}):
-            self.problem = f"the summary was not recorded in the history: {exc}"
-            return
-        self.problem = self.problem or f"run {self.run_id} ended before the drill did"
-        record["run_ended"] = self.problem
-        line = json.dumps({"t": round(self.clock(), 4), "event": E.DRILL, **record}) + "\n"
-        try:  # one write, appended: whole even beside a head's last lines
-            fd = os.open(self.run_dir / HISTORY, os.O_WRONLY | os.O_APPEND)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
-        except OSError as err:
-            self.problem += f"; the summary was not recorded in the history: {err}"
-
     def _finish(self, interrupted: bool) -> tuple[dict, int]:
         self.display.end_line()
         if self.problem is None and self.watch.ledger.looks:
@@ -459,14 +443,39 @@ class Drill:
                              {**self.settings, "interrupted": interrupted},
                              ops=self.operations.records if self.scales else None,
                              watch=self.watch.ledger.result(), skipped_ops=self.operations.skipped)
-        if self.problem is not None:  # the run ended under it: the record says so
-            record["run_ended"] = self.problem
-        try:
-            self.ask(self.control, {"verb": "drill", "summary": record})
-        except RunError as exc:
-            self._record_after_the_run(record, exc)
+        self.problem = deliver(record, self.problem, self.ask, self.control, self.run_id,
+                               self.run_dir, self.clock)
         for line in d.lines(record):
             self.say(line + "\n")
         if self.problem is not None:
             self.say(f"drill: {self.problem}\n")
         return record, max(d.exit_status(record), self.problem is not None)
+
+
+def deliver(record: dict, problem: str | None, ask, control: str, run_id: str,
+            run_dir: Path, clock) -> str | None:
+    """The drill's record into the run's history: through the head, or, when the run
+    ended under the drill (``problem``) or before it could be asked, appended by the
+    drill itself, saying so (``run_ended``), so that the history and ``report`` hold
+    every drill. The drill's problem then, if any."""
+    if problem is not None:
+        record["run_ended"] = problem
+    try:
+        ask(control, {"verb": "drill", "summary": record})
+        return problem
+    except RunError as exc:
+        if runs.is_live(runs.read_state(run_id) or {}):
+            return f"the summary was not recorded in the history: {exc}"
+    record["run_ended"] = problem = problem or f"run {run_id} ended before the drill did"
+    # No head writes there any more; one write, appended, is whole even beside a
+    # head's last lines.
+    line = json.dumps({"t": round(clock(), 4), "event": E.DRILL, **record}) + "\n"
+    try:
+        fd = os.open(run_dir / HISTORY, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return f"{problem}; the summary was not recorded in the history: {exc}"
+    return problem
