@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from mwrun.cli import pace as pc
@@ -119,34 +120,44 @@ def targets(doc: dict, only: list[str] | None) -> dict[str, list[tuple[str, int]
 
 def schedule(seed: int | None, every: float, duration: float,
              hit: dict[str, list[tuple[str, int]]],
-             scales: list[Scaling] | None = None) -> list[Shot | Move]:
-    """The faults, drawn at once: intervals exponential with mean ``every`` (a Poisson
-    process: faults come at random, not on a beat the job could fall into step with),
-    each to a random world of ``hit`` and a random one of its own members. One seed,
-    one topology: the same schedule.
+             scales: list[Scaling] | None = None) -> Iterator[Shot | Move]:
+    """The faults, drawn one at a time as the drill reaches them (lazily: a fault every
+    millisecond for a million seconds is a billion of them, which no list holds):
+    intervals exponential with mean ``every`` (a Poisson process: faults come at
+    random, not on a beat the job could fall into step with), each to a random world
+    of ``hit`` and a random one of its own members. One seed, one topology: the same
+    schedule.
 
     With ``scales``, each event is a scale operation with probability MIX (of a
     process drawn among ``scales``), else a fault; neither's target is chosen here
     (the membership changes under the drill): each carries a draw that picks it when
     it is due (``choose``, ``pick_count``)."""
     rng = random.Random(seed)
-    shots: list[Shot | Move] = []
+    worlds = sorted(hit)
     at = 0.0
     while True:
         at += rng.expovariate(1.0 / every)
         if at >= duration:
-            return shots
+            return
         if scales:
             if rng.random() < MIX:
                 which = rng.choice(scales)
-                shots.append(Move(round(at, 3), which.process, which.low, which.high,
-                                  rng.random()))
+                yield Move(round(at, 3), which.process, which.low, which.high, rng.random())
             else:
-                shots.append(Shot(round(at, 3), "", "", -1, rng.random()))
+                yield Shot(round(at, 3), "", "", -1, rng.random())
             continue
-        world = rng.choice(sorted(hit))
+        world = rng.choice(worlds)
         process, rank = rng.choice(hit[world])
-        shots.append(Shot(round(at, 3), world, process, rank))
+        yield Shot(round(at, 3), world, process, rank)
+
+
+def expected(every: float, duration: float, scales: list[Scaling] | None = None
+             ) -> tuple[float, float]:
+    """The schedule's mean numbers of faults and of scale operations (it is drawn as
+    the drill goes, so its exact counts are known only at the end)."""
+    events = duration / every
+    moves = events * MIX if scales else 0.0
+    return events - moves, moves
 
 
 def baseline(tl: Timeline, world: str, before: float) -> tuple[float, float] | None:
@@ -305,8 +316,11 @@ def _named(o: Outcome) -> str:
 def problems(record: dict) -> list[str]:
     """What fails the drill, each named: a fault that did not recover, a scale
     operation that did not end done, a call failed or a break outside the faulted
-    worlds. (A record of an older drill has only the first.)"""
+    worlds; the run ending under the drill. (A record of an older drill has only the
+    first.)"""
     found = [f"not recovered: {n}" for n in record["not_recovered"]]
+    if record.get("run_ended"):
+        found.append(record["run_ended"])
     scale = record.get("scale") or {}
     found += [f"scale operation not done: {n}" for n in scale.get("failed", [])]
     outside = record.get("outside") or {}

@@ -19,18 +19,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from mwrun import runs
 from mwrun.cli import drill as d
+from mwrun.cli import drillrisk, timeline
 from mwrun.cli import drillscale as ds
-from mwrun.cli import timeline
 from mwrun.errors import RunError, UsageError
-from mwrun.schema import PLAN, OpState
+from mwrun.schema import HISTORY, PLAN, OpState
+from mwrun.schema import Event as E
 
 POLL = 0.1  # seconds between looks at the clock while waiting for the next fault
 SHOW_EVERY = 1.0  # seconds between progress updates (each reads the history)
@@ -51,7 +53,10 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
     sig = sig.upper().removeprefix("SIG")
     if sig not in d.SIGNALS:
         raise UsageError(f"--signal can be {', '.join(d.SIGNALS)}, not {sig}")
-    only = [w.strip() for w in worlds.split(",") if w.strip()] if worlds else None
+    only = [w.strip() for w in worlds.split(",") if w.strip()] if worlds is not None else None
+    if only == []:  # --worlds "": naming none is not asking for all of them
+        raise UsageError(f"--worlds names no world ({worlds!r}): give WORLD,... or leave it"
+                         " out to drill every world")
     scales = ds.parse_scales(scale)
     try:
         run_id, state = runs.find(run, warn=warn)
@@ -71,7 +76,8 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
     settings = {"every": mean, "for": length, "signal": sig, "seed": seed, "targets": only}
     _, code = Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
                     say=say, recover_wait=RECOVER_WAIT + _hang_wait(run_id, sig),
-                    scales=scales, op_prefix=f"drill-{secrets.token_hex(3)}").run()
+                    scales=scales, op_prefix=f"drill-{secrets.token_hex(3)}", hit=hit,
+                    warn=warn).run()
     return code
 
 
@@ -249,14 +255,15 @@ class Operations:
 
 
 class Drill:
-    def __init__(self, run_id: str, control: str, shots: list[d.Shot | ds.Move],
+    def __init__(self, run_id: str, control: str, shots: Iterable[d.Shot | ds.Move],
                  settings: dict, *, say: Callable[[str], None], tty: bool, clock=time.time,
                  sleep=time.sleep, ask=runs.request, run_dir: Path | None = None,
                  recover_wait: float = RECOVER_WAIT, scales: list[ds.Scaling] | None = None,
-                 op_prefix: str = "drill"):
+                 op_prefix: str = "drill", hit: dict | None = None,
+                 warn: Callable[[str], None] | None = None):
         self.run_id = run_id
         self.control = control
-        self.shots = shots
+        self.shots = shots  # drawn as the drill reaches them (d.schedule is lazy)
         self.settings = settings  # every, for, signal, seed, targets: into the record
         self.scales = scales or []
         if self.scales:  # the record says what the drill was asked to scale
@@ -274,6 +281,8 @@ class Drill:
         self.watch = Watch(run_id, control, ask, clock)
         self.operations = Operations(op_prefix, ask, control, clock, self.watch.still_live)
         self.changed_at = float("-inf")  # the last fault was sent or operation ended
+        self.hit = hit or {}  # world -> the members it may hit (drillrisk: what it costs)
+        self.warn = warn or (lambda text: say(f"mwrun: {text}\n"))
 
     def run(self) -> tuple[dict, int]:
         """The drill, start to end: its record and exit status."""
@@ -313,10 +322,9 @@ class Drill:
         if waiting:
             self.say(f"drill: no fault-free pace for {', '.join(waiting)} (no steady traffic"
                      f" for {d.BASELINE_MIN:.0f} s): its pace kept is not measured\n")
-        faults = sum(1 for s in self.shots if isinstance(s, d.Shot))
-        moves = len(self.shots) - faults
-        planned = f"{faults} fault(s)" + (f" and {moves} scale operation(s)"
-                                          if self.scales else "")
+        faults, moves = d.expected(self.settings["every"], self.settings["for"], self.scales)
+        planned = f"about {faults:.0f} fault(s)" + (f" and {moves:.0f} scale operation(s)"
+                                                    if self.scales else "")
         if bases:
             paces = ", ".join(f"{w} {p:.2f}" for w, (a, b) in bases.items()
                               if (p := d.pace_of(tl, w, a, b)) is not None)
@@ -328,7 +336,9 @@ class Drill:
                      " worlds that appear meanwhile have no fault-free pace: they are left"
                      " out of the pace figures\n")
         self.window = d.Window(now, now + self.settings["for"], bases)
-        self.watch.look(force=True)  # the counts the drill's are measured from
+        doc = self.watch.look(force=True)  # the counts the drill's are measured from
+        for line in drillrisk.risks(doc, self.hit, faults):  # with the members' traffic
+            self.warn(f"drill: warning: {line}")
 
     def _shoot(self) -> None:
         for shot in self.shots:
@@ -433,13 +443,39 @@ class Drill:
                              {**self.settings, "interrupted": interrupted},
                              ops=self.operations.records if self.scales else None,
                              watch=self.watch.ledger.result(), skipped_ops=self.operations.skipped)
-        if self.problem is None:
-            try:
-                self.ask(self.control, {"verb": "drill", "summary": record})
-            except RunError as exc:
-                self.problem = f"the summary was not recorded in the history: {exc}"
+        self.problem = deliver(record, self.problem, self.ask, self.control, self.run_id,
+                               self.run_dir, self.clock)
         for line in d.lines(record):
             self.say(line + "\n")
         if self.problem is not None:
             self.say(f"drill: {self.problem}\n")
         return record, max(d.exit_status(record), self.problem is not None)
+
+
+def deliver(record: dict, problem: str | None, ask, control: str, run_id: str,
+            run_dir: Path, clock) -> str | None:
+    """The drill's record into the run's history: through the head, or, when the run
+    ended under the drill (``problem``) or before it could be asked, appended by the
+    drill itself, saying so (``run_ended``), so that the history and ``report`` hold
+    every drill. The drill's problem then, if any."""
+    if problem is not None:
+        record["run_ended"] = problem
+    try:
+        ask(control, {"verb": "drill", "summary": record})
+        return problem
+    except RunError as exc:
+        if runs.is_live(runs.read_state(run_id) or {}):
+            return f"the summary was not recorded in the history: {exc}"
+    record["run_ended"] = problem = problem or f"run {run_id} ended before the drill did"
+    # No head writes there any more; one write, appended, is whole even beside a
+    # head's last lines.
+    line = json.dumps({"t": round(clock(), 4), "event": E.DRILL, **record}) + "\n"
+    try:
+        fd = os.open(run_dir / HISTORY, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return f"{problem}; the summary was not recorded in the history: {exc}"
+    return problem

@@ -57,6 +57,10 @@ def build(loop, fresh_usage: bool = False) -> dict:
         processes.append({
             "name": name, "host": rec.plan.host, "pid": rec.pid, "state": rec.state.value,
             "exit_code": rec.exit_code, "restarts": rec.restarts,
+            # What a drill checks its schedule against (mwrun drill): restarts after a
+            # drill's fault spend none of max_restarts.
+            "restart": rec.plan.restart, "restarts_left": 0 if rec.plan.restart == "never"
+            else max(rec.plan.max_restarts - rec.spent, 0),
             "worlds": dict(rec.plan.worlds),
             "gpus": [int(g) if g.isdigit() else g for g in rec.plan.gpus],
             "cpus": list(rec.plan.cpus) if rec.plan.cpus is not None else [],

@@ -19,10 +19,13 @@ class Exit:
     hung: str | None = None  # why the supervisor killed it as hung, if it did
     start_error: str | None = None  # why it could not start
     lost: str | None = None  # its host was lost ("host NAME lost")
+    # A drill signalled this start of it: a fault whatever the exit code (a graceful
+    # worker exits 0 on a drill's SIGTERM, and is restarted all the same).
+    drilled: bool = False
 
     @property
     def clean(self) -> bool:
-        return self.code == 0 and not self.hung
+        return self.code == 0 and not self.hung and not self.drilled
 
     def describe(self, name: str) -> str:
         if self.start_error:
@@ -37,7 +40,7 @@ class Exit:
             except ValueError:
                 return f"{name} was killed by signal {-self.code}"
         if self.code == 0:
-            return f"{name} exited normally"
+            return f"{name} exited normally" + (" on a drill's signal" if self.drilled else "")
         return f"{name} exited with code {self.code}"
 
 
@@ -70,17 +73,31 @@ def crash_loop(loop: int, joined_at: float | None, now: float, drilled: bool = F
 def after_exit(policy: str, max_restarts: int, first_backoff: float, restarts_done: int,
                exit: Exit, loop: int = 0) -> Decision:
     """Whether and when a process that ended is started again: ``restarts_done`` counts
-    against max_restarts, ``loop`` (see crash_loop) sets the delay."""
+    against max_restarts, ``loop`` (see crash_loop) sets the delay. A drill's fault
+    (``exit.drilled``) is a failure whatever its exit code, and its restart spends none
+    of max_restarts, so it is never refused for want of them."""
     if exit.start_error:
         return Decision(False, why="a command that cannot start is not retried")
     if policy == "never":
         return Decision(False, why="not restarted (restart: never)")
     if policy == "on-failure" and exit.clean:
         return Decision(False, why="it exited normally")
+    if exit.drilled:
+        return Decision(True, backoff(first_backoff, loop),
+                        f"restart after a drill's fault (none of max_restarts: {max_restarts}"
+                        " spent)")
     if restarts_done >= max_restarts:
         return Decision(False, why=f"no restarts left (max_restarts: {max_restarts})")
     return Decision(True, backoff(first_backoff, loop),
                     f"restart {restarts_done + 1} of {max_restarts}")
+
+
+def restart_text(restarts: int, spent: int, max_restarts: int, drilled: bool) -> str:
+    """Which restart a process is making: the ``spent``-th of its max_restarts, or (its
+    ``restarts``-th in all) one after a drill's fault, which spends none."""
+    if drilled:
+        return f"restart {restarts}, after a drill's fault: none of max_restarts spent"
+    return f"restart {spent} of {max_restarts}"
 
 
 def stops_the_job(on_failure: str, exit: Exit) -> bool:

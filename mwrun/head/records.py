@@ -19,6 +19,9 @@ class ProcessRecord:
     state: P = P.STARTING
     pid: int | None = None
     restarts: int = 0
+    # The restarts counted against max_restarts: those after a drill's fault are not (the
+    # fault came from outside; a drill must not end the job it measures).
+    spent: int = 0
     exit_code: int | None = None
     started_at: float | None = None  # wall clock, for people
     started: float = 0.0  # monotonic

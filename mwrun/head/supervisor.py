@@ -123,7 +123,8 @@ class Supervisor:
         """Exited with ``code`` (seen ``at``, if its host said); or its host was lost."""
         rec = self.procs.get(name)
         if rec is not None and rec.state.alive:
-            self._ended(rec, policy.Exit(code, hung=rec.hung, lost=lost), at)
+            exit = policy.Exit(code, hung=rec.hung, lost=lost, drilled=rec.drilled)
+            self._ended(rec, exit, at)
             self._settle(rec)
 
     def on_spawned(self, name: str, pid: int, at: float | None = None) -> None:
@@ -155,7 +156,7 @@ class Supervisor:
             return
         rec.loop = policy.crash_loop(rec.loop, rec.joined_at, self.host.now(), rec.drilled)
         decision = policy.after_exit(rec.plan.restart, rec.plan.max_restarts,
-                                     rec.plan.restart_backoff, rec.restarts, exit, rec.loop)
+                                     rec.plan.restart_backoff, rec.spent, exit, rec.loop)
         if decision.restart:
             rec.loop += 1
             self.processes.move(rec, P.RESTARTING)
@@ -203,8 +204,10 @@ class Supervisor:
                     and rec.restart_at is not None and rec.restart_at <= now \
                     and self.host.reachable(rec.plan.name):  # its host is there (again)
                 rec.restarts += 1
-                self.processes.say(f"restarting {rec.plan.name} (restart {rec.restarts}"
-                                   f" of {rec.plan.max_restarts})")
+                rec.spent += not rec.drilled  # a drill's fault spends none (spawn unmarks)
+                which = policy.restart_text(rec.restarts, rec.spent, rec.plan.max_restarts,
+                                            rec.drilled)
+                self.processes.say(f"restarting {rec.plan.name} ({which})")
                 self._spawn(rec)
                 touched.append(rec)
             elif rec.state in (P.STARTING, P.RUNNING, P.UNRESPONSIVE) and not self.stopping:

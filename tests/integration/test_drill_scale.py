@@ -76,7 +76,7 @@ def test_a_drill_with_scale_operations_on_a_serving_job(procs, home, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     history = (home / "runs" / "serve" / "history.jsonl").read_text().splitlines()
     [record] = [r for r in map(json.loads, history) if r.get("event") == "drill"]
-    planned = d.schedule(SEED, EVERY, FOR, {}, [SCALE])
+    planned = list(d.schedule(SEED, EVERY, FOR, {}, [SCALE]))
     moves = [s for s in planned if isinstance(s, ds.Move)]
     assert moves and len(moves) < len(planned)  # the seed mixes both
 

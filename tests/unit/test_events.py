@@ -50,14 +50,16 @@ def test_a_drill_kill_is_told_as_a_drill_then_the_exit_break_restart_and_re_form
     sup.on_exit("worker-0", -9)
     assert since(host, mark) == [
         ev.Exited("worker-0", 1002, -9, P.RESTARTING,
-                  "worker-0 was killed by SIGKILL; restart 1 of 2 at once"),
+                  "worker-0 was killed by SIGKILL; restart after a drill's fault (none of"
+                  " max_restarts: 2 spent) at once"),
         ev.WorldBroken("world1", 0, "worker-0 was killed by SIGKILL")]
     mark = len(host.events)
     sup.on_tick()
     assert since(host, mark) == [
         ev.Spawned("worker-0", 1004, 1),
         ev.WorldChanged("world1", W.FORMING, "worker-0 was killed by SIGKILL")]  # it is back
-    assert said(host, mark) == ["restarting worker-0 (restart 1 of 2)"]
+    assert said(host, mark) == [
+        "restarting worker-0 (restart 1, after a drill's fault: none of max_restarts spent)"]
     mark = len(host.events)
     for name in ("worker-0", "leader"):
         sup.members.on_world_event(name, sup.procs[name].pid, "world1", 1, "ready")
