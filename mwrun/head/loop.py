@@ -94,9 +94,8 @@ class Loop:
         self.hosts = hosts or []  # the status document's host entries (name, addr)
         self.writer = document.Writer(run_dir / STATE, lambda: document.build(self),
                                       lambda: document.outside(self))
-        # The fault timeline (every fault, by id, phase by phase), and the phases of
-        # every scale operation's changes. It hears each event before the history,
-        # which tags the event's record with the id of the fault it belongs to.
+        # The fault timeline (by id; it hears each event before the history, which tags
+        # records with its ids), and the phases of every scale operation's changes.
         self.faults = Faults(View(lambda: self.supervisor.procs, lambda r: list(r.plan.worlds)),
                              View(lambda: self.supervisor.worlds,
                                   lambda w: list(w.plan.members)),
