@@ -103,7 +103,8 @@ def drills(tl: Timeline, brief: bool = False) -> list[str]:
         if e["event"] == E.DRILL:
             try:
                 found += lines(e, brief)
-            except (KeyError, TypeError, AttributeError):  # not a record this mwrun wrote
+            # Not a record this mwrun wrote (a time past what the clock can show, too).
+            except (KeyError, TypeError, AttributeError, ValueError, OverflowError, OSError):
                 found.append("note: a drill record could not be read")
     return found
 

@@ -275,7 +275,8 @@ def faults(tl: Timeline) -> list[Fault]:
         kind, t = e["event"], e["t"]
         stopped = stopped or kind == E.STOP
         mine = [f for w, i in (e.get(FAULT_IDS) or {}).items() if (f := of(i, w, t))]
-        fault = of(e[FAULT_ID], e["world"], t) if FAULT_ID in e else None
+        fault = of(e[FAULT_ID], e["world"], t) \
+            if FAULT_ID in e and isinstance(e.get("world"), str) else None
         if kind == E.FORM and e["world"] in formed:
             formed[e["world"]] = t
         if kind == E.SIGNAL and e["why"] == DRILL:
