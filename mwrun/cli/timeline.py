@@ -317,7 +317,7 @@ def _phases(tl: Timeline) -> None:
                 and f.broke is not None]
         if seen is None or not mine:
             continue
-        nearest = min(mine, key=lambda f: abs(f.broke - seen))  # type: ignore[operator]
+        nearest = min(mine, key=lambda f: abs((f.broke or 0.0) - seen))
         if nearest.broke is not None and abs(nearest.broke - seen) <= KILL_LEADS:
             nearest.phases = phases
 
