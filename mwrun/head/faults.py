@@ -164,6 +164,7 @@ class Faults(Said):
         self.signalled: dict[str, tuple[float, str]] = {}  # process -> (when, signal)
         self.exits: dict[str, Exit] = {}  # world -> the failure its next break is of
         self.tagged: dict = {}  # the history's tag of the event just handled (``tags``)
+        self.closed: set[str] = set()  # worlds closed for good: a signal starts no fault
         self.changes = 0  # state.json compares this (what it shows moved)
 
     # -- what the supervisor tells ----------------------------------------------------
@@ -174,20 +175,23 @@ class Faults(Said):
             case ev.Signalled(process, sig, why) if why in FAULT_SIGNALS:
                 # The first one counts: a drill's SIGSTOP, not the hang's kill it led to.
                 at, name = self.signalled.setdefault(process, (self.clock(), sig.name))
-                self._tag_process(process, self._signalled(process, at, name))
+                self.tagged = _by_world(self._signalled(process, at, name))
             case ev.Exited(pid=pid) if pid is not None:
-                self._tag_process(event.process, self._exited(event, self._at(event.at)))
+                self.tagged = _by_world(self._exited(event, self._at(event.at)))
             case ev.Abandoned(process):
                 self.signalled.pop(process, None)
             case ev.WorldBroken(world, generation, reason):
                 self.tagged = {FAULT_ID: self._broke(world, generation, reason).id}
             case ev.Spawned(process):
-                self._tag_process(process, self._spawned(process, self._at(event.at)))
+                self.tagged = _by_world(self._spawned(process, self._at(event.at)))
             case ev.WorldFormed(world, generation):
                 fault = self._formed(world, generation)
                 if fault is not None:
                     self.tagged = {FAULT_ID: fault.id}
+            case ev.WorldAdded(world):  # made (again) under its name: it may break
+                self.closed.discard(world)
             case ev.WorldClosed(world) | ev.WorldRemoved(world):
+                self.closed.add(world)
                 fault = self.open.get(world)
                 if fault is not None:
                     self.tagged = {FAULT_ID: fault.id}
@@ -205,10 +209,6 @@ class Faults(Said):
         to (``fault`` for a world's event, ``faults`` by world for a process's). Asked
         right after this subscriber heard the event (loop.py orders them so)."""
         return self.tagged
-
-    def _tag_process(self, process: str, faults: list[Fault]) -> None:
-        if faults:
-            self.tagged = {FAULT_IDS: {f.world: f.id for f in faults}}
 
     def _at(self, at: float | None) -> float:
         return self.clock() if at is None else at
@@ -228,6 +228,8 @@ class Faults(Said):
         found = []
         for world in self.worlds_of.get(process, ()):
             fault = self._current(world)
+            if fault is None and world in self.closed:
+                continue
             if fault is None:
                 fault = self._open(world, self.generation_of(world),
                                    Exit(process, at, None, name, f"{process} got {name}"))
@@ -345,6 +347,11 @@ class Faults(Said):
     def last_fault(self, world: str) -> dict | None:
         fault = self.last.get(world)
         return None if fault is None else fault.summary(self.open.get(world) is fault)
+
+
+def _by_world(faults: list[Fault]) -> dict:
+    """A process's event's tag: the fault it belongs to in each of its worlds."""
+    return {FAULT_IDS: {f.world: f.id for f in faults}} if faults else {}
 
 
 def _signal_name(code: int | None) -> str | None:

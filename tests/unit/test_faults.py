@@ -278,3 +278,12 @@ def test_a_remote_time_is_never_later_than_the_frame_that_told_it():
     assert clocks.to_head("node1", 205.5) == 200.5  # corrected
     assert clocks.to_head("node1", 206.2) == 201.0  # not after its arrival
     assert clocks.to_head("node1", "soon") is None
+
+
+def test_a_signal_starts_no_fault_in_a_world_closed_for_good():
+    sup, host, faults, written = tracked()
+    sup.on_exit("worker-1", 0)  # finished: world2 closes for good
+    assert sup.worlds["world2"].state.value == "closed"
+    sup.kill_world("world1", 0, signal.SIGSTOP)  # the leader, in both worlds
+    assert faults.last_fault("world1")["open"]
+    assert faults.last_fault("world2") is None
