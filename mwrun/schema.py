@@ -183,6 +183,13 @@ class Phase(str, Enum):
     FIRST_CALL = "first_call"  # the world's first completed call after it
 
 
+# The fault timeline's id on the history's records (head/faults.py, head/history.py):
+# a world's event (break, form, close) carries FAULT_ID, the id of the fault it belongs
+# to; a process's event (signal, exit, spawn) FAULT_IDS, {world: that id}; a ``fault``
+# record its own as ``id``. Every reader joins on it, never on nearness in time.
+FAULT_ID = "fault"
+FAULT_IDS = "faults"
+
 RATES = "rates"  # the key of a history's rate samples: {world: [calls/s, bytes/s]}
 # Beside RATES in the same record: {world: [calls, t]}, the world's completed calls since
 # the run started as its members counted them (never going back when a member restarts,

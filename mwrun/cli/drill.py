@@ -48,10 +48,10 @@ from dataclasses import dataclass, field
 from mwrun.cli import pace as pc
 from mwrun.cli.drillscale import MIX, Move, Scaling, leaders, reshaped, scale_lines, scale_summary
 from mwrun.cli.drillscale import count_text as _count
-from mwrun.cli.timeline import KILL_LEADS, Fault, Timeline, phase_text
+from mwrun.cli.timeline import DRILL, KILL_LEADS, Fault, Timeline, phase_text
 from mwrun.errors import UsageError
+from mwrun.schema import FAULT_IDS, Phase
 from mwrun.schema import Event as E
-from mwrun.schema import Phase
 
 SIGNALS = ("KILL", "TERM", "SEGV", "STOP")
 BASELINE_MIN = 5.0  # seconds of fault-free pace the drill measures before its first fault
@@ -191,10 +191,33 @@ class Outcome:
 
 
 def match(tl: Timeline, sent: list[Sent]) -> list[Outcome]:
-    """Each fault sent, with the break it caused: the same world's fault that was
-    still down when it was sent (it joins that outage), else the nearest one that
-    started after it (within KILL_LEADS) and no earlier fault sent has claimed: two
-    faults a moment apart are two outages, never one counted twice."""
+    """Each fault sent, with the fault it made or joined: its own signal's record in
+    the history (the first drill signal to its process since it was sent that no
+    earlier one has claimed) names the head's fault by id. A signal to a world still
+    down joins that fault (the same outage); two faults a moment apart are two."""
+    if not tl.ids:
+        return _match_by_time(tl, sent)
+    by_id = {f.id: f for f in tl.faults}
+    signals = [e for e in tl.events if e["event"] == E.SIGNAL and e["why"] == DRILL]
+    claimed: set[int] = set()
+    found: list[Outcome] = []
+    for s in sent:
+        if s.skipped is not None:
+            continue
+        mine = next((i for i, e in enumerate(signals) if i not in claimed
+                     and e["process"] == s.shot.process and e["t"] >= s.t - SENT_SLACK), None)
+        fault = None
+        if mine is not None:
+            claimed.add(mine)
+            fault = by_id.get((signals[mine].get(FAULT_IDS) or {}).get(s.shot.world))
+        found.append(Outcome(s, fault))
+    return found
+
+
+def _match_by_time(tl: Timeline, sent: list[Sent]) -> list[Outcome]:
+    """An older mwrun's history, whose faults have no ids: the same world's fault that
+    was still down when it was sent, else the nearest one that started after it
+    (within KILL_LEADS) and no earlier fault sent has claimed."""
     found: list[Outcome] = []
     claimed: set[int] = set()
     for s in sent:

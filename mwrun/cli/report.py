@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mwrun import runs
 from mwrun.cli import pace, timeline
-from mwrun.cli.timeline import Timeline, summary
+from mwrun.cli.timeline import DRILL, Timeline, summary
 from mwrun.errors import MwrunError, RunError, UsageError
 from mwrun.schema import REPORT
 from mwrun.schema import Event as E
@@ -103,7 +103,8 @@ def drills(tl: Timeline, brief: bool = False) -> list[str]:
         if e["event"] == E.DRILL:
             try:
                 found += lines(e, brief)
-            except (KeyError, TypeError, AttributeError):  # not a record this mwrun wrote
+            # Not a record this mwrun wrote (a time past what the clock can show, too).
+            except (KeyError, TypeError, AttributeError, ValueError, OverflowError, OSError):
                 found.append("note: a drill record could not be read")
     return found
 
@@ -159,7 +160,7 @@ def _lane(ax, tl: Timeline, world: str) -> None:
 
 def _mark(e: dict, world: str, members: list[str]) -> str | None:
     kind = e["event"]
-    if kind == E.SIGNAL and e.get("why") == "drill" and e.get("process") in members:
+    if kind == E.SIGNAL and e.get("why") == DRILL and e.get("process") in members:
         return "kill"
     if kind == E.BREAK and e.get("world") == world:
         return "break"

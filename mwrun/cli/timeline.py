@@ -14,11 +14,21 @@ from pathlib import Path
 
 from mwrun.cli import pace as pc
 from mwrun.errors import RunError
-from mwrun.schema import CALLS, HISTORY, HISTORY_ROTATED, RATES, Phase, ScalePhase
+from mwrun.schema import (
+    CALLS,
+    FAULT_ID,
+    FAULT_IDS,
+    HISTORY,
+    HISTORY_ROTATED,
+    RATES,
+    Phase,
+    ScalePhase,
+)
 from mwrun.schema import Event as E
 from mwrun.terminal import size
 
 AROUND = 10.0  # seconds before and after a fault that "before" and "after" average over
+DRILL = "drill"  # a drill's signal's ``why`` in the history (head/events.py, Why.DRILL)
 KILL_LEADS = 10.0  # a drill's signal this long before a break is taken as its cause
 MANY = 4  # faults in a run past which the summary gives each one line (a drill's)
 SPAN = 1.0  # seconds between a history's rate samples (SAMPLE_EVERY in head/history.py)
@@ -27,8 +37,11 @@ Pace = tuple[float, float | None]  # (calls/s, bytes/s or None when unknown): se
 
 @dataclass
 class Fault:
+    """One fault of a world as the history tells it: the head's fault (head/faults.py)
+    with its id, joined with every record that carries that id."""
+
     world: str
-    broke: float
+    broke: float | None  # its first break; None while it has not broken yet
     reason: str
     kill: float | None = None  # the drill's signal that caused it, if one did
     killed: str = ""  # "SIGKILL to worker-0"
@@ -38,6 +51,8 @@ class Fault:
     breaks: int = 1
     since: float = 0.0  # when the world had formed before it broke
     phases: dict | None = None  # Phase -> head wall time or None, from its fault record
+    id: int | None = None  # the head's id (None: a history written before faults had one)
+    first: float = 0.0  # its first record (a signal, an exit, a break)
 
     def phase(self, name: Phase) -> float | None:
         value = (self.phases or {}).get(name.value)
@@ -48,7 +63,7 @@ class Fault:
         t_fault = self.phase(Phase.T_FAULT)
         if t_fault is not None:
             return t_fault
-        return self.kill if self.kill is not None else self.broke
+        return self.kill if self.kill is not None else self.first
 
     @property
     def back(self) -> float | None:
@@ -76,6 +91,7 @@ class Timeline:
     notes: list[str] = field(default_factory=list)
     ended: str | None = None  # finished | failed; None: live, or the history was cut short
     down_spans: dict[str, pc.Spans] = field(default_factory=dict, repr=False)  # see downs
+    ids: bool = True  # its faults carry the head's ids (False: an older mwrun's history)
 
     @property
     def traffic(self) -> bool:
@@ -99,7 +115,7 @@ def load(run_dir: Path, run_id: str) -> tuple[list[dict], list[str]]:
     if not paths[1].exists():
         raise RunError(f"run {run_id} has no history ({paths[1]} is missing): it was"
                        " started by an mwrun without history, or the file was removed")
-    records, notes, bad = [], [], 0
+    records, notes, bad, shapeless = [], [], 0, 0
     for path in paths:
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
@@ -113,17 +129,79 @@ def load(run_dir: Path, run_id: str) -> tuple[list[dict], list[str]]:
                 continue
             try:
                 record = json.loads(line)
-                if not isinstance(record, dict) or not isinstance(record.get("t"), int | float):
-                    raise ValueError(line)
-                records.append(record)
             except ValueError:
                 if i == len(lines) - 1:  # no newline after it: cut short mid-write
                     notes.append(f"{path.name} ends in a line cut short; it was left out")
                 else:
                     bad += 1
+                continue
+            if well_shaped(record):
+                records.append(record)
+            else:
+                shapeless += 1
     if bad:
         notes.append(f"{bad} unreadable line(s) in the history were left out")
+    if shapeless:
+        notes.append(f"{shapeless} line(s) of the history not shaped as mwrun writes them"
+                     " were left out")
     return records, notes
+
+
+_NUMBER = (int, float)
+_TEXT_OR_NONE = (str, type(None))
+# What each record kind must hold for the readers (timeline, report, drill) to read it;
+# a record without it is left out, said in a note, never a traceback.
+SHAPES: dict[str, dict[str, tuple[type, ...]]] = {
+    E.START: {"worlds": (dict,)},
+    E.SPAWN: {"process": (str,), "restarts": (int,)},
+    E.SIGNAL: {"process": (str,), "signal": (str,), "why": (str,)},
+    E.HANG: {"process": (str,)},
+    E.EXIT: {"process": (str,)},
+    E.BREAK: {"world": (str,), "reason": _TEXT_OR_NONE},
+    E.FORM: {"world": (str,), "generation": (int,)},
+    E.CLOSE: {"world": (str,)},
+    E.END: {"state": (str,)},
+    E.FAULT: {"world": (str,), "phases": (dict,)},
+    E.DRILL: {},
+    E.SCALE: {"phases": (dict,)},
+    E.ADD: {"world": (str,), "members": (list,)},
+    E.RESIZE: {"world": (str,), "members": (list,)},
+    E.DRAIN: {"world": (str,)},
+    E.REMOVE: {"world": (str,)},
+}
+
+
+def well_shaped(record: object) -> bool:
+    """Whether a history line is a record as mwrun writes them (history.py): a time,
+    and for its kind the fields the readers use, of their types; the fault ids, rate
+    and count samples, a start's worlds and a fault's phases as they are written. An
+    event of a kind this mwrun does not know is kept (and not read)."""
+    if not isinstance(record, dict) or not isinstance(record.get("t"), _NUMBER):
+        return False
+    kind = record.get("event", "")
+    if not isinstance(kind, str):
+        return False
+    for key, types in SHAPES.get(kind, {}).items():
+        if not isinstance(record.get(key), types):
+            return False
+    if kind == E.START and not all(isinstance(v, list) and all(isinstance(m, str) for m in v)
+                                   for v in record["worlds"].values()):
+        return False
+    if kind in (E.FAULT, E.SCALE) and not all(
+            isinstance(t, (*_NUMBER, type(None))) for t in record["phases"].values()):
+        return False
+    ids = record.get(FAULT_IDS, {})
+    if not isinstance(record.get(FAULT_ID, 0), int) or not isinstance(ids, dict) \
+            or not all(isinstance(i, int) for i in ids.values()):
+        return False
+    return all(_pairs(record.get(key, {})) for key in (RATES, CALLS))
+
+
+def _pairs(samples: object) -> bool:
+    """{world: [number, number]}: a rate or count sample."""
+    return isinstance(samples, dict) and all(
+        isinstance(v, list) and len(v) == 2 and all(isinstance(x, _NUMBER) for x in v)
+        for v in samples.values())
 
 
 def build(records: list[dict], notes: list[str], run_id: str) -> Timeline:
@@ -150,8 +228,9 @@ def build(records: list[dict], notes: list[str], run_id: str) -> Timeline:
     tl = Timeline(run_id, head.get("name", run_id), worlds, records[0]["t"], records[-1]["t"],
                   samples, events, counts=_counts(records, worlds, records[0]["t"]),
                   notes=list(notes), ended=ended)
-    tl.faults = faults(tl)
-    _phases(tl)
+    tl.ids = any(FAULT_ID in e or FAULT_IDS in e or (e["event"] == E.FAULT and "id" in e)
+                 for e in events) or not any(e["event"] == E.BREAK for e in events)
+    tl.faults = faults(tl) if tl.ids else legacy_faults(tl)
     if not tl.traffic:
         tl.notes.append("no traffic was recorded: no member made a call through the mwrun"
                         " library (plain torch.distributed calls are not counted)")
@@ -176,9 +255,57 @@ def _counts(records: list[dict], worlds, start: float) -> dict[str, pc.Points]:
     return counts
 
 
+def faults(tl: Timeline) -> list[Fault]:
+    """The run's faults as the head numbered them (head/faults.py), each joined with
+    every record that carries its id: the drill's signal, the breaks, the restart, the
+    re-form, how it ended, and its phases (its ``fault`` record, once it closed)."""
+    found: dict[int, Fault] = {}
+    formed = {w: tl.start for w in tl.worlds}  # when each world last formed
+    stopped = False
+
+    def of(fault_id: int, world: str, t: float) -> Fault | None:
+        if world not in tl.worlds:
+            return None
+        if fault_id not in found:
+            found[fault_id] = Fault(world, None, "?", breaks=0, since=formed[world],
+                                    id=fault_id, first=t)
+        return found[fault_id]
+
+    for e in tl.events:
+        kind, t = e["event"], e["t"]
+        stopped = stopped or kind == E.STOP
+        mine = [f for w, i in (e.get(FAULT_IDS) or {}).items() if (f := of(i, w, t))]
+        fault = of(e[FAULT_ID], e["world"], t) \
+            if FAULT_ID in e and isinstance(e.get("world"), str) else None
+        if kind == E.FORM and e["world"] in formed:
+            formed[e["world"]] = t
+        if kind == E.SIGNAL and e["why"] == DRILL:
+            for f in mine:
+                if f.kill is None:
+                    f.kill, f.killed = t, f"{e['signal']} to {e['process']}"
+        elif kind == E.SPAWN and e["restarts"] > 0:
+            for f in mine:
+                f.restart = t if f.restart is None else f.restart
+        elif kind == E.FAULT and isinstance(e.get("id"), int):
+            if (f := of(e["id"], e["world"], t)) is not None:
+                f.phases = e["phases"]
+        elif fault is None:
+            continue
+        elif kind == E.BREAK:
+            fault.breaks += 1
+            if fault.broke is None:
+                fault.broke, fault.reason = t, str(e.get("reason") or "?")
+        elif kind == E.FORM:
+            fault.end, fault.outcome = t, "re-formed"
+        elif kind in (E.CLOSE, E.REMOVE) and fault.end is None:
+            fault.outcome = "not re-formed before the run stopped" if stopped \
+                else f"closed for good ({e.get('reason')})"
+    return sorted(found.values(), key=lambda f: f.id or 0)
+
+
 def _phases(tl: Timeline) -> None:
-    """Each fault record (the head's phase tracker) given to the break it measured:
-    the same world's fault whose break is nearest its phases."""
+    """A history written before faults had ids: each fault record given to the break it
+    measured, the same world's fault whose break is nearest its phases."""
     for r in tl.events:
         if r["event"] != E.FAULT or not isinstance(r.get("phases"), dict):
             continue
@@ -186,16 +313,25 @@ def _phases(tl: Timeline) -> None:
         seen = next((phases.get(p.value) for p in (Phase.SURVIVORS_TOLD, Phase.EXIT_SEEN,
                                                     Phase.T_FAULT)
                      if isinstance(phases.get(p.value), int | float)), None)
-        mine = [f for f in tl.faults if f.world == r.get("world") and f.phases is None]
+        mine = [f for f in tl.faults if f.world == r.get("world") and f.phases is None
+                and f.broke is not None]
         if seen is None or not mine:
             continue
-        nearest = min(mine, key=lambda f: abs(f.broke - seen))
-        if abs(nearest.broke - seen) <= KILL_LEADS:
+        nearest = min(mine, key=lambda f: abs((f.broke or 0.0) - seen))
+        if nearest.broke is not None and abs(nearest.broke - seen) <= KILL_LEADS:
             nearest.phases = phases
 
 
-def faults(tl: Timeline) -> list[Fault]:
-    """Each break, from the drill that caused it (if any) to the world's re-form."""
+def legacy_faults(tl: Timeline) -> list[Fault]:
+    """A history written before faults had ids (an older mwrun's): each break, from the
+    drill that caused it (if any) to the world's re-form, by nearness in time."""
+    found = _legacy(tl)
+    tl.faults = found
+    _phases(tl)
+    return found
+
+
+def _legacy(tl: Timeline) -> list[Fault]:
     found: list[Fault] = []
     open_: dict[str, Fault] = {}
     formed = {w: tl.start for w in tl.worlds}  # when each world last formed
@@ -206,7 +342,7 @@ def faults(tl: Timeline) -> list[Fault]:
                 open_[world].breaks += 1  # broke again before it re-formed
                 continue
             fault = open_[world] = Fault(world, e["t"], str(e.get("reason") or "?"),
-                                         since=formed[world])
+                                         since=formed[world], first=e["t"])
             cause = _drill_before(tl, world, e["t"], formed[world])
             if cause is not None:
                 fault.kill, fault.killed = cause["t"], f"{cause['signal']} to {cause['process']}"
@@ -228,7 +364,7 @@ def faults(tl: Timeline) -> list[Fault]:
 
 
 def _drill_before(tl: Timeline, world: str, broke: float, since: float) -> dict | None:
-    drills = [e for e in tl.events if e["event"] == E.SIGNAL and e.get("why") == "drill"
+    drills = [e for e in tl.events if e["event"] == E.SIGNAL and e.get("why") == DRILL
               and e.get("process") in tl.worlds[world] and since <= e["t"] <= broke
               and broke - e["t"] <= KILL_LEADS]
     return drills[-1] if drills else None
@@ -349,9 +485,13 @@ def _fault_line(tl: Timeline, f: Fault) -> str:
 
 def _fault_lines(tl: Timeline, f: Fault) -> list[str]:
     at = time.strftime("%H:%M:%S", time.localtime(f.start)) + f"{f.start % 1:.3f}"[1:]
-    what = f"{at} killed ({f.killed}), broke +{_secs(f.broke - f.start)}" if f.kill \
-        is not None else f"{at} broke"
-    what += f" ({f.reason})"
+    if f.broke is None:  # a STOP not yet judged: the world is down all the same
+        broke = "not broken yet"
+    else:
+        broke = "broke" + (f" +{_secs(f.broke - f.start)}" if f.kill is not None else "") \
+            + f" ({f.reason})" + (f", {f.breaks} times before it re-formed"
+                                  if f.breaks > 1 else "")
+    what = f"{at} killed ({f.killed}), {broke}" if f.kill is not None else f"{at} {broke}"
     if f.restart is not None:
         what += f", restarted +{_secs(f.restart - f.start)}"
     end = f"re-formed +{_secs(f.end - f.start)}" if f.end is not None else f.outcome

@@ -1,7 +1,8 @@
 """The status document (``mwrun status --json`` and ``state.json``), built from the
 supervisor's records and the loop's readings: processes, worlds with their traffic,
-hosts; per world its ``last_fault`` (faults.py: ``at``, the wall-clock time of its first
-known phase, and each phase as seconds after ``at``, null when it did not happen).
+hosts; per world its ``last_fault`` (faults.py: ``id``, the fault's id in the run, the
+same as on its history records; ``at``, the wall-clock time of its first known phase,
+and each phase as seconds after ``at``, null when it did not happen).
 ``state.json`` is written by a ``Writer`` that subscribes to the supervisor's
 events: rewritten only when something in it changed (a heartbeat emits nothing) or
 the usage readings are due, and then behind, at most once per SAVE_GAP: building the

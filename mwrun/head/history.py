@@ -9,15 +9,22 @@
   hang or stop), ``hang`` (process, why), ``exit`` (process, pid, code, state, why),
   ``break`` (world, generation, reason), ``form`` (world, generation; a re-form when
   generation > 0), ``close`` (world, reason), ``stop``, ``end`` (state);
-- ``{"event": "fault", "world", "generation", "process", "signal", "cause",
-  "phases": {phase: time | null}}`` once per fault of a world, written when it is
-  closed (its first call after the re-form, or the world broke again, closed, or the
-  run ended): ``generation`` the one that broke, ``process`` the member at fault (null
+- ``{"event": "fault", "id", "world", "generation", "process", "signal", "cause",
+  "breaks", "phases": {phase: time | null}}`` once per fault of a world (faults.py:
+  one outage, from a drill's or a hang's signal or the break until the world's first
+  call after it re-formed), written when it is closed (that first call, or a new
+  fault after the re-form, the world closed, or the run ended): ``id`` the fault's
+  number in the run, ``generation`` the one that broke first, ``breaks`` how many
+  breaks of the world it took, ``process`` the member at fault (null
   when a member saw the break first), ``signal`` the signal sent to it (a drill's, a
-  hang's) or that ended it (null: none), ``cause`` the break's reason; ``phases`` in
+  hang's) or that ended it (null: none), ``cause`` the first break's reason; ``phases`` in
   ``schema.Phase``'s order (t_fault, exit_seen, survivors_told, restarted, reformed,
   first_call), each a wall-clock time on the head's clock (a remote host's corrected
-  by its measured offset), null when that phase did not happen (see faults.py);
+  by its measured offset), null when that phase did not happen (see faults.py).
+  Every event that belongs to a fault carries its id from the moment the fault
+  started, before its ``fault`` record is written: ``fault`` (the id) on a world's
+  ``break``, ``form`` (the re-form that ended it) and ``close``; ``faults`` ({world:
+  id}) on a process's ``signal``, ``exit`` and ``spawn``. Readers join on the id;
 - ``{"rates": {world: [calls_per_s, bytes_per_s]}, "calls": {world: [calls, t]}}``
   every SAMPLE_EVERY seconds while the run lives: each world's rate over about the
   last beat interval (for the eye), and its completed calls since the run started as
@@ -46,6 +53,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -59,12 +67,16 @@ SAMPLE_EVERY = 1.0
 
 
 class History:
-    def __init__(self, run_dir: Path, head: dict, clock=time.time, limit: int = HISTORY_BYTES):
+    def __init__(self, run_dir: Path, head: dict, clock=time.time, limit: int = HISTORY_BYTES,
+                 tags: Callable[[ev.Event], dict] | None = None):
         self.path = Path(run_dir) / HISTORY
         self.rotated = Path(run_dir) / HISTORY_ROTATED
         self.head = head  # the start record: run_id, name, worlds
         self.clock = clock
         self.limit = limit
+        # The fault timeline's tag of each event (faults.py ``tags``: the id of the
+        # fault it belongs to), which every reader joins on; set once both exist.
+        self.tags = tags
         # Kept for the run; None once closed, or once writing failed (a full disk must
         # not stop the supervisor).
         self.file: TextIO | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
@@ -96,7 +108,7 @@ class History:
         """A subscriber of the supervisor's events: the record of one, if it has one."""
         found = record(event)
         if found is not None:
-            self._write(found)
+            self._write({**found, **(self.tags(event) if self.tags else {})})
 
     def fault(self, record: dict) -> None:
         """One fault of a world, phase by phase, once it is closed (faults.py)."""

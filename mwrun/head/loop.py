@@ -94,19 +94,20 @@ class Loop:
         self.hosts = hosts or []  # the status document's host entries (name, addr)
         self.writer = document.Writer(run_dir / STATE, lambda: document.build(self),
                                       lambda: document.outside(self))
-        # The phases of every fault (after the history: a fault's record follows the
-        # break that ended it), and of every scale operation's changes.
+        # The fault timeline (by id; it hears each event before the history, which tags
+        # records with its ids), and the phases of every scale operation's changes.
         self.faults = Faults(View(lambda: self.supervisor.procs, lambda r: list(r.plan.worlds)),
                              View(lambda: self.supervisor.worlds,
                                   lambda w: list(w.plan.members)),
                              lambda world: self.supervisor.worlds[world].generation,
                              self.history.fault, time.time)
+        self.history.tags = self.faults.tags
         self.ops = Ops(self.history.scale, time.time, self.say)
-        # Who hears it: the console and events.log, the history, the faults, the scale
+        # Who hears it: the console and events.log, the faults, the history, the scale
         # operations, state.json (behind).
         self.progress = Progress(list(plan.processes), list(plan.worlds), self.say,
                                  lambda: self.router.starts, self.started_at)
-        self.events = Events((lines(printer.event), self.history, self.faults, self.ops,
+        self.events = Events((lines(printer.event), self.faults, self.history, self.ops,
                               self.writer, self.progress, self._gone))
         self.hands = Hands(self.selector, self, run_dir / ZYGOTE_LOG,
                            lambda: self.supervisor.stopping)

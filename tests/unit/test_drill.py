@@ -186,3 +186,23 @@ def test_two_faults_a_moment_apart_are_two_outages():
                                                   pytest.approx(1.2, abs=1e-3)]
     assert w1["downtime_max"] == pytest.approx(FIRST_CALL - KILL)
     assert not any(f["again"] for f in w1["list"])
+
+
+def test_each_fault_sent_is_joined_on_its_signals_fault_id():
+    """A restart killed again, a second kill while down, and a STOP whose break comes
+    11 s later: each shot is the fault its own signal record names, never the nearest."""
+    from tests.unit.test_history import fault_records
+
+    records = fault_records()
+    records.append({"t": 27.0, "event": "form", "world": "world1", "generation": 4,
+                    "fault": 2})
+    tl = build(records, [], "r")
+    shots = [d.Sent(d.Shot(t, "world1", "worker-0", 1), t - 0.001) for t in (10.0, 10.8, 15.0)]
+    record = d.summarize(tl, shots, d.Window(9.0, 28.0, {}), {})
+    w1 = record["worlds"]["world1"]
+    assert [f["again"] for f in w1["list"]] == [False, True, False]
+    assert [f["recovered"] for f in w1["list"]] == [True, True, True]
+    assert [f["downtime"] for f in w1["list"]] == [pytest.approx(2.0), pytest.approx(2.0),
+                                                  pytest.approx(12.0)]
+    assert w1["list"][0]["phases"]["first_call"] == 12.0
+    assert record["not_recovered"] == [] and d.exit_status(record) == 0

@@ -12,15 +12,17 @@ from tests.unit.test_supervisor import FakeHost, join_all, make
 PHASES = [p.value for p in Phase]
 
 
-def tracked():
-    """A supervisor whose faults are tracked: (sup, host, faults, written records)."""
+def tracked(hear=None):
+    """A supervisor whose faults are tracked: (sup, host, faults, written records);
+    ``hear(event, faults)`` hears each event after the faults (as the history does)."""
     host, written = FakeHost(), []
     box = {}
     faults = Faults({"leader": ["world1", "world2"], "worker-0": ["world1"],
                      "worker-1": ["world2"]},
                     {"world1": ["leader", "worker-0"], "world2": ["leader", "worker-1"]},
                     lambda w: box["sup"].worlds[w].generation, written.append, host.wall)
-    sup, _ = make(host=host, subscribers=(faults,))
+    after = () if hear is None else (lambda event: hear(event, faults),)
+    sup, _ = make(host=host, subscribers=(faults, *after))
     box["sup"] = sup
     join_all(sup)
     return sup, host, faults, written
@@ -92,40 +94,80 @@ def test_a_lost_host_has_no_time_of_fault():
     assert fault["cause"] == "worker-0 failed: host h1 lost"
 
 
-def test_a_death_while_the_world_is_broken_spends_its_next_generation():
+def test_a_death_while_the_world_is_broken_belongs_to_the_same_fault():
     """A member dies while its peer is still to restart: no break is said (the world
-    is broken already), but the generation opened for their return is spent."""
+    is broken already) and the generation opened for their return is spent, but the
+    world is one outage: one fault, its phases the first of each."""
     sup, host, faults, written = tracked()
     sup.on_exit("worker-0", -9)
+    t0 = host.wall()
     host.t += 0.1
     sup.on_exit("leader", -9)  # world1 still broken: worker-0 restarts only at the tick
-    first = next(r for r in written if r["world"] == "world1")
-    assert first["phases"]["restarted"] is None and first["process"] == "worker-0"
-    second = faults.last_fault("world1")
-    assert second["generation"] == 1 and second["process"] == "leader"
-    assert second["phases"]["exit_seen"] == 0.0 and second["open"]
+    assert not [r for r in written if r["world"] == "world1"]
+    fault = faults.last_fault("world1")
+    assert fault["open"] and fault["generation"] == 0 and fault["process"] == "worker-0"
+    assert fault["at"] == round(t0, 4) and fault["phases"]["exit_seen"] == 0.0
     assert faults.last_fault("world2")["generation"] == 0  # a break said for world2
+    assert faults.last_fault("world2")["id"] != fault["id"]
 
 
-def test_a_second_break_before_the_re_form_closes_the_first_with_nulls():
+def test_a_restart_killed_again_before_the_re_form_is_one_fault():
     sup, host, faults, written = tracked()
     sup.on_exit("worker-0", -9)
+    t0 = host.wall()
     sup.on_tick()  # restarted
+    restarted = host.wall()
     host.t += 0.5
     sup.on_exit("worker-0", 1)  # dies again before the world re-formed
-    [first] = written
-    assert first["generation"] == 0 and first["phases"]["restarted"] is not None
-    assert first["phases"]["reformed"] is None and first["phases"]["first_call"] is None
-    second = faults.last_fault("world1")
-    assert second["open"] and second["generation"] == 1 and second["signal"] is None
-    assert second["cause"] == "worker-0 exited with code 1"
+    assert written == []
+    fault = faults.last_fault("world1")
+    assert fault["open"] and fault["generation"] == 0 and fault["breaks"] == 2
+    assert fault["signal"] == "SIGKILL" and fault["cause"] == "worker-0 was killed by SIGKILL"
     host.t += 2.0
     sup.on_tick()
     generation = rejoin(sup, host, faults)
     assert generation == 2
     faults.first_call("world1", generation, host.wall())
-    assert [r["generation"] for r in written] == [0, 1]
-    assert all(v is not None for v in written[1]["phases"].values())
+    [record] = written
+    assert record["id"] == fault["id"] and record["breaks"] == 2
+    assert record["phases"]["t_fault"] == round(t0, 4)
+    assert record["phases"]["restarted"] == round(restarted, 4)  # the first restart
+    assert record["phases"]["reformed"] is not None
+
+
+def test_a_new_fault_after_the_re_form_closes_the_last_one_and_takes_a_new_id():
+    sup, host, faults, written = tracked()
+    sup.kill_world("world1", None, signal.SIGKILL)
+    first = faults.last_fault("world1")["id"]
+    sup.on_exit("worker-0", -9)
+    sup.on_tick()
+    rejoin(sup, host, faults)  # re-formed; its first call not heard yet
+    host.t += 1.0
+    sup.kill_world("world1", None, signal.SIGKILL)
+    [record] = written
+    assert record["id"] == first and record["phases"]["reformed"] is not None
+    assert record["phases"]["first_call"] is None
+    second = faults.last_fault("world1")
+    assert second["id"] == first + 1 and second["open"] and second["breaks"] == 0
+
+
+def test_each_event_of_a_fault_is_tagged_with_its_id():
+    """The history joins on these: the drill's signal, the exit, the break, the
+    restart, the re-form all carry the same id; events of no fault carry none."""
+    tags = []
+    sup, host, faults, _written = tracked(lambda event, faults: tags.append(
+        (type(event).__name__, faults.tags(event))))
+    sup.kill_world("world1", None, signal.SIGKILL)
+    sup.on_exit("worker-0", -9)
+    sup.on_tick()
+    rejoin(sup, host, faults)
+    got = {name: tag for name, tag in tags if tag}
+    fault = faults.last_fault("world1")["id"]
+    assert got == {"Signalled": {"faults": {"world1": fault}},
+                   "Exited": {"faults": {"world1": fault}},
+                   "WorldBroken": {"fault": fault}, "Spawned": {"faults": {"world1": fault}},
+                   "WorldFormed": {"fault": fault}}
+    assert all(not tag for name, tag in tags if name == "Said")
 
 
 def test_a_hang_is_timed_from_its_kill_and_a_stop_closes_what_is_open():
@@ -187,6 +229,37 @@ def test_a_stop_drill_is_timed_from_the_stop_not_the_hang_kill_it_led_to():
     assert fault["phases"]["exit_seen"] == 90.01
 
 
+def test_a_stop_drill_whose_peer_timed_out_first_is_one_fault_from_the_stop():
+    """SIGSTOP; the leader's call times out (it writes the break itself); the stopped
+    member is declared hung and killed (the world breaks again); restarted, re-formed:
+    one fault, timed from the stop, each phase the first of its kind."""
+    sup, host, faults, written = tracked()
+    sup.kill_world("world1", 1, signal.SIGSTOP)
+    t_stop = host.wall()
+    assert faults.last_fault("world1")["open"]  # a fault from the moment it starts
+    host.t += 10.0
+    faults.broken("world1", 0, host.wall())
+    sup.members.on_world_event("leader", sup.procs["leader"].pid, "world1", 0, "broken",
+                               "a call timed out")
+    t_told = host.wall()
+    host.t += 20.0
+    sup.processes.hang(sup.procs["worker-0"], "stopped for 30s")
+    host.t += 0.01
+    sup.on_exit("worker-0", -9)
+    sup.on_tick()
+    generation = rejoin(sup, host, faults)
+    faults.first_call("world1", generation, host.wall())
+    [record] = written
+    assert record["process"] == "worker-0" and record["signal"] == "SIGSTOP"
+    assert record["breaks"] == 2 and record["generation"] == 0
+    assert record["cause"] == "a call timed out"
+    phases = record["phases"]
+    assert phases["t_fault"] == round(t_stop, 4)
+    assert phases["survivors_told"] == round(t_told, 4)
+    assert phases["exit_seen"] == round(t_stop + 30.01, 4)
+    assert None not in phases.values()
+
+
 def test_a_remote_time_is_never_later_than_the_frame_that_told_it():
     """The offset is good to a few ms: a corrected exit time past the moment its frame
     arrived would land after the break the head wrote because of it."""
@@ -205,3 +278,12 @@ def test_a_remote_time_is_never_later_than_the_frame_that_told_it():
     assert clocks.to_head("node1", 205.5) == 200.5  # corrected
     assert clocks.to_head("node1", 206.2) == 201.0  # not after its arrival
     assert clocks.to_head("node1", "soon") is None
+
+
+def test_a_signal_starts_no_fault_in_a_world_closed_for_good():
+    sup, host, faults, written = tracked()
+    sup.on_exit("worker-1", 0)  # finished: world2 closes for good
+    assert sup.worlds["world2"].state.value == "closed"
+    sup.kill_world("world1", 0, signal.SIGSTOP)  # the leader, in both worlds
+    assert faults.last_fault("world1")["open"]
+    assert faults.last_fault("world2") is None

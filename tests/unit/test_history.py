@@ -8,6 +8,7 @@ import pytest
 
 from mwrun.cli.timeline import build, load, mean_rate, summary
 from mwrun.errors import RunError
+from mwrun.head.faults import Faults
 from mwrun.head.history import History
 from tests.unit.test_supervisor import FakeHost, join_all, make
 
@@ -25,7 +26,14 @@ def record_drill(tmp_path):
     host = FakeHost()
     history = History(tmp_path, {"run_id": "r", "name": "star", "worlds": {
         "world1": ["leader", "worker-0"], "world2": ["leader", "worker-1"]}}, Clock(host))
-    sup, _ = make(host=host, subscribers=(history,))
+    box = {}
+    faults = Faults({"leader": ["world1", "world2"], "worker-0": ["world1"],
+                     "worker-1": ["world2"]},
+                    {"world1": ["leader", "worker-0"], "world2": ["leader", "worker-1"]},
+                    lambda w: box["sup"].worlds[w].generation, history.fault, Clock(host))
+    history.tags = faults.tags  # as the loop wires them: the faults hear each event first
+    sup, _ = make(host=host, subscribers=(faults, history))
+    box["sup"] = sup
     join_all(sup)
     for _ in range(5):
         host.t += 1.0
@@ -73,6 +81,72 @@ def test_the_timeline_measures_downtime_from_the_kill_to_the_re_form(tmp_path):
     assert "meanwhile world2: 10.0 calls/s (40B/s) before, 10.0 calls/s (40B/s) during" \
            " (kept its pace)" in text
     assert "world2: no breaks; 10.0 calls/s (40B/s) on average" in text
+
+
+def test_each_record_of_a_fault_carries_its_id(tmp_path):
+    record_drill(tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text()
+               .splitlines()]
+    tagged = [(r["event"], r.get("fault") or r.get("faults")) for r in records
+              if "fault" in r or "faults" in r]
+    assert tagged == [("signal", {"world1": 1}), ("exit", {"world1": 1}), ("break", 1),
+                      ("spawn", {"world1": 1}), ("form", 1)]
+
+
+def fault_records(first_call=True):
+    """world1: a drill's kill (fault 1) whose restart dies twice before the re-form
+    (three breaks), hit again while down; its fault record written long after the
+    breaks; then a STOP 3 s later whose world breaks 11 s after it (a timeout)."""
+    worlds = {"world1": ["leader", "worker-0"], "world2": ["leader", "worker-1"]}
+    one, two = {"world1": 1}, {"world1": 2}
+    phases = {"t_fault": 10.0, "exit_seen": 10.01, "survivors_told": 10.02,
+              "restarted": 10.3, "reformed": 11.9, "first_call": 12.0}
+    records = [
+        {"t": 0.0, "event": "start", "run_id": "r", "name": "n", "worlds": worlds},
+        {"t": 0.0, "event": "form", "world": "world1", "generation": 0},
+        {"t": 0.0, "event": "form", "world": "world2", "generation": 0},
+        {"t": 10.0, "event": "signal", "process": "worker-0", "signal": "SIGKILL",
+         "why": "drill", "faults": one},
+        {"t": 10.01, "event": "exit", "process": "worker-0", "faults": one},
+        {"t": 10.02, "event": "break", "world": "world1", "generation": 0, "reason": "a",
+         "fault": 1},
+        {"t": 10.3, "event": "spawn", "process": "worker-0", "restarts": 1, "faults": one},
+        {"t": 10.5, "event": "break", "world": "world1", "generation": 1, "reason": "b",
+         "fault": 1},
+        {"t": 10.8, "event": "signal", "process": "worker-0", "signal": "SIGKILL",
+         "why": "drill", "faults": one},
+        {"t": 11.0, "event": "break", "world": "world1", "generation": 2, "reason": "c",
+         "fault": 1},
+        {"t": 11.9, "event": "form", "world": "world1", "generation": 3, "fault": 1},
+        {"t": 15.0, "event": "signal", "process": "worker-0", "signal": "SIGSTOP",
+         "why": "drill", "faults": two},
+        {"t": 26.0, "event": "break", "world": "world1", "generation": 3, "reason": "d",
+         "fault": 2}]
+    if first_call:
+        records.insert(-2, {"t": 14.0, "event": "fault", "id": 1, "world": "world1",
+                            "generation": 0, "process": "worker-0", "signal": "SIGKILL",
+                            "cause": "a", "breaks": 3, "phases": phases})
+    return records
+
+
+def test_the_timeline_joins_each_fault_on_its_id():
+    tl = build(fault_records(), [], "r")
+    first, second = tl.faults
+    assert (first.id, first.breaks, first.reason, first.end) == (1, 3, "a", 11.9)
+    assert first.phases["first_call"] == 12.0  # its record, however late it came
+    assert first.start == 10.0 and first.back == 12.0 and first.restart == 10.3
+    assert (second.id, second.breaks, second.start, second.broke) == (2, 1, 15.0, 26.0)
+    assert second.back is None and second.killed == "SIGSTOP to worker-0"
+    text = "\n".join(summary(tl))
+    assert "world1: 4 break(s)" in text and "3 times before it re-formed" in text
+
+
+def test_a_fault_signalled_but_not_broken_yet_is_down_from_its_signal():
+    records = fault_records()[:-1]  # the STOP sent; its world not broken yet
+    tl = build(records, [], "r")
+    fault = tl.faults[-1]
+    assert fault.broke is None and fault.start == 15.0 and fault.back is None
+    assert "killed (SIGSTOP to worker-0), not broken yet" in "\n".join(summary(tl))
 
 
 def test_the_history_stays_within_its_bound(tmp_path):

@@ -113,3 +113,55 @@ def test_scale_operations_are_marked_and_summed_up(tmp_path):
     assert "scale: 1 replica(s) retired, requested -> exited median 30 ms" in result.output
     assert "op-1 worker-1 add: started +50 ms, formed +100 ms, told +120 ms," \
         " first_call +200 ms" in result.output
+
+
+WRONG_SHAPES = [
+    {"t": 3.0, "event": "spawn", "process": "worker-0", "restarts": "many"},
+    {"t": 3.1, "event": "spawn"},
+    {"t": 3.2, "event": "break", "world": ["world1"], "generation": 0},
+    {"t": 3.3, "rates": [1, 2]},
+    {"t": 3.4, "calls": {"world1": "many"}},
+    {"t": 3.5, "event": "end"},
+    {"t": 3.6, "event": "fault", "world": "world1", "phases": [1]},
+    {"t": 3.7, "event": "form", "world": "world1", "generation": 1, "fault": "one"},
+    {"t": 3.8, "event": "signal", "process": "worker-0", "signal": "SIGKILL",
+     "why": "drill", "faults": ["world1"]},
+    {"t": 3.9, "event": ["break"]},
+    {"t": 0.5, "event": "start", "worlds": {"world1": 3}},
+    [1, 2],
+    "text",
+]
+
+
+def test_history_lines_of_the_wrong_shape_are_left_out_and_said(tmp_path):
+    """Every line below is JSON but not a record as mwrun writes it: report reads the
+    rest and says how many it left out, never a traceback."""
+    path = run_folder(tmp_path)
+    good = [{"t": 1.0, "event": "start", "run_id": "r", "name": "star",
+             "worlds": {"world1": ["leader", "worker-0"]}},
+            {"t": 2.0, "event": "form", "world": "world1", "generation": 0},
+            {"t": 5.0, "event": "end", "state": "finished"}]
+    for bad in WRONG_SHAPES:
+        lines = [good[0], good[1], bad, good[2]]
+        (path / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        result = report(tmp_path, "r", "-o", str(tmp_path / "r.png"))
+        assert result.exit_code == 0, (bad, result.output)
+        assert "note: 1 line(s) of the history not shaped as mwrun writes them were left" \
+            " out" in result.output, bad
+
+
+def test_a_drill_record_of_the_wrong_shape_is_a_note(tmp_path):
+    path = run_folder(tmp_path)
+    lines = [{"t": 1.0, "event": "start", "run_id": "r", "name": "star",
+              "worlds": {"world1": ["leader", "worker-0"]}},
+             {"t": 2.0, "event": "drill", "started": 1.0, "ended": 2.0, "skipped": [],
+              "not_recovered": [], "kept_faulted": None, "kept_others": None,
+              "worlds": {"world1": {"faults": 1, "downtime_median": 1.0, "downtime_max": 1.0,
+                                    "kept": None, "pace": None, "fault_free_pace": None,
+                                    "list": [{"sent": 1e300, "process": "w",
+                                              "recovered": True, "downtime": 1.0,
+                                              "phases": None}]}}}]
+    (path / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    result = report(tmp_path, "r", "-o", str(tmp_path / "r.png"))
+    assert result.exit_code == 0, result.output
+    assert "note: a drill record could not be read" in result.output
