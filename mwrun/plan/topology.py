@@ -115,7 +115,8 @@ class _Parser:
                 r.error(top["name"][1], f"name '{name}': {NAME_RULE}")
         backend = _get(top, "backend", r.choice, "backend", BACKENDS) or "gloo"
         timeout = _get(top, "timeout", r.number, "timeout", positive=True)
-        hang_timeout = _get(top, "hang_timeout", r.number, "hang_timeout", positive=True)
+        hang_timeout = _get(top, "hang_timeout", r.number, "hang_timeout", positive=True,
+                            infinite=True)  # .inf: hang detection off
         launcher = _get(top, "launcher", r.choice, "launcher", LAUNCHERS)
         hosts = read_hosts(r, top.get("hosts"), self.source, launcher == "slurm")
         if hosts and launcher is None:
