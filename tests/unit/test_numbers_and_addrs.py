@@ -52,3 +52,46 @@ def test_validate_refuses_an_endless_timeout(tmp_path):
     assert result.exit_code == 2, result.output
     assert "timeout must be a finite number of seconds" in result.output
     assert "Traceback" not in result.output
+
+
+HOSTS = ("hosts:\n  head: {addr: HEAD}\n  node1: {addr: NODE, ssh: 10.0.0.2}\n"
+         "processes:\n  a: {cmd: x, host: head}\n  b: {cmd: y, host: node1}\n"
+         "  c: {cmd: z, host: node1}\n")
+
+
+def hosts(head="10.0.0.1", node="10.0.0.2", worlds="  w: {members: [a, b, c]}\n"):
+    return HOSTS.replace("HEAD", head).replace("NODE", node) + "worlds:\n" + worlds
+
+
+@pytest.mark.parametrize("head", ["127.0.0.1", "127.0.1.1", "localhost", "'::1'"])
+def test_a_loopback_head_with_members_on_an_ssh_host_is_refused_at_its_addr(head):
+    [said] = problems(hosts(head))
+    assert said.startswith(f"t.yaml:2:16: host 'head': addr {head.strip(chr(39))} is a"
+                           " loopback address, but world 'w' has members on host 'node1',"
+                           " which would take it for its own machine"), said
+
+
+def test_a_world_wholly_on_an_ssh_host_still_needs_the_heads_store_address():
+    [said] = problems(hosts("127.0.0.1", worlds="  w: {members: [a]}\n  v: {members: [b, c]}\n"))
+    assert said.startswith("t.yaml:2:16: host 'head': addr 127.0.0.1 is a loopback"
+                           " address, but world 'v' has members on host 'node1'"), said
+
+
+def test_a_loopback_address_for_an_ssh_host_is_refused_too():
+    [said] = problems(hosts(node="127.0.0.1"))
+    assert said.startswith("t.yaml:3:17: host 'node1': addr 127.0.0.1 is a loopback"), said
+
+
+def test_loopbacks_on_this_machine_alone_are_fine():
+    text = ("hosts:\n  h1: {addr: 127.0.0.1}\n  h2: {addr: 127.0.0.2}\nprocesses:\n"
+            "  a: {cmd: x, host: h1}\n  b: {cmd: y, host: h2}\nworlds:\n  w: {members: [a, b]}\n")
+    assert set(parse(text, "t.yaml").hosts) == {"h1", "h2"}
+    assert parse(hosts(), "t.yaml").hosts["head"].addr == "10.0.0.1"
+
+
+def test_validate_refuses_a_loopback_head_for_an_ssh_job(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(hosts("127.0.0.1"))
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "addr 127.0.0.1 is a loopback address" in result.output
