@@ -267,7 +267,9 @@ class _Parser:
             away = sorted(h for h in on if elsewhere(hosts[h]))
             if not away:
                 continue
-            for name in sorted(on | ({head} if head else set())):
+            # A member's host is reached by the world's other hosts; the head, by all.
+            reached = (on if len(on) > 1 else set()) | ({head} if head else set())
+            for name in sorted(reached):
                 host = hosts[name]
                 if name in said or not loopback(host.addr):
                     continue
