@@ -92,7 +92,7 @@ def handle_stop(loop, request: dict) -> dict:
     again while it stops without force -> {"already": true, "grace_left": seconds until
     SIGKILL, or null once sent}, and nothing more is done: a second user's stop must
     not cut the first one's grace (checkpoints being saved) without saying so."""
-    sup, force = loop.supervisor, bool(request.get("force"))
+    sup, force = loop.supervisor, request.get("force") is True
     if sup.stopping and not force:
         return {"ok": True, "already": True, "grace_left": sup.stop.grace_left(sup.host.now())}
     if not sup.stopping:
