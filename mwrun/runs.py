@@ -28,9 +28,13 @@ import psutil
 
 from mwrun import schema
 from mwrun.errors import RunError
+from mwrun.schema import ProcessState as P
+from mwrun.schema import RunState as R
+from mwrun.schema import WorldState as W
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 FINAL = schema.FINAL
+_EXPECTED = tuple(s.value for s in P if s.expected)  # alive, or about to be again
 # sun_path holds 108 bytes; deep $MWRUN_HOME folders (test temp dirs) go past that.
 _SUN_PATH_MAX = 100
 
@@ -70,7 +74,19 @@ def read_state(run_id: str) -> dict | None:
 
 
 def load_state(run_id: str) -> dict:
-    """The run's state; RunError saying why not (missing, unreadable, damaged)."""
+    """The run's state as it is now; RunError saying why not (missing, unreadable,
+    damaged). A run whose head is gone without ending it reads as LOST (``lost``)."""
+    doc = _load(run_id)
+    if doc["state"] in FINAL or supervisor_alive(doc):
+        return doc
+    # The head writes its last word, then exits: read again, once it is surely gone,
+    # so that a run that ended between the read and the look is not called lost.
+    doc = _load(run_id)
+    return doc if doc["state"] in FINAL else lost(doc)
+
+
+def _load(run_id: str) -> dict:
+    """The run's state.json as its head last wrote it."""
     path = run_path(run_id) / schema.STATE
     try:
         text = path.read_text()
@@ -157,6 +173,74 @@ def supervisor_alive(state: dict) -> bool:
         return False
 
 
+def lost(doc: dict, left=None) -> dict:
+    """The document of a run whose head died before the run ended, as things are now:
+    the run LOST, its worlds closed (their stores lived in the head), each process that
+    was alive either left behind (still running on this machine, unsupervised: shown
+    UNRESPONSIVE, as nobody hears it; ``mwrun stop`` ends it) or FAILED, and its remote
+    hosts LOST (their agents end what they started when the head goes). ``left(proc)``:
+    whether a process entry of this machine still runs (default: ``left_behind``)."""
+    left = left_behind if left is None else left
+    local = {h["name"] for h in doc.get("hosts") or () if h.get("state") == schema.HostState.LOCAL}
+    pid = doc.get("supervisor_pid")
+    why = (f"its head (supervisor pid {pid}) is gone without ending the run: nothing"
+           f" supervises it" if pid else "its head is gone without ending the run")
+    procs = []
+    for proc in doc["processes"]:
+        if proc["state"] not in _EXPECTED:
+            procs.append(proc)
+        elif (not local or proc["host"] in local) and left(proc):
+            procs.append({**proc, "state": P.UNRESPONSIVE.value, "left_behind": True,
+                          "last_event": "left behind by its head: running, unsupervised"
+                                        " (mwrun stop ends it)"})
+        else:
+            remote = local and proc["host"] not in local
+            procs.append({**proc, "state": P.FAILED.value, "last_event": (
+                f"its host {proc['host']}'s agent ends it once the head is gone" if remote
+                else "gone with its head")})
+    worlds = [w if w["state"] == W.CLOSED else
+              {**w, "state": W.CLOSED.value, "reason": "its store went with the head",
+               "calls_per_s": None, "bytes_per_s": None, "healthy_for_s": None}
+              for w in doc["worlds"]]
+    hosts = [h if h.get("state") == schema.HostState.LOCAL else
+             {**h, "state": schema.HostState.LOST.value} for h in doc.get("hosts") or ()]
+    return {**doc, "state": R.LOST.value, "lost": why, "processes": procs, "worlds": worlds,
+            **({"hosts": hosts} if "hosts" in doc else {})}
+
+
+def left_behind(proc: dict) -> bool:
+    """Whether the process of a status entry still runs on this machine: its pid alive
+    and started no later than the entry says (else the pid was taken again)."""
+    return _same_process(proc.get("pid"), proc.get("started_at"))
+
+
+def _same_process(pid, started_at) -> bool:
+    if not pid or not isinstance(started_at, int | float):
+        return False
+    try:
+        found = psutil.Process(pid)
+        return found.status() != psutil.STATUS_ZOMBIE and found.create_time() <= started_at + 1
+    except psutil.Error:
+        return False
+
+
+def end_left_behind(doc: dict, wait: float = 5.0) -> tuple[list[str], list[str]]:
+    """SIGKILL the processes (and their process groups) a lost run left running on this
+    machine; (those ended, those still alive after ``wait`` seconds) as 'NAME (pid N)'."""
+    found = [(p, psutil.Process(p["pid"])) for p in doc["processes"]
+             if p.get("left_behind") and left_behind(p)]
+    for _, proc in found:
+        with contextlib.suppress(OSError):
+            if os.getpgid(proc.pid) == proc.pid:  # it leads its group: what it started too
+                os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    _, alive = psutil.wait_procs([proc for _, proc in found], timeout=wait)
+    said = {proc.pid: f"{p['name']} (pid {proc.pid})" for p, proc in found}
+    stuck = [said[proc.pid] for proc in alive]
+    return [s for pid, s in said.items() if s not in stuck], stuck
+
+
 def is_live(state: dict) -> bool:
     return state.get("state") not in FINAL and "control" in state and supervisor_alive(state)
 
@@ -198,6 +282,29 @@ def find(run_id: str | None, live_only: bool = True, warn=None) -> tuple[str, di
     if found is None:
         raise RunError(("no live run" if live_only else "no run") + _recent_hint(runs))
     return found
+
+
+def find_sole(run_id: str | None, usage: str, warn=None) -> tuple[str, dict]:
+    """The run named, or else the only live run. With two or more live runs and none
+    named, RunError listing them: a verb that ends or breaks a job (stop, kill-world)
+    must never guess which of someone's jobs was meant; ``usage`` shows how to name
+    one ("mwrun stop RUN")."""
+    if run_id is not None:
+        return run_id, load_state(run_id)
+    live = [(r, s) for r, s in all_runs() if is_live(s)]
+    if len(live) > 1:
+        now = time.time()
+        listed = "\n".join(f"  {r} ({s['state']}, started {_ago(now - s['started_at'])} ago)"
+                           for r, s in live)
+        raise RunError(f"{len(live)} runs are live and none was named; which one? run"
+                       f" {usage}, with RUN one of:\n{listed}")
+    return find(None, warn=warn)
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m" \
+        if seconds < 7200 else f"{seconds / 3600:.0f}h"
 
 
 def _recent_hint(runs=None) -> str:

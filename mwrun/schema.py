@@ -38,6 +38,7 @@ Run::
     STARTING --every process spawned--> RUNNING --stop asked, or on_failure: stop-->
     STOPPING --nothing left--> FINISHED | FAILED
     RUNNING --nothing left to run or restart--> FINISHED | FAILED
+    any but FINISHED | FAILED --its head died (read back: mwrun.runs)--> LOST
 
 Host (a remote host's agent link; the head's own machine is LOCAL)::
 
@@ -90,10 +91,13 @@ class RunState(str, Enum):
     STOPPING = "stopping"
     FINISHED = "finished"
     FAILED = "failed"
+    # Never written by a head: what a reader makes of a document whose head died
+    # before the run ended (mwrun.runs.lost). Final: nothing will change it again.
+    LOST = "lost"
 
     @property
     def final(self) -> bool:
-        return self in (RunState.FINISHED, RunState.FAILED)
+        return self in (RunState.FINISHED, RunState.FAILED, RunState.LOST)
 
 
 FINAL = tuple(s.value for s in RunState if s.final)  # run states a document ends in

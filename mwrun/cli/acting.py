@@ -10,7 +10,9 @@ import time
 import click
 
 from mwrun.cli.common import require_live, run_arg, warn
-from mwrun.schema import FINAL
+from mwrun.errors import RunError
+from mwrun.schema import FINAL, HostState
+from mwrun.schema import RunState as R
 
 
 @click.command("kill-world")
@@ -37,7 +39,7 @@ def kill_world(world, run, rank, sig):
         runs.signal_number(sig)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--signal") from None
-    run_id, state = runs.find(run, warn=warn)
+    run_id, state = runs.find_sole(run, f"mwrun kill-world {world} RUN", warn=warn)
     require_live(run_id, state)
     reply = runs.request(state["control"], {"verb": "kill_world", "world": world,
                                                 "rank": rank, "signal": sig})
@@ -86,20 +88,41 @@ def drill(run, every, duration, worlds, sig, seed, scale):
 @click.command()
 @run_arg
 @click.option("--no-wait", is_flag=True, help="Ask for the stop and return at once.")
-def stop(run, no_wait):
+@click.option("--force", is_flag=True,
+              help="SIGKILL every process now, with no grace: what they were saving is lost.")
+def stop(run, no_wait, force):
     """Stop RUN cleanly: SIGTERM, a grace period, then SIGKILL.
+
+    With two or more live runs, name the one to stop. Asked again while the run is
+    stopping, stop says how much of the grace is left and waits; only --force kills
+    at once. A run whose head died is said to be lost: stop SIGKILLs what it left
+    running on this machine, and says what that was.
 
     \b
     Examples:
       mwrun stop
       mwrun stop star-20261122-101500
+      mwrun stop star-20261122-101500 --force
     """
     from mwrun import runs
 
-    run_id, state = runs.find(run, warn=warn)
+    run_id, state = runs.find_sole(run, "mwrun stop RUN", warn=warn)
+    if state["state"] == R.LOST:
+        _end_lost(run_id, state)
+        return
     require_live(run_id, state)
-    runs.request(state["control"], {"verb": "stop"})
-    click.echo(f"stopping {run_id}...")
+    reply = runs.request(state["control"], {"verb": "stop", "force": force})
+    if reply.get("already") and not force:
+        left = reply.get("grace_left")
+        click.echo(f"run {run_id} is already stopping ("
+                   + (f"{left:.0f}s of its grace left, then SIGKILL" if left is not None
+                      else "its processes have had SIGKILL")
+                   + f"); nothing more was sent. mwrun stop {run_id} --force SIGKILLs its"
+                     " processes now.")
+    elif force:
+        click.echo(f"SIGKILL to every process of {run_id} now (--force)...")
+    else:
+        click.echo(f"stopping {run_id}...")
     if no_wait:
         return
     while True:
@@ -108,3 +131,22 @@ def stop(run, no_wait):
             break
         time.sleep(0.2)  # the state file is the other process's; nothing to block on
     click.echo(f"run {run_id} {state.get('state')}")
+
+
+def _end_lost(run_id: str, state: dict) -> None:
+    """A run whose head died: SIGKILL what it left running here, and say what."""
+    from mwrun import runs
+
+    click.echo(f"run {run_id} is lost: {state['lost']}")
+    ended, stuck = runs.end_left_behind(state)
+    if ended:
+        click.echo(f"killed (SIGKILL) what it left running on this machine: {', '.join(ended)}")
+    elif not stuck:
+        click.echo("none of its processes is left on this machine; nothing to stop")
+    remote = sorted({h["name"] for h in state.get("hosts") or ()
+                     if h.get("state") == HostState.LOST})
+    if remote:
+        click.echo(f"the agents of {', '.join(remote)} end their processes themselves once"
+                   " the head is gone")
+    if stuck:
+        raise RunError(f"still alive after SIGKILL: {', '.join(stuck)}")

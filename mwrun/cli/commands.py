@@ -29,7 +29,8 @@ Examples:
   mwrun report -o drill.png
 
 Runs live under $MWRUN_HOME (default ~/.mwrun). Without RUN, status and logs
-mean the newest run, live or not; kill-world and stop the newest live run.
+mean the newest run, live or not; kill-world and stop the only live run (with
+two or more live, name one). A run whose head died without ending it is lost.
 """
 
 

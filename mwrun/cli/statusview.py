@@ -16,7 +16,7 @@ STATE_COLOURS = {
     **dict.fromkeys((P.RUNNING, W.HEALTHY, R.FINISHED, P.EXITED), _GREEN),
     **dict.fromkeys((P.STARTING, W.FORMING, P.RESTARTING, R.STOPPING, P.UNRESPONSIVE,
                      P.DRAINING, W.DRAINING), _YELLOW),
-    **dict.fromkeys((P.HUNG, P.FAILED, W.BROKEN), _RED),
+    **dict.fromkeys((P.HUNG, P.FAILED, W.BROKEN, R.LOST), _RED),
     **dict.fromkeys((P.STOPPED, W.CLOSED, W.UNKNOWN), _MAGENTA),
 }
 _ALIVE = tuple(s.value for s in P if s.alive)
@@ -110,6 +110,12 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
     if not doc["processes"] and (doc["state"] == R.FAILED or
                                  (not live and doc["state"] == R.STARTING)):
         head += "\n  it ended before it started any process (interrupted, or it failed)"
+    elif doc["state"] == R.LOST:
+        left = [p["name"] for p in doc["processes"] if p.get("left_behind")]
+        head += (f"\n  {doc.get('lost') or 'its head is gone without ending the run'}; this"
+                 " is what is left of it" + (f"\n  still running on this machine, unsupervised:"
+                                              f" {', '.join(left)} (mwrun stop"
+                                              f" {doc['run_id']} ends them)" if left else ""))
     elif not live and doc["state"] not in FINAL:
         head += "\n  the supervisor has gone without finishing; this is its last word"
     rows = []

@@ -7,7 +7,8 @@ whose docstring is its protocol:
 
 - ``status`` -> ``{"ok": true, "status": <status document>}``
 - ``kill_world {world, rank?, signal?}`` -> ``{"ok": true, "signalled": [...]}``
-- ``stop`` -> ``{"ok": true}``; the run then stops on its own time
+- ``stop {force?}`` -> ``{"ok": true}``; the run then stops on its own time (see
+  ``handle_stop`` for a stop asked again)
 - ``drill {summary}`` -> ``{"ok": true}``: a ``mwrun drill``'s summary, appended to the
   run's history as one ``drill`` record (the history file is the head's alone: it
   rotates it, so no other process may append to it)
@@ -87,8 +88,17 @@ def handle_kill_world(loop, request: dict) -> dict:
 
 
 def handle_stop(loop, request: dict) -> dict:
-    """stop -> the run begins a clean stop (a second stop kills at once)."""
-    loop.supervisor.request_stop("stop requested by mwrun stop")
+    """stop {force?} -> the run begins a clean stop; with force, SIGKILL at once. Asked
+    again while it stops without force -> {"already": true, "grace_left": seconds until
+    SIGKILL, or null once sent}, and nothing more is done: a second user's stop must
+    not cut the first one's grace (checkpoints being saved) without saying so."""
+    sup, force = loop.supervisor, request.get("force") is True
+    if sup.stopping and not force:
+        return {"ok": True, "already": True, "grace_left": sup.stop.grace_left(sup.host.now())}
+    if not sup.stopping:
+        sup.request_stop("stop requested by mwrun stop")
+    if force:
+        sup.request_stop("mwrun stop --force")  # asked again (head/stopping.py): SIGKILL now
     return {"ok": True}
 
 

@@ -1,6 +1,7 @@
 """Stopping the whole job: SIGTERM (and SIGCONT: a stopped process must wake to die)
 to every live process, SIGKILL once the grace is over, and giving up on a process that
-outlives even that (stuck in the kernel) after KILL_WAIT. A second stop kills at once."""
+outlives even that (stuck in the kernel) after KILL_WAIT. A second ask kills at once:
+a second Ctrl-C; ``mwrun stop`` asks again only with --force (head/control.py)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,10 @@ class Stopping:
                     given_up.append(rec)
             self.give_up_at = None
         return given_up
+
+    def grace_left(self, now: float) -> float | None:
+        """Seconds until SIGKILL while the stop's grace runs; None once it was sent."""
+        return None if self.kill_at is None else max(self.kill_at - now, 0.0)
 
     def deadlines(self) -> tuple[float | None, float | None]:
         return self.kill_at, self.give_up_at

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import selectors
 import signal
 import socket
@@ -237,8 +238,10 @@ def main(host: str | None, control_path: str, connect: str | None = None,
         signal.signal(sig, signal.SIG_IGN)  # the link's fate decides, nothing else
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     control_path = own_path(control_path.replace("{node}", node))
+    sweep(os.path.dirname(os.path.dirname(control_path)))
     if connect is None:
         agent = Agent(0, link_out, control_path, silence=silence)
+        _end_on_sigterm(agent)
         agent.hello(host or node)
         return agent.run()
     secret = os.environ.pop("MWRUN_AGENT_SECRET", "")  # never handed to a child
@@ -248,10 +251,63 @@ def main(host: str | None, control_path: str, connect: str | None = None,
     sock.setblocking(True)
     fd = sock.detach()
     agent = Agent(fd, fd, control_path, silence=silence)
+    _end_on_sigterm(agent)
     agent.send(Kind.HELLO, protocol=frames.PROTOCOL, version=__version__, host=host or node,
                node=node, pid=os.getpid(), control=control_path, inventory=machine.facts(),
                proof=frames.proof(secret, challenge.get("nonce", "")))
     return agent.run()
+
+
+def _end_on_sigterm(agent: Agent) -> None:
+    """SIGTERM (a host shutting down, a session torn down) ends the agent as the head's
+    stop does: what it started, its socket and its folder, within a beat (the loop
+    wakes at least every frames.BEAT)."""
+    signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "done", True))
+
+
+_OWN = re.compile(r"^control-[0-9]+(\.sock|-zygote\.log)$")  # an agent's files (own_path)
+SWEEP_AGE = 60.0  # a younger folder may be an agent's that is starting: never touched
+
+
+def sweep(root: str, now: float | None = None) -> list[str]:
+    """Remove the folders that agents of this user left in ``root`` when they died
+    without their end (SIGKILL, a machine torn down): a folder whose sockets nobody
+    answers on, older than SWEEP_AGE, holding only an agent's files. The folders
+    removed."""
+    now = time.time() if now is None else now
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            if not entry.name.startswith("mwrun-agent-"):
+                continue
+            with contextlib.suppress(OSError):
+                stat = entry.stat(follow_symlinks=False)
+                if not entry.is_dir(follow_symlinks=False) or stat.st_uid != os.getuid() \
+                        or now - stat.st_mtime < SWEEP_AGE:
+                    continue
+                names = os.listdir(entry.path)
+                if any(not _OWN.match(n) for n in names) or any(
+                        _answers(os.path.join(entry.path, n)) for n in names
+                        if n.endswith(".sock")):
+                    continue  # someone else's file, or a live agent's socket
+                for name in names:
+                    os.unlink(os.path.join(entry.path, name))
+                os.rmdir(entry.path)
+                removed.append(entry.path)
+    return removed
+
+
+def _answers(path: str) -> bool:
+    """Whether an agent listens on the socket ``path`` (a dead one's refuses)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        try:
+            sock.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except OSError:
+            return True  # cannot tell: leave it
+        return True
 
 
 def own_path(control_path: str) -> str:

@@ -6,6 +6,7 @@ the Reader it extends) and returns the value or None.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 
@@ -22,6 +23,17 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                 "MASTER_PORT", "GROUP_RANK", "ROLE_RANK", "CUDA_VISIBLE_DEVICES")
 RESERVED_ENV_PREFIXES = ("MWRUN_", "TORCHELASTIC_")
+
+
+# YAML 1.2's float form: PyYAML (YAML 1.1) reads 1e10 and 1.5e3 (no dot, or an
+# exponent without its sign) as strings; a number of seconds written so is a number.
+_FLOAT_12 = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$")
+# The longest timeout mwrun takes: a year. Torch keeps a deadline as int64 nanoseconds
+# of its clock (about 292 years, so 1e10 s overflows it and every member dies) and
+# Python's timedelta ends at 999,999,999 days (1e14 s is an OverflowError); the chain
+# multiplies a timeout (3 x for hang_timeout, 2 x + 90 s for rejoin), and a year
+# leaves room for all of that while being longer than any job means to wait.
+MAX_SECONDS = 365 * 24 * 3600.0
 
 
 def parse_cpus(text: str) -> tuple[int, ...]:
@@ -42,6 +54,29 @@ def parse_cpus(text: str) -> tuple[int, ...]:
 
 class FieldReader(Reader):
     """A Reader that also knows the fields of a process entry."""
+
+    def number(self, node, what, minimum: float | None = None, positive: bool = False,
+               infinite: bool = False) -> float | None:
+        """Seconds: a finite number (1e10 as written in YAML 1.2 included) of at most
+        MAX_SECONDS; ``.inf`` only where ``infinite`` (hang_timeout: detection off)."""
+        if isinstance(node, yaml.ScalarNode) and node.style is None \
+                and isinstance(scalar_value(node), str) and _FLOAT_12.match(node.value):
+            node = yaml.ScalarNode("tag:yaml.org,2002:float", node.value, node.start_mark,
+                                   node.end_mark)
+        value = super().number(node, what, minimum, positive)
+        if value is None or (infinite and value == math.inf):
+            return value
+        if not math.isfinite(value):
+            self.error(node, f"{what} must be a finite number of seconds, not {value}"
+                       + ("" if value < 0 else " (a timeout that never ends is none:"
+                          " leave it out, or write the longest wait you mean)"))
+            return None
+        if value > MAX_SECONDS:
+            self.error(node, f"{what}: {value:g} seconds is more than a year (at most"
+                             f" {MAX_SECONDS:.0f}); torch's deadlines overflow past"
+                             " that")
+            return None
+        return value
 
     def command(self, node, what) -> list[str] | None:
         if isinstance(node, yaml.SequenceNode):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 
@@ -22,17 +23,35 @@ class Host:
     gpus: int | None  # stated count; None: detect on this machine, 0 elsewhere
     cpus: int | None  # stated count; None: detect on this machine, unknown elsewhere
     netns: str | None  # a network namespace of this machine the host lives in
-    pos: Pos = field(compare=False, repr=False)
+    pos: Pos = field(compare=False, repr=False)  # of its name
     ssh: str | None = None  # [user@]host[:port]: reached through an agent over ssh
     ssh_options: tuple[str, ...] = ()
     python: str | None = None  # the interpreter there (default: the head's own)
     slurm: bool = False  # reached through an agent that srun starts
+    addr_pos: Pos | None = field(default=None, compare=False, repr=False)  # of its addr
 
     @property
     def remote(self) -> bool:
         """Reached through an agent (not started by the head itself)."""
         return self.ssh is not None or self.slurm
 
+
+
+def loopback(addr: str) -> bool:
+    """Whether ``addr`` is a loopback address (127.0.0.0/8, ::1, localhost), which on
+    any other machine means that machine. Names are not looked up (pure)."""
+    name = addr.strip("[]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def elsewhere(host: Host) -> bool:
+    """Not this machine's own network: an agent's host, or a network namespace."""
+    return host.remote or host.netns is not None
 
 
 def _get(items, key, read, *args, **kwargs):
@@ -73,5 +92,6 @@ def read_hosts(r, entry, source: str, slurm: bool = False) -> dict[str, Host] | 
         options = _get(spec, "ssh_options", r.string_list, f"{what}: ssh_options")
         python = _get(spec, "python", r.string, f"{what}: python")
         hosts[name] = Host(name, addr or "", gpus, cpus, netns, r.pos(key_node), ssh,
-                           tuple(options or ()), python, slurm)
+                           tuple(options or ()), python, slurm,
+                           r.pos(spec["addr"][1]) if "addr" in spec else None)
     return hosts

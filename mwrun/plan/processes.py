@@ -124,7 +124,7 @@ class ProcessReader:
             or "never", max_restarts=3 if max_restarts is None else max_restarts,
             restart_backoff=1.0 if backoff is None else backoff, pos=pos,
             hang_timeout=_get(spec, "hang_timeout", r.number, f"{what}: hang_timeout",
-                              positive=True),
+                              positive=True, infinite=True),
             preload=next((p for p in (preload, self.preload) if p is not None),
                          _preload.DEFAULT))
         self.check_preload(base, preload is None)

@@ -20,7 +20,7 @@ from mwrun.errors import TopologyError, UsageError
 from mwrun.plan import preload as _preload
 from mwrun.plan import processes, templates, timeouts
 from mwrun.plan.fields import NAME, NAME_RULE, FieldReader, parse_cpus  # noqa: F401 - parse_cpus is public here
-from mwrun.plan.hosts import LAUNCHERS, Host, read_hosts
+from mwrun.plan.hosts import LAUNCHERS, Host, elsewhere, loopback, read_hosts
 from mwrun.plan.processes import (  # noqa: F401 - public here
     MAX_PROCESSES,
     RESTART_POLICIES,
@@ -115,7 +115,8 @@ class _Parser:
                 r.error(top["name"][1], f"name '{name}': {NAME_RULE}")
         backend = _get(top, "backend", r.choice, "backend", BACKENDS) or "gloo"
         timeout = _get(top, "timeout", r.number, "timeout", positive=True)
-        hang_timeout = _get(top, "hang_timeout", r.number, "hang_timeout", positive=True)
+        hang_timeout = _get(top, "hang_timeout", r.number, "hang_timeout", positive=True,
+                            infinite=True)  # .inf: hang detection off
         launcher = _get(top, "launcher", r.choice, "launcher", LAUNCHERS)
         hosts = read_hosts(r, top.get("hosts"), self.source, launcher == "slurm")
         if hosts and launcher is None:
@@ -135,6 +136,8 @@ class _Parser:
         if worlds is not None and specs is not None:
             expanded = templates.expand(worlds, templates.launch_indices(specs))
             self.check_membership(specs, worlds)
+            if hosts:
+                self.check_loopbacks(hosts, specs, worlds)
         if r.diagnostics:
             return None
         return Topology(name=name, source=self.source, folder=self.folder, backend=backend,
@@ -246,6 +249,40 @@ class _Parser:
                     self.r.diagnostics.append(proc.pos["name"].diagnostic(
                         f"process '{proc.name}' is in no world; add '{what}' to a world's"
                         " members"))
+
+
+    def check_loopbacks(self, hosts: dict[str, Host], specs: dict[str, ProcessSpec],
+                        worlds: dict[str, WorldTemplate]) -> None:
+        """A world with a member on another machine (an agent's host, a namespace)
+        reaches the store on the head's address and each member on its host's: a
+        loopback there is the member's own machine, where the world would sit forming
+        with nothing said. Every such address is refused where it is written."""
+        head = next((n for n, h in hosts.items() if not elsewhere(h)), None)
+        host_of = {p.name: s.base.host for s in specs.values()
+                   for p in s.made(tuple(range(s.scale.max)) if s.scale else None)}
+        host_of.update({n: s.base.host for n, s in specs.items()})
+        said: set[str] = set()
+        for t in worlds.values():
+            on = {host_of[ref] for ref in t.refs if host_of.get(ref) in hosts}
+            away = sorted(h for h in on if elsewhere(hosts[h]))
+            if not away:
+                continue
+            # A member's host is reached by the world's other hosts; the head, by all.
+            reached = (on if len(on) > 1 else set()) | ({head} if head else set())
+            for name in sorted(reached):
+                host = hosts[name]
+                if name in said or not loopback(host.addr):
+                    continue
+                said.add(name)
+                other = next((h for h in away if h != name), None)
+                role = "the worlds' stores live there" if name == head else \
+                    "its members' peers reach them there"
+                self.r.diagnostics.append((host.addr_pos or host.pos).diagnostic(
+                    f"host '{name}': addr {host.addr} is a loopback address, but world"
+                    f" '{t.name}' has members on "
+                    + (f"host '{other}', which would take it for its own machine"
+                       if other else "other machines") +
+                    f" ({role}); write an address the other hosts reach it on"))
 
 
 def _get(items, key, read, *args, **kwargs):

@@ -85,7 +85,7 @@ def test_dry_run_shows_which_processes_start_warm(tmp_path):
 
 
 def test_a_preload_module_this_python_lacks_is_a_positioned_mistake():
-    text = ("preload: [torch, torchh]\nhosts:\n  here: {addr: 127.0.0.1}\n"
+    text = ("preload: [torch, torchh]\nhosts:\n  here: {addr: 10.0.0.1}\n"
             "  there: {addr: 10.0.0.2, ssh: 10.0.0.2}\n"
             "processes:\n  a: {cmd: python a.py, host: here}\n"
             "  b: {cmd: python b.py, host: here, preload: [numpy.linalg, nope]}\n"

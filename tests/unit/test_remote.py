@@ -10,7 +10,7 @@ from mwrun.host import frames
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.topology import parse
 
-TOPO = ("hosts:\n  head: {addr: 127.0.0.1}\n"
+TOPO = ("hosts:\n  head: {addr: 10.0.0.1}\n"
         "  node: {addr: 10.0.0.2, ssh: 'u@10.0.0.2:2222', gpus: 2, cpus: 4}\n"
         "processes:\n  a: {cmd: x, host: head}\n  b: {cmd: x, host: node}\n"
         "worlds:\n  w: {members: [a, b]}\n")

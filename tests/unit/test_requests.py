@@ -9,7 +9,7 @@ from mwrun.head import control, requests
 
 GOOD = {
     "status": {},
-    "stop": {},
+    "stop": {"force": True},
     "kill_world": {"world": "world1", "rank": 1, "signal": "KILL"},
     "drill": {"summary": {"worlds": {"world1": {"faults": 1}}, "kept_others": 0.99}},
     "hello": {"process": "leader", "pid": 42, "interval": 1.0},
@@ -29,6 +29,7 @@ class Recorder:
         self.supervisor = self.faults = self.ops = self.elastic = self.downlink = self
         self.members = self
         self.history = self
+        self.stopping = False  # the supervisor's: a stop asked for the first time
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: self.calls.append((name, args)) or []
