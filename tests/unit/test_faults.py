@@ -7,6 +7,7 @@ from mwrun.head.clocks import Offset
 from mwrun.head.faults import Faults
 from mwrun.schema import Event as E
 from mwrun.schema import Phase
+from mwrun.schema import WorldState as W
 from tests.unit.test_supervisor import FakeHost, join_all, make
 
 PHASES = [p.value for p in Phase]
@@ -281,9 +282,9 @@ def test_a_remote_time_is_never_later_than_the_frame_that_told_it():
 
 
 def test_a_signal_starts_no_fault_in_a_world_closed_for_good():
-    sup, host, faults, written = tracked()
+    sup, _, faults, _ = tracked()
     sup.on_exit("worker-1", 0)  # finished: world2 closes for good
-    assert sup.worlds["world2"].state.value == "closed"
+    assert sup.worlds["world2"].state is W.CLOSED
     sup.kill_world("world1", 0, signal.SIGSTOP)  # the leader, in both worlds
     assert faults.last_fault("world1")["open"]
     assert faults.last_fault("world2") is None
