@@ -27,13 +27,33 @@ STALL = 2.0
 CONFIRM_MIN = 1.0
 
 
-class AwakeClock:
-    """Monotonic time that does not count the supervisor's own stalls."""
+# How often the clock samples its thread's wait for a CPU (a /proc read), at most.
+SAMPLE_EVERY = 0.5
 
-    def __init__(self, now: float, tick: float):
+
+def cpu_wait() -> float | None:
+    """Seconds the calling thread has waited for a CPU while runnable, since it started
+    (Linux's schedstat run_delay); None where that cannot be read."""
+    try:
+        with open("/proc/thread-self/schedstat") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class AwakeClock:
+    """Monotonic time that does not count the supervisor's own stalls, and how much of
+    the last one it spent waiting for a CPU (``starved``): a machine too busy to run the
+    supervisor is not the supervisor blocking itself, and the two are said apart."""
+
+    def __init__(self, now: float, tick: float,
+                 waited: Callable[[], float | None] = cpu_wait):
         self._last = now
         self._tick = tick
         self._lost = 0.0
+        self._waited = waited
+        self._sample = (now, waited())
+        self.starved: float | None = None  # of the last stall found; None: not known
 
     def read(self, now: float) -> tuple[float, float]:
         """(awake time now, seconds of stall found since the last read, else 0)."""
@@ -41,6 +61,12 @@ class AwakeClock:
         stalled = gap - self._tick if gap > STALL else 0.0
         self._lost += stalled
         self._last = max(self._last, now)
+        if stalled or now - self._sample[0] >= SAMPLE_EVERY:
+            waited, (_, before) = self._waited(), self._sample
+            if stalled:
+                self.starved = None if waited is None or before is None else \
+                    min(max(waited - before, 0.0), stalled)
+            self._sample = (now, waited)
         return now - self._lost, stalled
 
 

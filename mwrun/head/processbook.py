@@ -131,9 +131,11 @@ class Processes:
         """The awake clock (see hangs.py); says so when the supervisor finds it stalled."""
         awake, stalled = self.clock.read(self.host.now())
         if stalled:
-            self.say(f"the supervisor itself was not running for {stalled:.1f}s"
-                     " (stopped, starved or busy); that silence counts against no"
-                     " process")
+            starved = self.clock.starved
+            why = f"starved: it waited {starved:.1f}s for a CPU" \
+                if starved is not None and starved >= stalled / 2 else "stopped or busy"
+            self.say(f"the supervisor itself was not running for {stalled:.1f}s ({why});"
+                     " that silence counts against no process")
         return awake
 
     def check_hung(self, rec: ProcessRecord, now: float) -> None:

@@ -130,8 +130,10 @@ def test_collective_in_a_single_world(procs, home, tmp_path, op):
     job = launch(procs, home, path)
     assert job.wait(timeout=120) == 0, job.output()
     # Its own bring-up (the stores wait for its torch import) is no stall of the
-    # supervisor's, and it says nothing of the kind: nothing went wrong.
-    assert "was not running" not in job.output()
+    # supervisor's, and it says nothing of the kind: nothing went wrong. (A machine too
+    # busy to run it at all is no defect of mwrun's: that notice says "starved".)
+    assert not [line for line in job.lines if "was not running" in line
+                and "starved" not in line], job.output()
     assert {p["start"] for p in status(home, next((home / "runs").iterdir()).name)
             ["processes"]} == {start}
     for rank in range(3):

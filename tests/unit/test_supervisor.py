@@ -627,3 +627,17 @@ def test_the_work_of_one_event_is_what_it_touches_not_the_whole_job(n, monkeypat
     sup.members.on_hello("p1", sup.procs["p1"].pid, 1.0)
     assert [w.plan.name for w in derived] == ["w0", "w0"]
     assert sup.worlds["w0"].state is W.BROKEN and sup.deadline() is not None
+
+
+def test_a_stall_spent_waiting_for_a_cpu_is_said_to_be_starvation():
+    from mwrun.head.hangs import AwakeClock
+    waits = iter([1.0, 1.0, 5.5, 5.6, 5.6])  # seconds waited for a CPU, as schedstat says
+    clock = AwakeClock(100.0, 0.05, lambda: next(waits))
+    clock.read(100.6)  # a sample
+    assert clock.read(105.6)[1] == pytest.approx(4.95) and clock.starved == pytest.approx(4.5)
+    clock.read(106.2)
+    # not waiting for a CPU all that time: stopped (or the supervisor blocked itself)
+    assert clock.read(110.2)[1] == pytest.approx(3.95) and clock.starved == 0.0
+    blind = AwakeClock(0.0, 0.05, lambda: None)  # no /proc
+    blind.read(3.0)
+    assert blind.starved is None
