@@ -145,7 +145,11 @@ def home(request, tmp_path):
     left = settle(lambda: leftovers(path), EXIT_WAIT if _passed(request) else 0.0)
     seen = describe(left)
     for proc in left:  # a failed test must not leave a job running either
-        for p in [proc, *proc.children(recursive=True)]:
+        try:  # it may end meanwhile (then its children are found as leftovers below)
+            family = [proc, *proc.children(recursive=True)]
+        except psutil.Error:
+            family = []
+        for p in family:
             with contextlib.suppress(psutil.Error):
                 p.kill()
     wait_gone(path)

@@ -161,7 +161,7 @@ def wait_gone(home, timeout: float = EXIT_WAIT) -> None:
     while leftovers(home) and time.monotonic() < deadline:
         time.sleep(0.05)
     left = leftovers(home)
-    assert not left, f"left behind: {[(p.pid, p.cmdline()) for p in left]}"
+    assert not left, f"left behind: {describe(left)}"
 
 
 def _parse(line: str):
