@@ -103,6 +103,7 @@ PROCESS = {"process": (_name, True), "pid": (_pid, True)}
 # verb -> field -> (check, required)
 FIELDS = {
     "status": {},
+    "bringup": {},
     "stop": {},
     "drill": {"summary": (_summary, True)},
     "kill_world": {"world": (_name, True), "rank": (_rank, False),
