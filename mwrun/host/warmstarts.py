@@ -93,7 +93,7 @@ class WarmStarts:
             if zygote.alive and zygote.ready_after is None:
                 return  # still importing: it says when it is ready
             if not zygote.alive:
-                self._cold(zygote, f"the zygote failed: {zygote.failed}")
+                self._cold(zygote, f"the zygote failed: {zygote.failed or 'it ended'}")
                 self.waiting.popleft().resume(None)
                 continue
             if len(self.asked.get(zygote, ())) >= WINDOW:

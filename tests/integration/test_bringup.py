@@ -1,6 +1,7 @@
 """A warm bring-up of many processes: the supervisor answers and stops meanwhile."""
 
 import json
+import signal
 import sys
 
 import pytest
@@ -36,7 +37,8 @@ def started(home, run: str) -> int:
     return sum(1 for p in doc["processes"] if p["pid"] is not None)
 
 
-def test_status_and_stop_are_answered_during_a_warm_bring_up(procs, home, tmp_path):
+@pytest.mark.parametrize("stop", ["mwrun stop", "Ctrl-C"])
+def test_status_and_stop_are_answered_during_a_warm_bring_up(procs, home, tmp_path, stop):
     assert (BIN / "slowfork.py").exists()
     job = launch(procs, home, write(tmp_path, MANY), "--run-id", "burst")
     # The forks are under way (the loop that makes them also writes the document).
@@ -49,7 +51,10 @@ def test_status_and_stop_are_answered_during_a_warm_bring_up(procs, home, tmp_pa
     # take 32 s at least; a blocked loop answered only once every one was made).
     pids = [p["pid"] for p in doc["processes"]]
     assert None in pids and any(pids), pids
-    stopped = cli(home, "stop", "burst")
-    assert stopped.returncode == 0, stopped.stderr
+    if stop == "Ctrl-C":
+        job.signal(signal.SIGINT)
+    else:
+        stopped = cli(home, "stop", "burst")
+        assert stopped.returncode == 0, stopped.stderr
     job.wait(90)
     wait_gone(home)  # nothing of the job runs: no process, no zygote, no late fork
