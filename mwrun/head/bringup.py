@@ -350,7 +350,7 @@ def _wait_formed(run_id: str, say, ended, clock=time.monotonic) -> int:
                 f" (mwrun status {run_id} shows what each member is doing)")
             return 0
         if waiting and (waiting != said or now >= say_at):
-            formed = len(seen["worlds"]) - len(waiting) if seen is not None else 0
+            formed = seen["worlds"] - len(waiting) if seen is not None else 0
             say(f"waiting for {count(len(waiting), 'world')} to form: {_names(waiting)}"
                 + (f" ({formed} formed; {now - began:.0f}s so far)" if said else ""))
             said, say_at = waiting, now + SAY_EVERY
@@ -358,22 +358,19 @@ def _wait_formed(run_id: str, say, ended, clock=time.monotonic) -> int:
 
 
 def _bringup(run_id: str) -> dict | None:
-    """What the supervisor says of the bring-up (control verb ``bringup``), with the
-    number of worlds; once it has ended, what its last status document says; None
-    when neither can be read now (a supervisor too busy to answer in time)."""
+    """What the supervisor says of the bring-up (control verb ``bringup``); once it
+    has ended, what its last status document says; None when neither can be read now
+    (a supervisor too busy to answer in time, or not listening yet)."""
+    with contextlib.suppress(RunError):
+        return runs.request(str(rundir.control_path(run_id)), {"verb": "bringup"},
+                            timeout=ASK_WAIT)
     state = rundir.read_state(run_id) or {}
-    worlds = [w.get("name") for w in state.get("worlds", [])]
     if state.get("state") not in FINAL:
-        with contextlib.suppress(RunError):
-            reply = runs.request(str(rundir.control_path(run_id)), {"verb": "bringup"},
-                                 timeout=ASK_WAIT)
-            return {"worlds": worlds, **reply}
-        state = rundir.read_state(run_id) or {}
-        if state.get("state") not in FINAL:
-            return None
+        return None
     failed = {p["name"]: p.get("last_event") or p["state"]
               for p in state.get("processes", []) if p.get("state") == P.FAILED}
-    return {"state": state["state"], "worlds": worlds, "waiting": {}, "failed": failed}
+    return {"state": state["state"], "worlds": len(state.get("worlds", [])), "waiting": {},
+            "failed": failed}
 
 
 def judge(seen: dict, quiet: float) -> tuple[str, int] | None:

@@ -59,7 +59,8 @@ def view(unformed: set[str], procs: Mapping[str, ProcessRecord],
     see a plain group in its store, and for how long every member has run (None while
     one has no pid: not started yet, or ended); and the processes of those worlds that
     failed (or were restarted) before they formed, with what happened to them.
-    ``now``: the monotonic clock the records' ``started`` is on."""
+    ``now``: the monotonic clock the records' ``started`` is on. ``worlds``: how many
+    the job has now."""
     waiting = {}
     failed = {}
     for name in sorted(unformed):
@@ -77,4 +78,4 @@ def view(unformed: set[str], procs: Mapping[str, ProcessRecord],
             if rec.state in (P.FAILED, P.RESTARTING) or rec.restarts > 0 \
                     or rec.exit_code not in (None, 0):
                 failed[rec.plan.name] = rec.why or rec.state.value
-    return {"waiting": waiting, "failed": failed}
+    return {"worlds": len(worlds), "waiting": waiting, "failed": failed}

@@ -35,7 +35,7 @@ def test_the_view_tells_who_joins_through_the_library_and_for_how_long_all_ran()
     procs["a"].said_hello = True
     procs["c"].pid = None  # its start is not answered yet
     seen = view({"ab", "bc"}, procs, worlds, now=14.0)
-    assert seen == {"failed": {}, "waiting": {
+    assert seen == {"worlds": 2, "failed": {}, "waiting": {
         "ab": {"state": W.FORMING.value, "library": True, "opaque": False, "up_s": 4.0},
         "bc": {"state": W.FORMING.value, "library": False, "opaque": False, "up_s": None}}}
 
@@ -50,7 +50,7 @@ def test_the_view_names_processes_that_failed_or_restarted_before_their_worlds_f
 
 
 def seen(state=R.RUNNING, failed=None, **waiting):
-    return {"state": state.value, "failed": failed or {}, "worlds": ["ab", "bc"],
+    return {"state": state.value, "failed": failed or {}, "worlds": 2,
             "waiting": {name: {"state": W.FORMING.value, "library": library,
                                "opaque": opaque, "up_s": up}
                         for name, (library, opaque, up) in waiting.items()}}
