@@ -113,7 +113,8 @@ def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):
     logs. Ctrl-C (or SIGTERM) stops the job: SIGTERM to every process, then SIGKILL
     after --grace seconds; a second Ctrl-C kills at once. Exit status: 0 when every
     process ended well (or was stopped by you), 1 when the job failed, 2 for a bad
-    topology.
+    topology. With --detach: 0 once every world formed (or where mwrun cannot tell,
+    said), 1 at once when a process failed before its worlds formed.
 
     \b
     Examples:
@@ -133,11 +134,11 @@ def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):
     from mwrun.head import bringup
 
     if detach:
-        run = bringup.detach(topology, run_id, grace)
+        run, code = bringup.detach(topology, run_id, grace)
         click.echo(f"started run {run} in the background\n"
                    f"  mwrun status {run} --watch\n  mwrun logs PROCESS {run} -f\n"
                    f"  mwrun stop {run}")
-        return
+        sys.exit(code)  # 1: a process failed before its worlds formed (said above)
     if detached_child:
         sys.exit(bringup.run_detached(topology, run_id, grace))
     sys.exit(bringup.run(topology, run_id, grace, sys.stdout))

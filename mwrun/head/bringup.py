@@ -20,18 +20,25 @@ import sys
 import time
 from dataclasses import asdict
 
+from mwrun import runs
 from mwrun.errors import RunError, TopologyError
 from mwrun.head import remote, rundir, slurm
 from mwrun.head.console import Printer, RotatedOutput
 from mwrun.plan import inventory, placement, ports, topology
-from mwrun.schema import PLAN, SUPERVISOR_LOG, TOPOLOGY
+from mwrun.schema import FINAL, PLAN, SUPERVISOR_LOG, TOPOLOGY
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
-from mwrun.schema import WorldState as W
 from mwrun.terminal import count, seconds, use_colour
 
 DETACH_WAIT = 120.0  # seconds --detach waits for its supervisor to run
 FORM_WAIT = 120.0  # then, for the run's worlds to form
+# Seconds every member of a world runs without a word to mwrun's library (a hello)
+# before --detach takes it for a plain script's and says it cannot tell: a process
+# using the library says hello once it has imported torch and called mwrun.init().
+QUIET = 15.0
+SAY_EVERY = 10.0  # seconds between two lines of a long wait
+ASK_WAIT = 10.0  # seconds an answer from the supervisor may take
+POLL = 0.2  # seconds between two looks
 
 
 def plan_for_launch(path: str, run_id: str | None = None, connect: bool = True,
@@ -257,9 +264,10 @@ def _summary(printer: Printer, loop) -> None:
                   + (f"; failed: {', '.join(r.plan.name for r in failed)}" if failed else ""))
 
 
-def detach(path: str, run_id: str | None, grace: float) -> str:
-    """Start the supervisor in the background; return once it runs (or say why not,
-    leaving nothing running)."""
+def detach(path: str, run_id: str | None, grace: float) -> tuple[str, int]:
+    """Start the supervisor in the background; return once it runs and the job came up
+    (or say why not, leaving nothing running): (the run id, the exit status that
+    ``launch --detach`` gives: 1 when a process failed before its worlds formed)."""
     # Every mistake shows here, in the terminal, a host that cannot be reached included;
     # placement uses what the hosts report (never 0 GPUs assumed). Their agents are let
     # go once that is known: the child reaches them again, since an agent's link
@@ -276,11 +284,12 @@ def detach(path: str, run_id: str | None, grace: float) -> str:
             sock.close()  # the child has its own copies now
     try:
         _wait_running(child, run_id, run_dir)
-        _wait_formed(run_id, _progress(sys.stderr))
+        code = _wait_formed(run_id, _progress(sys.stderr),
+                            lambda: child.poll() is not None)
     except BaseException:
         _stop(child, grace)  # given up (or interrupted): no job runs unwatched by anyone
         raise
-    return run_id
+    return run_id, code
 
 
 def _start_detached(path: str, run_id: str, grace: float, run_dir, plan,
@@ -316,24 +325,95 @@ def _wait_running(child: subprocess.Popen, run_id: str, run_dir) -> None:
     raise RunError("the supervisor did not start")
 
 
-def _wait_formed(run_id: str, say) -> None:
-    """Until every world has formed (or the run has ended), saying which it waits for
-    as that changes; past FORM_WAIT the run is left running, and this says so."""
-    deadline, said = time.monotonic() + FORM_WAIT, None
+def _wait_formed(run_id: str, say, ended, clock=time.monotonic) -> int:
+    """Until the job came up, or failed to: the exit status ``--detach`` gives, said
+    (``judge``). Which worlds it waits for is said as that changes, and every SAY_EVERY
+    seconds of a long wait; past FORM_WAIT the run is left running, and this says so.
+    ``ended()``: whether the supervisor's process has ended."""
+    began = clock()
+    said, say_at = None, began + SAY_EVERY
     while True:
-        state = rundir.read_state(run_id) or {}
-        forming = [w["name"] for w in state.get("worlds", []) if w.get("state") == W.FORMING]
-        if not forming or state.get("state") in (R.FINISHED, R.FAILED):
-            say("every world formed" if not forming else f"the run has {state['state']}")
-            return
-        if time.monotonic() >= deadline:
-            say(f"{', '.join(forming)} had not formed after {FORM_WAIT:g}s; the run goes on"
+        seen = _bringup(run_id)
+        if seen is None and ended():  # gone without a last word: killed, or it crashed
+            say(f"the supervisor has ended before the job came up (see"
+                f" {rundir.run_path(run_id) / SUPERVISOR_LOG})")
+            return 1
+        verdict = judge(seen, QUIET) if seen is not None else None
+        if verdict is not None:
+            text, code = verdict
+            say(text.replace("{run}", run_id))
+            return code
+        now = clock()
+        waiting = sorted(seen["waiting"]) if seen is not None else said
+        if now - began >= FORM_WAIT:
+            say(f"{_names(waiting or [])} had not formed after {FORM_WAIT:g}s; the run goes on"
                 f" (mwrun status {run_id} shows what each member is doing)")
-            return
-        if forming != said:
-            said = forming
-            say(f"waiting for {count(len(forming), 'world')} to form: {', '.join(forming)}")
-        time.sleep(0.1)  # another process's file; nothing to block on
+            return 0
+        if waiting and (waiting != said or now >= say_at):
+            formed = seen["worlds"] - len(waiting) if seen is not None else 0
+            say(f"waiting for {count(len(waiting), 'world')} to form: {_names(waiting)}"
+                + (f" ({formed} formed; {now - began:.0f}s so far)" if said else ""))
+            said, say_at = waiting, now + SAY_EVERY
+        time.sleep(POLL)  # another process's answers; nothing to block on
+
+
+def _bringup(run_id: str) -> dict | None:
+    """What the supervisor says of the bring-up (control verb ``bringup``); once it
+    has ended, what its last status document says; None when neither can be read now
+    (a supervisor too busy to answer in time, or not listening yet)."""
+    with contextlib.suppress(RunError):
+        return runs.request(str(rundir.control_path(run_id)), {"verb": "bringup"},
+                            timeout=ASK_WAIT)
+    state = rundir.read_state(run_id) or {}
+    if state.get("state") not in FINAL:
+        return None
+    failed = {p["name"]: p.get("last_event") or p["state"]
+              for p in state.get("processes", []) if p.get("state") == P.FAILED}
+    return {"state": state["state"], "worlds": len(state.get("worlds", [])), "waiting": {},
+            "failed": failed}
+
+
+def judge(seen: dict, quiet: float) -> tuple[str, int] | None:
+    """What ``--detach`` says and its exit status, given what the supervisor says of
+    the bring-up (``_bringup``); None while it must wait. ``{run}`` stands for the run.
+
+    1 at once when a process failed (or was restarted) before its worlds formed, or
+    the run failed, or is stopping; 0 when every world formed, or the run finished; 0 too,
+    saying so, when the only worlds left are ones mwrun cannot see form: no member
+    joins them through mwrun's library (none said hello after ``quiet`` seconds of
+    running: plain scripts), and no plain group shows in their stores."""
+    state, failed, waiting = seen["state"], seen["failed"], seen["waiting"]
+    if state == R.STOPPING:  # someone stopped it: what its processes did since is no news
+        return "the run is stopping (mwrun status {run})", 1
+    if failed:
+        what = "".join(f"\n  {why if why.startswith(name) else f'{name}: {why}'}"
+                       for name, why in failed.items())
+        after = ("the run has failed" if state == R.FAILED else
+                 "the run has ended" if state in FINAL else
+                 "the run goes on (mwrun stop {run} ends it)")
+        return (f"{count(len(failed), 'process', 'processes')} failed before"
+                f" {'its' if len(failed) == 1 else 'their'} worlds formed; {after};"
+                f" mwrun logs PROCESS {{run}} shows why:{what}", 1)
+    if state == R.FINISHED:
+        return "the run has finished: every process exited 0", 0
+    if state == R.FAILED:
+        return "the run has failed (mwrun status {run})", 1
+    if not waiting:
+        return "every world formed", 0
+    unseen = [name for name, world in waiting.items() if not world["library"]
+              and (world["opaque"] or (world["up_s"] is not None and world["up_s"] >= quiet))]
+    if len(unseen) < len(waiting):
+        return None
+    return (f"mwrun cannot tell whether {_names(unseen)} will form: no member joins"
+            f" {'it' if len(unseen) == 1 else 'them'} through mwrun's library (a plain"
+            " script?) and no group shows in its store; the run goes on (mwrun status"
+            " {run})", 0)
+
+
+def _names(worlds: list[str], shown: int = 8) -> str:
+    """A list of worlds short enough for one line."""
+    more = len(worlds) - shown
+    return ", ".join(worlds[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def _stop(child: subprocess.Popen, grace: float) -> None:

@@ -6,6 +6,8 @@ owner's only (mode 0600, and the peer's uid is checked). Verbs, each a handler b
 whose docstring is its protocol:
 
 - ``status`` -> ``{"ok": true, "status": <status document>}``
+- ``bringup`` -> ``{"ok": true, "state": <run state>, "waiting": {world: ...},
+  "failed": {process: what happened}}``: what ``launch --detach`` waits on (progress.py)
 - ``kill_world {world, rank?, signal?}`` -> ``{"ok": true, "signalled": [...]}``
 - ``stop {force?}`` -> ``{"ok": true}``; the run then stops on its own time (see
   ``handle_stop`` for a stop asked again)
@@ -41,6 +43,7 @@ from mwrun.head.downlink import Downlink
 from mwrun.head.elastic import Elastic
 from mwrun.head.faults import Faults
 from mwrun.head.history import History
+from mwrun.head.progress import Progress, view
 from mwrun.head.scaleops import Ops
 from mwrun.head.supervisor import Supervisor
 from mwrun.head.traffic import Traffic
@@ -63,6 +66,7 @@ class Run(Protocol):
     ops: Ops
     elastic: Elastic
     downlink: Downlink
+    progress: Progress
 
     def document(self, fresh_usage: bool = False) -> dict: ...
     def host_time(self, name: str, t: float) -> float: ...
@@ -72,6 +76,13 @@ class Run(Protocol):
 def handle_status(loop, request: dict) -> dict:
     """status -> the status document of the run."""
     return {"ok": True, "status": loop.document(fresh_usage=True)}
+
+
+def handle_bringup(loop: Run, request: dict) -> dict:
+    """bringup -> the worlds not formed yet since launch, and who failed before."""
+    sup = loop.supervisor
+    return {"ok": True, "state": sup.state.value,
+            **view(loop.progress.unformed, sup.procs, sup.worlds, loop.now())}
 
 
 def handle_kill_world(loop, request: dict) -> dict:
@@ -174,10 +185,11 @@ def handle_world(loop, request: dict) -> None:
                                      request.get("event"), request.get("reason", ""))
 
 
-HANDLERS = {"status": handle_status, "kill_world": handle_kill_world, "stop": handle_stop,
-            "drill": handle_drill, "scale": handle_scale, "drain": handle_drain,
-            "op": handle_op, "hello": handle_hello, "heartbeat": handle_heartbeat,
-            "bye": handle_bye, "world": handle_world}
+HANDLERS = {"status": handle_status, "bringup": handle_bringup,
+            "kill_world": handle_kill_world, "stop": handle_stop, "drill": handle_drill,
+            "scale": handle_scale, "drain": handle_drain, "op": handle_op,
+            "hello": handle_hello, "heartbeat": handle_heartbeat, "bye": handle_bye,
+            "world": handle_world}
 
 
 class Connection:

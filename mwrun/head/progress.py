@@ -1,14 +1,20 @@
 """What the launch says while the job comes up: what started how (warm or cold), once
 the first start of every process is known (a warm start waits for its zygote's
 imports), and then when every world has formed. Counts kept as things happen, never a
-look at every process or world after every event."""
+look at every process or world after every event.
+
+``view`` is what ``launch --detach`` waits on (the control verb ``bringup``): the
+worlds not formed yet since launch, what can be said of each, and the processes that
+failed before their worlds formed."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from mwrun.head.events import Event, WorldFormed
+from mwrun.head.records import ProcessRecord, WorldRecord
+from mwrun.schema import ProcessState as P
 from mwrun.schema import Start
 from mwrun.terminal import count
 
@@ -43,3 +49,33 @@ class Progress:
             if not self.unformed:
                 self.say(f"every world formed, {time.time() - self.started_at:.1f}s"
                          " after launch")
+
+
+def view(unformed: set[str], procs: Mapping[str, ProcessRecord],
+         worlds: Mapping[str, WorldRecord], now: float) -> dict:
+    """What ``launch --detach`` needs to tell whether the job came up: per world not
+    formed yet (``unformed``: a world that formed once and broke since did come up)
+    whether a member joins through mwrun's library (it said hello), whether mwrun can
+    see a plain group in its store, and for how long every member has run (None while
+    one has no pid: not started yet, or ended); and the processes of those worlds that
+    failed (or were restarted) before they formed, with what happened to them.
+    ``now``: the monotonic clock the records' ``started`` is on. ``worlds``: how many
+    the job has now."""
+    waiting = {}
+    failed = {}
+    for name in sorted(unformed):
+        world = worlds.get(name)
+        if world is None:  # removed (scaled away) before it formed: nothing to wait for
+            continue
+        members = [procs[m] for m in world.plan.members if m in procs]
+        up = [now - rec.started for rec in members if rec.state.alive and rec.pid is not None]
+        waiting[name] = {"state": world.state.value,
+                         "library": any(rec.said_hello for rec in members),
+                         "opaque": world.opaque is not None,
+                         "up_s": round(min(up), 3) if up and len(up) == len(members)
+                         else None}
+        for rec in members:
+            if rec.state in (P.FAILED, P.RESTARTING) or rec.restarts > 0 \
+                    or rec.exit_code not in (None, 0):
+                failed[rec.plan.name] = rec.why or rec.state.value
+    return {"worlds": len(worlds), "waiting": waiting, "failed": failed}

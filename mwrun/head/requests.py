@@ -103,6 +103,7 @@ PROCESS = {"process": (_name, True), "pid": (_pid, True)}
 # verb -> field -> (check, required)
 FIELDS = {
     "status": {},
+    "bringup": {},
     "stop": {"force": (lambda value: type(value) is bool, False)},  # mwrun stop --force
     "drill": {"summary": (_summary, True)},
     "kill_world": {"world": (_name, True), "rank": (_rank, False),

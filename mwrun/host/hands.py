@@ -9,10 +9,11 @@ this host's watchdog told of every group. It decides nothing: what happens is to
 its ``owner`` (the head's loop, which hands it to the supervisor; or the agent, which
 sends it over the link) through the ``Owner`` protocol.
 
-A start whose zygote is still importing is *held* (in order, none overtaking another)
-and made once the zygote answers; the owner's loop keeps serving meanwhile (an import
-may outlast the link's silence limit). ``start`` then returns None and the pid comes
-later with ``owner.spawned``, or ``owner.failed``.
+A warm start is asked of its zygote and made once the zygote answers (after its
+imports, if they are still under way; in order, none overtaking another); the owner's
+loop keeps serving meanwhile (an import may outlast the link's silence limit, and a
+burst of hundreds of forks once held the loop for seconds). ``start`` then returns
+None and the pid comes later with ``owner.spawned``, or ``owner.failed``.
 """
 
 from __future__ import annotations
@@ -109,29 +110,32 @@ class Hands:
         self.warm.prepare(spec.preload, spec.environ(os.environ))
 
     def start(self, spec: LaunchSpec) -> int | None:
-        """Its pid; or None when it waits for its zygote (``owner.spawned`` or
+        """Its pid; or None when it is forked warm (``owner.spawned`` or
         ``owner.failed`` tells later). Raises StartError when it cannot start."""
         env = spec.environ(os.environ)
-        if self.warm.holds(spec.preload, spec.warm, env, spec.cwd,
-                           lambda: self._resume(spec, env)):
+        cpus = set(spec.cpus) if spec.cpus is not None else None
+        if self.warm.start(spec.argv, spec.preload, spec.warm, env, spec.cwd, cpus,
+                           lambda handle: self._resume(spec, env, handle)):
             return None
-        return self._start(spec, env).handle.pid
+        return self._start(spec, env, None).handle.pid
 
-    def _resume(self, spec: LaunchSpec, env: dict) -> None:
+    def _resume(self, spec: LaunchSpec, env: dict, handle: ProcessHandle | None) -> None:
+        """A start made when its turn came: forked warm (``handle``), or to start cold."""
         try:
-            if self.stopping():
+            if handle is None and self.stopping():
                 raise StartError("not started: the job is stopping")
-            child = self._start(spec, env)
+            child = self._start(spec, env, handle)
         except StartError as exc:
             self.owner.failed(spec.name, str(exc))
             return
         self.owner.spawned(spec.name, child.handle.pid, child.warm)
+        if self.stopping():  # forked as the stop began: it was asked for before
+            child.handle.signal(signal.SIGTERM)
 
-    def _start(self, spec: LaunchSpec, env: dict) -> Child:
-        cpus = set(spec.cpus) if spec.cpus is not None else None
-        handle = self.warm.spawn(spec.argv, spec.preload, spec.warm, env, spec.cwd, cpus)
+    def _start(self, spec: LaunchSpec, env: dict, handle: ProcessHandle | None) -> Child:
         warm = handle is not None
         if handle is None:
+            cpus = set(spec.cpus) if spec.cpus is not None else None
             handle = ProcessHandle.spawn(spec.argv, env, spec.cwd, cpus, spec.netns)
         self.watchdog.tell(f"+{handle.pid}")
         child = Child(spec.name, handle, warm)
@@ -227,7 +231,9 @@ class Hands:
                                            (self.drain, child))
 
     def tick(self) -> None:
-        """Reap the orphans of forked children (they are ours: a subreaper's)."""
+        """Give up on forks a zygote leaves unanswered; reap the orphans of forked
+        children (they are ours: a subreaper's)."""
+        self.warm.tick()
         now = self.clock()
         if now < self.reap_due:
             return
@@ -259,7 +265,7 @@ class Hands:
                 child.handle.close_exit()
                 child.ended = True
         self._drain_to_end(deadline)
-        self.warm.close()
+        self.warm.close(deadline)
         self.watchdog.close(deadline)
         return codes
 

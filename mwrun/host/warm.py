@@ -205,12 +205,7 @@ class Zygotes:
         zygote = self.prepare(modules, env)
         read, write = os.pipe()
         stdin = os.open(os.devnull, os.O_RDONLY)
-        request = {
-            "argv": list(argv), "kind": kind, "target": target, "args": list(args),
-            "env": env, "cwd": cwd, "cpus": sorted(cpus if cpus is not None
-                                                   else os.sched_getaffinity(0)),
-            "ignored": [int(s) for s in signal.valid_signals() if _ignored(s)],
-            "mask": [int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])]}
+        request = fork_request(argv, kind, target, args, env, cwd, cpus)
         try:
             pid = zygote.fork(request, stdin, write)
         except StartError as exc:
@@ -247,6 +242,16 @@ class Zygotes:
         for zygote in self.by_key.values():
             self._retire(zygote)
         self.by_key.clear()
+
+
+def fork_request(argv, kind: str, target: str, args, env: dict, cwd: str, cpus) -> dict:
+    """What a zygote is asked to fork: the process, and this thread's signal state."""
+    return {
+        "argv": list(argv), "kind": kind, "target": target, "args": list(args),
+        "env": env, "cwd": cwd, "cpus": sorted(cpus if cpus is not None
+                                               else os.sched_getaffinity(0)),
+        "ignored": [int(s) for s in signal.valid_signals() if _ignored(s)],
+        "mask": [int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])]}
 
 
 def _ignored(sig) -> bool:

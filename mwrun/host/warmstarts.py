@@ -2,23 +2,60 @@
 watched in its selector, known to its watchdog, and what it tells the user while they
 come up (warm.py does the rest). Which command can start warm is the plan's to say
 (``plan.preload.target``); this only forks.
+
+A fork is asked and answered through the loop's selector, never waited for: a zygote
+forks one child at a time, and a child takes a while to become its process (on a
+loaded machine, tens of milliseconds each), so a bring-up of hundreds of processes
+waited for in turn held the loop for seconds: ``status`` went unanswered and Ctrl-C
+took that long. Each zygote is asked at most WINDOW forks ahead of its answers; the
+rest wait their turn, in order (none overtakes another).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import selectors
+import signal
 import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from mwrun.host import warm
+from mwrun.host import zygote as protocol
 from mwrun.host.process import ProcessHandle
+
+WINDOW = 2  # forks asked of one zygote at once: one it makes, one it reads next
+CLOSE_WAIT = 2.0  # seconds, at the end, for forks already asked (their children die)
+
+
+@dataclass
+class Waiting:
+    """A start waiting for its turn, or for its zygote's answer. ``resume`` gets the
+    warm child's handle, or None: start it the ordinary way (or not at all, if the job
+    is stopping)."""
+
+    argv: list[str]
+    modules: tuple[str, ...]
+    how: tuple | None
+    env: dict
+    cwd: str
+    cpus: set[int] | None
+    resume: Callable[[ProcessHandle | None], None]
+    output: int = -1  # the read end of the child's output pipe, once asked
+    asked_at: float = 0.0
 
 
 class WarmStarts:
-    def __init__(self, log_path, selector, say, tell_watchdog, stopping):
-        self.selector, self.say = selector, say
+    def __init__(self, log_path, selector, say, tell_watchdog, stopping,
+                 clock: Callable[[], float] = time.monotonic):
+        self.selector, self.say, self.clock = selector, say, clock
         self.tell_watchdog, self.stopping = tell_watchdog, stopping
-        self.held: list[tuple] = []  # starts waiting for a zygote's imports, in order
+        self.waiting: deque[Waiting] = deque()  # not asked yet, in order
+        self.asked: dict[warm.Zygote, deque[Waiting]] = {}  # by zygote, in its order
+        self.warned: set[tuple] = set()
         # Forked children become the supervisor's own to wait for (warm.py says why);
         # where that cannot be, every process starts cold.
         self.can_fork = warm.become_subreaper()
@@ -29,48 +66,116 @@ class WarmStarts:
         if modules and self.can_fork:
             self.zygotes.prepare(tuple(modules), env)
 
-    def holds(self, modules, how, env: dict, cwd: str, resume) -> bool:
-        """Whether a start must wait for a zygote still importing (or behind a start
-        that does: none overtakes another): it is then held, and ``resume()`` starts
-        it once the zygote is ready or failed. The loop that asked (the head's or an
-        agent's) goes on serving meanwhile: an import may outlast a link's silence
-        limit, and a host once was lost for it."""
-        if not self.held and not self._importing(modules, how, env, cwd):
+    def start(self, argv, modules, how, env: dict, cwd: str, cpus,
+              resume: Callable[[ProcessHandle | None], None]) -> bool:
+        """Whether the start is taken: ``resume`` is then called later (from the loop,
+        once its zygote answered, or at once with None when its turn comes and it
+        starts cold). False: start it the ordinary way now. ``how``: the plan's
+        ("script", path, args) or ("module", name, args) for ``argv``, else None."""
+        if not self.waiting and not self._warm(modules, how, cwd):
             return False
-        self.held.append((modules, how, env, cwd, resume))
+        self.waiting.append(Waiting(list(argv), tuple(modules or ()), how, env, cwd, cpus,
+                                    resume))
+        self._ask()
         return True
 
-    def _importing(self, modules, how, env: dict, cwd: str) -> bool:
-        if not (modules and how and self.can_fork and warm.eligible(how[0], how[1], cwd)):
-            return False
-        zygote = self.zygotes.prepare(tuple(modules), env)
-        return zygote.alive and zygote.ready_after is None
+    def _warm(self, modules, how, cwd: str) -> bool:
+        return bool(modules and how and self.can_fork and warm.eligible(how[0], how[1], cwd))
 
-    def _answered(self) -> None:
-        held, self.held = self.held, []
-        for modules, how, env, cwd, resume in held:
-            if not self.holds(modules, how, env, cwd, resume):
-                resume()
+    def _ask(self) -> None:
+        """Ask for every start whose turn has come, as far as the zygotes can take."""
+        while self.waiting:
+            start = self.waiting[0]
+            if self.stopping() or not self._warm(start.modules, start.how, start.cwd):
+                self.waiting.popleft().resume(None)
+                continue
+            zygote = self.zygotes.prepare(start.modules, start.env)
+            if zygote.alive and zygote.ready_after is None:
+                return  # still importing: it says when it is ready
+            if not zygote.alive:
+                self._cold(zygote, f"the zygote failed: {zygote.failed or 'it ended'}")
+                self.waiting.popleft().resume(None)
+                continue
+            if len(self.asked.get(zygote, ())) >= WINDOW:
+                return  # its answers make room
+            self.waiting.popleft()
+            self._send(zygote, start)
 
-    def spawn(self, cmd, modules, how, env: dict, cwd: str, cpus) -> ProcessHandle | None:
-        """A process forked warm, or None: start it the ordinary way. ``how``: the
-        plan's ("script", path, args) or ("module", name, args) for ``cmd``, else None."""
-        if not (modules and how and self.can_fork):
-            return None
-        kind, target, args = how
-        if not warm.eligible(kind, target, cwd):
-            return None
-        modules = tuple(modules)
-        zygote = self.zygotes.prepare(modules, env)
-        if zygote.ready_after is None and zygote.wait_ready():
-            self.say(f"zygote ready: {', '.join(modules)} imported in"
-                     f" {zygote.ready_after:.1f}s; forking warm processes from it")
-        return self.zygotes.spawn(cmd, kind, target, list(args), env, cwd, cpus, modules)
+    def _send(self, zygote: warm.Zygote, start: Waiting) -> None:
+        kind, target, args = start.how or ("", "", ())
+        read, write = os.pipe()
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        try:
+            # A blocking send: the zygote holds at most WINDOW requests, far below what
+            # its socket buffers, so this never waits on it.
+            zygote.sock.settimeout(warm.REPLY_TIMEOUT)
+            protocol.send(zygote.sock, warm.fork_request(
+                start.argv, kind, target, args, start.env, start.cwd, start.cpus),
+                (stdin, write))
+        except OSError as exc:
+            os.close(read)
+            zygote.failed = zygote.failed or f"its socket failed ({exc})"
+            self._cold(zygote, f"the zygote failed: {zygote.failed}")
+            start.resume(None)
+            return
+        finally:
+            os.close(write)
+            os.close(stdin)
+        start.output, start.asked_at = read, self.clock()
+        self.asked.setdefault(zygote, deque()).append(start)
+
+    def _answered(self, zygote: warm.Zygote, reply: dict) -> None:
+        start = self.asked[zygote].popleft()
+        if "pid" in reply:
+            start.resume(ProcessHandle(warm.ForkedChild(reply["pid"], start.output)))
+            return
+        os.close(start.output)
+        self._cold(zygote, reply.get("cold") or reply.get("error") or "no reason given")
+        start.resume(None)
+
+    def _unanswered(self, zygote: warm.Zygote) -> None:
+        """A zygote that ended or went silent: what it was asked starts cold."""
+        for start in self.asked.pop(zygote, ()):
+            os.close(start.output)
+            self._cold(zygote, f"the zygote failed: {zygote.failed or 'it ended'}")
+            start.resume(None)
+
+    def _cold(self, zygote: warm.Zygote, reason: str) -> None:
+        key = (zygote.pid, reason)
+        if key not in self.warned:
+            self.warned.add(key)
+            self.say(f"warm start not possible ({reason}); starting processes the ordinary"
+                     " way")
+
+    def tick(self) -> None:
+        """A zygote that does not answer a fork in time has failed; a stop cancels the
+        starts not asked yet (a zygote still importing may take long)."""
+        now = self.clock()
+        for zygote, asked in list(self.asked.items()):
+            if asked and now - asked[0].asked_at > warm.REPLY_TIMEOUT:
+                zygote.failed = zygote.failed or "it did not answer"
+                self._unanswered(zygote)
+        if self.waiting and self.stopping():
+            self._ask()
 
     def pids(self) -> set[int]:
         return self.zygotes.pids()
 
-    def close(self) -> None:
+    def close(self, deadline: float) -> None:
+        """The forks asked and not yet answered (only after the loop failed): their
+        children, once known, are killed, never left running."""
+        for zygote, asked in list(self.asked.items()):
+            while asked and zygote.alive:
+                reply = zygote._receive(deadline - self.clock())
+                if reply is None:
+                    break
+                if "pid" in reply:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(reply["pid"], signal.SIGKILL)
+                os.close(asked.popleft().output)
+            for start in asked:
+                os.close(start.output)
+        self.asked.clear()
         self.zygotes.close()
 
     def _started(self, zygote) -> None:
@@ -83,18 +188,34 @@ class WarmStarts:
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(zygote.sock)
         self.tell_watchdog(f"-{zygote.pid}")
+        self._unanswered(zygote)
 
     def _said(self, zygote) -> None:
-        """A message nobody asked for: ready, failed, or the end of the zygote."""
-        was_importing = zygote.ready_after is None and zygote.failed is None
-        zygote.take(zygote._receive(0.0))
-        if was_importing and (zygote.ready_after is not None or not zygote.alive):
-            self._answered()
-        if zygote.alive:
+        """An answer to a fork, or a message nobody asked for: ready, failed, the end."""
+        message = zygote._receive(0.0)
+        if message is not None and self.asked.get(zygote) and \
+                any(key in message for key in ("pid", "cold", "error")):
+            self._answered(zygote, message)
+            self._ask()
             return
-        if zygote.ready_after is not None and not self.stopping():
-            self.say(f"the zygote (pid {zygote.pid}) ended ({zygote.failed});"
-                     " processes forked from it are unaffected; starting a new one")
-            self.zygotes.revive(zygote)
-        else:
-            self.selector.unregister(zygote.sock)  # it failed; its processes start cold
+        if message is not None and "pid" in message:
+            # The answer to a fork given up on (it came too late): nobody waits for
+            # that child, so it must not run.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(message["pid"], signal.SIGKILL)
+            return
+        was_importing = zygote.ready_after is None and zygote.failed is None
+        zygote.take(message)
+        if was_importing and zygote.ready_after is not None and self.waiting:
+            self.say(f"zygote ready: {', '.join(zygote.modules)} imported in"
+                     f" {zygote.ready_after:.1f}s; forking warm processes from it")
+        if not zygote.alive:
+            self._unanswered(zygote)
+            if zygote.ready_after is not None and not self.stopping():
+                self.say(f"the zygote (pid {zygote.pid}) ended ({zygote.failed});"
+                         " processes forked from it are unaffected; starting a new one")
+                self.zygotes.revive(zygote)
+            else:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.selector.unregister(zygote.sock)  # failed: its processes start cold
+        self._ask()

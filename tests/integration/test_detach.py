@@ -10,8 +10,10 @@ import pytest
 from mwrun.errors import RunError
 from mwrun.head import bringup, console, control, pending
 from mwrun.plan import ports
+from mwrun.schema import RunState as R
+from mwrun.schema import WorldState as W
 from tests.helpers import wait_gone
-from tests.integration.jobs import wait_for
+from tests.integration.jobs import cli, status, wait_for, write_star
 
 pytestmark = pytest.mark.timeout(120)
 IDLE = json.dumps([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -40,7 +42,8 @@ def test_the_background_supervisor_uses_the_plan_checked_in_the_terminal(job, ho
         return sock
 
     monkeypatch.setattr(ports, "bind_free", recording)
-    run = bringup.detach(str(job), "bg", 5.0)
+    run, code = bringup.detach(str(job), "bg", 5.0)
+    assert code == 0
     state = json.loads((home / "runs" / run / "state.json").read_text())
     assert sorted(w["port"] for w in state["worlds"]) == sorted(chosen)
     assert "run bg: 2 processes in 2 worlds" in (home / "runs" / run / "supervisor.log").read_text()
@@ -78,3 +81,51 @@ def test_the_detached_console_is_rotated(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["supervisor.log", "supervisor.log.1"]
     text = path.read_text()
     assert "line 099" in text and text.endswith("traceback\n")
+
+
+def test_detach_fails_at_once_naming_processes_that_never_ran(home, tmp_path):
+    # Their scripts do not exist: no process ever runs, no world can form.
+    missing = json.dumps([sys.executable, str(tmp_path / "no-such-script.py")])
+    path = tmp_path / "missing.yaml"
+    path.write_text(f"version: 1\nname: missing\nprocesses:\n  a: {{cmd: {missing}}}\n"
+                    f"  b: {{cmd: {missing}}}\nworlds:\n  w1: {{members: [a, b]}}\n")
+    result = cli(home, "launch", str(path), "--detach", "--run-id", "missing")
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    said = result.stderr
+    assert "every world formed" not in said
+    # At once: the first failure is enough (the other may not have happened yet).
+    assert " failed before " in said and "mwrun logs PROCESS missing shows why:" in said
+    assert "\n  a exited with code 2" in said or "\n  b exited with code 2" in said, said
+    wait_gone(home)
+
+
+@pytest.mark.filterwarnings("ignore:subprocess .* is still running:ResourceWarning")
+def test_detach_says_it_cannot_tell_for_plain_scripts_and_returns(job, home, monkeypatch,
+                                                                  capsys):
+    # Plain sleepers: no member joins through the library, no group shows in a store.
+    monkeypatch.setattr(bringup, "QUIET", 3.0)  # how long they run unheard first
+    monkeypatch.setattr(bringup, "SAY_EVERY", 1.0)
+    run, code = bringup.detach(str(job), "plain", 5.0)
+    assert code == 0
+    said = capsys.readouterr().err
+    assert "mwrun | waiting for 2 worlds to form: w1, w2\n" in said
+    assert "mwrun | waiting for 2 worlds to form: w1, w2 (0 formed; " in said  # a long wait
+    assert "mwrun | mwrun cannot tell whether w1, w2 will form: no member joins them" \
+        " through mwrun's library" in said, said
+    assert "every world formed" not in said
+    state = json.loads((home / "runs" / run / "state.json").read_text())
+    assert state["state"] in (R.STARTING, R.RUNNING)  # it goes on: told, not stopped
+    control.request(state["control"], {"verb": "stop"})
+    wait_gone(home, timeout=pending.CLOSE_WAIT)
+
+
+def test_detach_returns_once_every_world_formed(home, tmp_path):
+    result = cli(home, "launch", str(write_star(tmp_path, workers=1)), "--detach",
+                 "--run-id", "formed")
+    assert result.returncode == 0, result.stderr
+    assert "mwrun | every world formed" in result.stderr
+    assert "started run formed in the background" in result.stdout
+    doc = status(home, "formed")
+    assert [w["state"] for w in doc["worlds"]] == [W.HEALTHY]
+    cli(home, "stop", "formed", check=True)
+    wait_gone(home, timeout=pending.CLOSE_WAIT)
