@@ -269,11 +269,11 @@ def test_run_time_mistakes_get_clear_errors(procs, home, tmp_path):
     assert unknown.stderr.startswith("Error: no run 'never-was'")
     job.signal(signal.SIGKILL)  # a dead supervisor: its socket answers no more
     wait_gone(home)
-    dead = cli(home, "stop", "twice")
-    assert dead.returncode == 1
-    assert dead.stderr.startswith("Error: run twice is not running")
+    dead = cli(home, "stop", "twice")  # a lost run: stop ends what it left, here nothing
+    assert dead.returncode == 0, dead.stderr
+    assert dead.stdout.startswith("run twice is lost: ") and "nothing to stop" in dead.stdout
     shown = cli(home, "status", "twice")
-    assert "the supervisor has gone without finishing" in shown.stdout
+    assert "is gone without ending the run" in shown.stdout and ": lost," in shown.stdout
     for result in (again, bad, rank, logs, unknown, dead, shown):
         assert "Traceback" not in result.stderr
 
