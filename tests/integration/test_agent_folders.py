@@ -79,7 +79,8 @@ def test_an_agent_sweeps_the_folders_of_dead_agents_and_only_those(tmp_path):
         pass  # not an agent's file: never removed
     live = start_agent(str(tmp_path / "mwrun-agent-live" / "control.sock"))
     try:
-        wait_for(lambda: os.path.exists(hello(live)["control"]), 10, "the live agent")
+        control = hello(live)["control"]  # once: a second hello would never come
+        wait_for(lambda: os.path.exists(control), 10, "the live agent's socket")
         then = time.time() - agent.SWEEP_AGE - 60
         os.utime(tmp_path / "mwrun-agent-live", (then, then))  # old, but alive
         later = start_agent(str(tmp_path / "mwrun-agent-later" / "control.sock"))
