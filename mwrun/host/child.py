@@ -4,7 +4,8 @@ What a fresh ``python script.py`` / ``python -m module`` would have and a fork d
 is set here, in this order: its own session (before its pid is reported, so the
 supervisor's first signal reaches a real process group), CPU affinity, the signal
 dispositions and mask an exec'd interpreter starts with, stdio on the supervisor's
-pipe, only descriptors 0-2 open, the environment replaced (not merged), the cwd,
+pipe, only descriptors 0-2 open and those the preloaded modules opened at import, the
+environment replaced (not merged), the cwd,
 ``sys.argv``/``sys.orig_argv``/``sys.path[0]``, import caches, the random state
 (Python's ``random`` reseeded from the OS, torch's default generator seeded as a
 fresh import seeds it), a fresh ``__main__``; then the script or module runs, and an
@@ -40,9 +41,10 @@ class Fresh:
     own_modules: set[str]  # the zygote's own modules, not the user's to see
     torch_rng: object
     area: Area | None
+    kept_fds: frozenset[int]  # what the preloaded modules opened at import
 
     @classmethod
-    def capture(cls, path, preloaded: set[str], area) -> Fresh:
+    def capture(cls, path, preloaded: set[str], area, kept_fds=frozenset()) -> Fresh:
         own = {m for m in sys.modules if (m == "mwrun" or m.startswith("mwrun."))
                and not any(p == m or p.startswith(m + ".") for p in preloaded)}
         torch = sys.modules.get("torch")
@@ -52,7 +54,7 @@ class Fresh:
             # seeds each from the OS: keep the state to restore, or reseed.
             fixed = torch.initial_seed() == 67280421310721
             rng = torch.get_rng_state() if fixed else "reseed"
-        return cls(path, own, rng, area)
+        return cls(path, own, rng, area, frozenset(kept_fds))
 
 
 def become(request: dict, fresh: Fresh) -> None:
@@ -73,7 +75,10 @@ def become(request: dict, fresh: Fresh) -> None:
         os.write(report, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
         os._exit(127)
     os.write(report, json.dumps({"pid": os.getpid()}).encode())
-    os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # a fresh process holds only stdio
+    # A fresh process holds stdio and what its imports opened; nothing of the zygote's.
+    # Closing a preloaded module's file would hand its number to the next descriptor
+    # opened (the library's link to the supervisor), and the module would write there.
+    _close_fds_but(fresh.kept_fds)
     _identity(request, fresh)
     _reseed(fresh)
     try:
@@ -87,6 +92,28 @@ def become(request: dict, fresh: Fresh) -> None:
             _die_by_sigint()
         raise SystemExit(1) from None
     # Returning ends the interpreter normally: threads joined, atexit run, exit 0.
+
+
+def open_fds() -> set[int]:
+    """Descriptors open now (not the one the listing itself used, closed since)."""
+    listed = {int(fd) for fd in os.listdir("/proc/self/fd")}
+    return {fd for fd in listed if _is_open(fd)}
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.get_inheritable(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _close_fds_but(kept: frozenset[int]) -> None:
+    low = 3
+    for fd in sorted(fd for fd in kept if fd >= low):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
 def _signals(ignored: list[int], mask: list[int]) -> None:

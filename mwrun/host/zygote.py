@@ -83,6 +83,7 @@ def main() -> None:
     if area is not None:
         area.set_title(f"mwrun zygote (preload {','.join(modules) or 'nothing'})")
     sock = socket.socket(fileno=fd)
+    before = child.open_fds()
     # numpy's OpenBLAS (imported by torch when numpy is installed) starts a worker
     # thread per core at import, and a process with threads cannot be forked safely:
     # keep its pool to the calling thread here. Children get their own environment, so
@@ -102,7 +103,9 @@ def main() -> None:
     # writes to every object it visits, which would copy the zygote's pages into each.
     gc.collect()
     gc.freeze()
-    state = child.Fresh.capture(base_path, set(modules), area)
+    # What the imports opened (a log file of logging.basicConfig, say) is the preloaded
+    # modules' own: every child keeps those descriptors, as a fresh import would hold them.
+    state = child.Fresh.capture(base_path, set(modules), area, child.open_fds() - before)
     send(sock, {"ready": os.getpid()})
     request = serve(sock)
     if request is not None:  # only in a forked child, with the zygote's loop left behind
