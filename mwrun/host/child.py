@@ -1,7 +1,8 @@
 """Inside a process forked from the zygote: become the planned process, as if fresh.
 
 What a fresh ``python script.py`` / ``python -m module`` would have and a fork does not
-is set here, in this order: its own session (before its pid is reported, so the
+is set here, in this order: death with the supervisor (``_die_with_supervisor``), its
+own session (before its pid is reported, so the
 supervisor's first signal reaches a real process group), CPU affinity, the signal
 dispositions and mask an exec'd interpreter starts with, stdio on the supervisor's
 pipe, only descriptors 0-2 open and those the preloaded modules opened at import, the
@@ -16,12 +17,14 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import ctypes
 import importlib
 import json
 import linecache
 import os
 import signal
 import sys
+import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +33,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from mwrun.host.title import Area
 
+PR_SET_PDEATHSIG = 1
+MIDDLE_EXIT = 10.0  # seconds the middle process may take to exit (it does at once)
 _OURS = (__file__, __file__.replace("child.py", "zygote.py"))
 
 
@@ -61,6 +66,7 @@ def become(request: dict, fresh: Fresh) -> None:
     """Set up, report the pid, run the user's code; raises SystemExit at the end."""
     report = request["report"]
     try:
+        _die_with_supervisor(request["middle"], request["supervisor"])
         os.setsid()
         if request.get("cpus") is not None:
             os.sched_setaffinity(0, request["cpus"])
@@ -92,6 +98,32 @@ def become(request: dict, fresh: Fresh) -> None:
             _die_by_sigint()
         raise SystemExit(1) from None
     # Returning ends the interpreter normally: threads joined, atexit run, exit 0.
+
+
+def _die_with_supervisor(middle: int, supervisor: int) -> None:
+    """SIGKILLed should the supervisor die, from before the child leaves the zygote's
+    process group: until the supervisor has told its watchdog of the child's own group,
+    only this stops a supervisor killed in between from leaving the child behind.
+
+    The signal goes with the death of the parent, so it is set once the middle process
+    has gone (set before, its exit would fire it) and the supervisor, a subreaper, is
+    the parent; and a supervisor that died before it was set is seen as a new parent.
+    The parent is, strictly, a thread: the kernel picks the subreaper's first live one,
+    its main thread, which ends only with the process.
+    (Cold starts have no such signal; it changes nothing the watchdog would not do.)"""
+    deadline = time.monotonic() + MIDDLE_EXIT
+    while os.getppid() == middle:  # it exits right after the fork
+        if time.monotonic() > deadline:
+            raise OSError("the middle process did not exit")
+        time.sleep(0.0001)
+    if _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != supervisor:
+        os._exit(1)  # it is gone already: nobody would ever watch this process
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def open_fds() -> set[int]:

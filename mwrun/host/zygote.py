@@ -28,6 +28,7 @@ import sys
 import threading
 
 MAX_FDS = 4
+SUPERVISOR = os.getppid()  # the zygote's parent: it started the zygote, and is a subreaper
 PAD_VAR = "MWRUN_ZYGOTE_PAD"  # room for the children's environments in /proc/PID/environ
 
 
@@ -142,6 +143,7 @@ def fork(sock: socket.socket, message: dict, fds: list[int]):
     sys.stderr.flush()
     middle = os.fork()
     if middle == 0:
+        middle = os.getpid()
         try:
             pid = os.fork()
         except BaseException:  # no child: the zygote reads end of file
@@ -150,7 +152,8 @@ def fork(sock: socket.socket, message: dict, fds: list[int]):
             os._exit(0)  # the middle process: its exit hands the child to the supervisor
         os.close(read)
         sock.detach()  # the child closes every inherited descriptor by number
-        return True, {**message, "fds": fds, "report": write}
+        return True, {**message, "fds": fds, "report": write, "middle": middle,
+                      "supervisor": SUPERVISOR}
     os.close(write)
     for fd in fds:
         os.close(fd)

@@ -2,12 +2,14 @@
 the files it opened, its signal handlers, its random generators; and which processes
 share a zygote."""
 
+import os
+import signal
 import sys
 
 import pytest
 
-from tests.helpers import ROOT
-from tests.integration.jobs import cli, launch
+from tests.helpers import ROOT, assert_gone
+from tests.integration.jobs import cli, launch, wait_for
 from tests.integration.test_warm import finish, write
 
 pytestmark = pytest.mark.timeout(180)
@@ -32,3 +34,23 @@ def test_a_file_a_preloaded_module_opened_stays_its_own(procs, home, tmp_path):
         text = path.read_text().splitlines()
         assert len(text) == lines and text[-1].endswith(last), name
         assert f"logged {lines}" in cli(home, "logs", name, doc["run_id"], check=True).stdout
+
+
+def test_a_child_forked_as_its_supervisor_is_killed_does_not_outlive_it(procs, home, tmp_path):
+    # The supervisor SIGKILLed after its child left the zygote's group and before its
+    # watchdog heard of it: the child must die with it all the same, not live on under
+    # init. The preloaded module holds the child in that window until told to go.
+    mark = tmp_path / "setsid"
+    idle = tmp_path / "idle.py"
+    idle.write_text("import time\nprint('running', flush=True)\ntime.sleep(120)\n")
+    topology = write(tmp_path, {"worker": (
+        [PY, str(idle)], [f"env: {{PYTHONPATH: {ROOT}, SETSID_MARK: {mark}}}"])},
+        preload="[tests.bin.preloads.slow_setsid]")
+    launch(procs, home, topology)
+    (held,) = wait_for(lambda: [p for p in tmp_path.iterdir()
+                                if p.name.startswith("setsid.") and p.read_text()],
+                       timeout=60, what="a forked child in its own session")
+    child, supervisor = map(int, held.read_text().split())
+    os.kill(supervisor, signal.SIGKILL)
+    (tmp_path / "setsid.go").touch()
+    assert_gone([child])
