@@ -173,6 +173,8 @@ def _identity(request: dict, fresh: Fresh) -> None:
         fresh.area.set_title(" ".join(argv))
         fresh.area.set_environ(request["env"])
     sys.orig_argv = list(argv)
+    if os.path.isabs(argv[0]):  # the path it was started by (VENV/bin/python, say), as
+        sys.executable = argv[0]  # a fresh interpreter has it; the zygote's is a twin
     if getattr(sys.flags, "safe_path", False):  # -P, new in 3.11 (3.10 has no flag)
         first = []
     elif kind == "module":

@@ -54,3 +54,17 @@ def test_a_child_forked_as_its_supervisor_is_killed_does_not_outlive_it(procs, h
     os.kill(supervisor, signal.SIGKILL)
     (tmp_path / "setsid.go").touch()
     assert_gone([child])
+
+
+def test_the_interpreter_under_another_name_starts_warm(procs, home, tmp_path):
+    twin = os.path.join(os.path.dirname(PY), "python3" if PY.endswith("/python") else "python")
+    if not (os.path.exists(twin) and os.path.samefile(twin, PY)):
+        pytest.skip(f"no {twin} beside {PY}")
+    script = tmp_path / "exe.py"
+    script.write_text("import sys\nprint('executable', sys.executable, flush=True)\n")
+    job = launch(procs, home, write(tmp_path, {
+        "warm": ([twin, str(script)], []), "cold": ([twin, str(script)], ["preload: false"])}))
+    doc = finish(job, home)
+    assert {p["name"]: p["start"] for p in doc["processes"]} == {"warm": "warm", "cold": "cold"}
+    for name in ("warm", "cold"):  # the path it was started by, as a fresh one has it
+        assert f"executable {twin}" in cli(home, "logs", name, doc["run_id"], check=True).stdout
