@@ -2,15 +2,16 @@
 
 What a fresh ``python script.py`` / ``python -m module`` would have and a fork does not
 is set here, in this order: death with the supervisor (``_die_with_supervisor``), its
-own session (before its pid is reported, so the
-supervisor's first signal reaches a real process group), CPU affinity, the signal
-dispositions and mask an exec'd interpreter starts with, stdio on the supervisor's
-pipe, only descriptors 0-2 open and those the preloaded modules opened at import, the
-environment replaced (not merged), the cwd,
-``sys.argv``/``sys.orig_argv``/``sys.path[0]``, import caches, the random state
-(Python's ``random`` reseeded from the OS, torch's default generator seeded as a
-fresh import seeds it), a fresh ``__main__``; then the script or module runs, and an
-uncaught exception or ``SystemExit`` ends the process as the interpreter would.
+own session (before its pid is reported, so the supervisor's first signal reaches a
+real process group), CPU affinity, the signal dispositions and mask an exec'd
+interpreter starts with and then the handlers the preload imports set (a fresh import
+sets them too), stdio on the supervisor's pipe, only descriptors 0-2 open and those the
+preloaded modules opened at import, the environment replaced (not merged), the cwd,
+``sys.argv``/``sys.orig_argv``/``sys.path[0]``/``sys.executable``, import caches, the
+random state (Python's generators that a fresh import seeds from the OS reseeded from
+it, numpy's global one too, torch's default generator seeded as a fresh import seeds
+it; seeds.py), a fresh ``__main__``; then the script or module runs, and an uncaught
+exception or ``SystemExit`` ends the process as the interpreter would.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from mwrun.host.seeds import Imprint
     from mwrun.host.title import Area
 
 PR_SET_PDEATHSIG = 1
@@ -47,9 +49,10 @@ class Fresh:
     torch_rng: object
     area: Area | None
     kept_fds: frozenset[int]  # what the preloaded modules opened at import
+    imprint: Imprint  # their generators and signal handlers
 
     @classmethod
-    def capture(cls, path, preloaded: set[str], area, kept_fds=frozenset()) -> Fresh:
+    def capture(cls, path, preloaded: set[str], area, kept_fds, imprint) -> Fresh:
         own = {m for m in sys.modules if (m == "mwrun" or m.startswith("mwrun."))
                and not any(p == m or p.startswith(m + ".") for p in preloaded)}
         torch = sys.modules.get("torch")
@@ -59,7 +62,7 @@ class Fresh:
             # seeds each from the OS: keep the state to restore, or reseed.
             fixed = torch.initial_seed() == 67280421310721
             rng = torch.get_rng_state() if fixed else "reseed"
-        return cls(path, own, rng, area, frozenset(kept_fds))
+        return cls(path, own, rng, area, frozenset(kept_fds), imprint)
 
 
 def become(request: dict, fresh: Fresh) -> None:
@@ -71,6 +74,7 @@ def become(request: dict, fresh: Fresh) -> None:
         if request.get("cpus") is not None:
             os.sched_setaffinity(0, request["cpus"])
         _signals(request.get("ignored", []), request.get("mask", []))
+        fresh.imprint.restore_handlers()  # a fresh import would have set them again
         stdin, output = request["fds"]
         for fd, target in ((stdin, 0), (output, 1), (output, 2)):
             os.dup2(fd, target)
@@ -190,8 +194,7 @@ def _identity(request: dict, fresh: Fresh) -> None:
 
 
 def _reseed(fresh: Fresh) -> None:
-    if "random" in sys.modules:
-        sys.modules["random"].seed()  # from os.urandom, as at a fresh import
+    fresh.imprint.reseed()  # from os.urandom, as at a fresh import (seeds.py)
     if isinstance(fresh.torch_rng, str):
         sys.modules["torch"].random.default_generator.seed()
     elif fresh.torch_rng is not None:

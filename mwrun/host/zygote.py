@@ -74,7 +74,7 @@ def unsafe_to_fork() -> str | None:
 
 def main() -> None:
     fd, modules = int(sys.argv[1]), [m for m in sys.argv[2].split(",") if m]
-    from mwrun.host import child, title
+    from mwrun.host import child, seeds, title
 
     # -P (sys.flags.safe_path, new in 3.11) puts no '' for -c first; without it, drop it.
     safe_path = getattr(sys.flags, "safe_path", False)
@@ -90,12 +90,15 @@ def main() -> None:
     # keep its pool to the calling thread here. Children get their own environment, so
     # this setting is the zygote's alone; their numpy BLAS stays single-threaded.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    imprint = seeds.Imprint()
     try:
         for name in modules:
             importlib.import_module(name)
     except BaseException as exc:  # any failure is reported, then we end
         send(sock, {"failed": f"import {name}: {type(exc).__name__}: {exc}"})
         return
+    finally:
+        imprint.stop()
     if "torch" in sys.modules:  # its store connections never reverse-resolve a peer, in
         from mwrun import lookups  # every warm child too (they inherit the latch)
 
@@ -106,7 +109,8 @@ def main() -> None:
     gc.freeze()
     # What the imports opened (a log file of logging.basicConfig, say) is the preloaded
     # modules' own: every child keeps those descriptors, as a fresh import would hold them.
-    state = child.Fresh.capture(base_path, set(modules), area, child.open_fds() - before)
+    state = child.Fresh.capture(base_path, set(modules), area, child.open_fds() - before,
+                                imprint)
     send(sock, {"ready": os.getpid()})
     request = serve(sock)
     if request is not None:  # only in a forked child, with the zygote's loop left behind

@@ -2,6 +2,7 @@
 the files it opened, its signal handlers, its random generators; and which processes
 share a zygote."""
 
+import json
 import os
 import signal
 import sys
@@ -68,3 +69,22 @@ def test_the_interpreter_under_another_name_starts_warm(procs, home, tmp_path):
     assert {p["name"]: p["start"] for p in doc["processes"]} == {"warm": "warm", "cold": "cold"}
     for name in ("warm", "cold"):  # the path it was started by, as a fresh one has it
         assert f"executable {twin}" in cli(home, "logs", name, doc["run_id"], check=True).stdout
+
+
+def test_what_a_preloaded_module_set_up_at_import_is_as_in_a_fresh_process(procs, home,
+                                                                            tmp_path):
+    cmd = [PY, str(ROOT / "tests" / "bin" / "imprints.py")]
+    path = f"env: {{PYTHONPATH: {ROOT}}}"
+    job = launch(procs, home, write(tmp_path, {
+        "warm-0": (cmd, [path]), "warm-1": (cmd, [path]),
+        "cold": (cmd, [path, "preload: false"])}, preload="[tests.bin.preloads.imprint]"))
+    doc = finish(job, home)
+    assert {p["name"]: p["start"] for p in doc["processes"]} == {
+        "warm-0": "warm", "warm-1": "warm", "cold": "cold"}
+    said = {name: json.loads(cli(home, "logs", name, doc["run_id"], check=True
+                                 ).stdout.strip().splitlines()[-1])
+            for name in ("warm-0", "warm-1", "cold")}
+    assert len({s["from_os"] for s in said.values()}) == 3  # each its own draw
+    assert len({s["global"] for s in said.values()}) == 3
+    assert len({s["on_purpose"] for s in said.values()}) == 1  # seeded: alike everywhere
+    assert all(s["handler"] for s in said.values()), said  # its SIGTERM handler holds
