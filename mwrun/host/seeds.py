@@ -1,5 +1,6 @@
-"""What the preload imports set up that a fork would copy as it is: Python random
-generators seeded from the OS, and signal handlers.
+"""What the preload imports did that a fork would copy as it is: Python random
+generators seeded from the OS, signal handlers; and which environment variables they
+read.
 
 A fresh process seeds every ``random.Random()`` it makes from the OS, so a generator a
 module makes at import differs in every process; forked, every warm child would draw
@@ -10,11 +11,16 @@ from the OS are reseeded from it in each child, those seeded on purpose
 they would be cold. It also notes the signal handlers the imports set, which a child
 keeps (a fresh import would have set them). A value drawn at import, a numpy
 ``Generator`` made at import, are what they are: the README says so.
+
+The variables the imports read through ``os.environ`` (``get``, ``[]``, ``in``,
+``getenv``; a look at all of them, ``copy()`` or ``items()``, counts as reading every
+one) tell the supervisor which processes this zygote may serve (host/warm.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import signal
 import weakref
@@ -50,6 +56,20 @@ class Imprint:
 
         random.Random.seed = class_seed
         random.seed = module_seed
+        self.read: set[str] = set()
+        self.read_all = False
+        environ = type(os.environ)
+        self._getitem, self._iter = environ.__getitem__, environ.__iter__
+
+        def getitem(mapping, key):
+            watch.read.add(key if isinstance(key, str) else os.fsdecode(key))
+            return watch._getitem(mapping, key)
+
+        def iterate(mapping):
+            watch.read_all = True
+            return watch._iter(mapping)
+
+        environ.__getitem__, environ.__iter__ = getitem, iterate
 
     def _note(self, rng, a) -> None:
         if a is None:
@@ -60,6 +80,8 @@ class Imprint:
     def stop(self) -> None:
         random.Random.seed = self._class_seed  # type: ignore[method-assign]
         random.seed = self._module_seed
+        environ = type(os.environ)
+        environ.__getitem__, environ.__iter__ = self._getitem, self._iter  # type: ignore[method-assign]
         after = handlers()
         self.set_handlers = {sig: h for sig, h in after.items()
                              if h is not self.handlers_before.get(sig)}

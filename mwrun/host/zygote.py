@@ -1,7 +1,8 @@
 """The zygote: a process that imports the ``preload`` modules once and forks on request.
 
 Started by ``host/warm.py`` as ``python -c BOOT FD MODULES PAD`` with the environment
-its children share, it imports the modules, says ``ready`` on the socket FD (a
+its children share, it imports the modules, says ``ready`` (with the environment
+variables the imports read) on the socket FD (a
 SOCK_SEQPACKET pair) and then serves fork requests, one JSON message each, with the
 child's stdin and stdout descriptors attached (SCM_RIGHTS).
 
@@ -111,7 +112,9 @@ def main() -> None:
     # modules' own: every child keeps those descriptors, as a fresh import would hold them.
     state = child.Fresh.capture(base_path, set(modules), area, child.open_fds() - before,
                                 imprint)
-    send(sock, {"ready": os.getpid()})
+    # Which variables the imports read: the supervisor forks from here every process
+    # whose environment agrees on those (host/warm.py).
+    send(sock, {"ready": os.getpid(), "read": sorted(imprint.read), "all": imprint.read_all})
     request = serve(sock)
     if request is not None:  # only in a forked child, with the zygote's loop left behind
         child.become(request, state)

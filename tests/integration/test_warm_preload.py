@@ -88,3 +88,25 @@ def test_what_a_preloaded_module_set_up_at_import_is_as_in_a_fresh_process(procs
     assert len({s["global"] for s in said.values()}) == 3
     assert len({s["on_purpose"] for s in said.values()}) == 1  # seeded: alike everywhere
     assert all(s["handler"] for s in said.values()), said  # its SIGTERM handler holds
+
+
+def test_processes_whose_env_differs_only_where_imports_do_not_look_share_a_zygote(
+        procs, home, tmp_path):
+    cmd = [PY, str(ROOT / "tests" / "bin" / "flavours.py")]
+    path = f"PYTHONPATH: {ROOT}"
+    job = launch(procs, home, write(tmp_path, {
+        "a": (cmd, [f"env: {{{path}, OTHER: a}}"]),
+        "b": (cmd, [f"env: {{{path}, OTHER: b}}"]),
+        # FLAVOUR is read at import: this one's imports must see its own.
+        "c": (cmd, [f"env: {{{path}, OTHER: c, FLAVOUR: spicy}}"]),
+    }, preload="[tests.bin.preloads.flavour]"))
+    doc = finish(job, home)
+    assert {p["name"]: p["start"] for p in doc["processes"]} == {
+        "a": "warm", "b": "warm", "c": "warm"}
+    said = {name: json.loads(cli(home, "logs", name, doc["run_id"], check=True
+                                 ).stdout.strip().splitlines()[-1]) for name in "abc"}
+    assert said == {"a": {"at_import": "plain", "flavour": None, "other": "a"},
+                    "b": {"at_import": "plain", "flavour": None, "other": "b"},
+                    "c": {"at_import": "spicy", "flavour": "spicy", "other": "c"}}
+    started = [line for line in job.lines if "zygote (pid" in line and "importing" in line]
+    assert len(started) == 2, started  # a and b share one; c has its own
