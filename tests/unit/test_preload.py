@@ -136,3 +136,19 @@ def test_an_interpreter_is_known_by_its_file_and_folder_not_its_name(tmp_path):
     text = f"processes:\n  a: {{cmd: {python} a.py}}\nworlds:\n  w: {{members: [a]}}\n"
     plan = place(parse(text, "t.yaml"), inv, lambda addr, taken: 40000, python3)
     assert plan.processes["a"].start == "warm"
+
+
+def test_validate_warns_of_preload_modules_beyond_torch(tmp_path):
+    path = tmp_path / "job.yaml"
+    body = ("processes:\n  a: {cmd: python a.py}\n  b: {cmd: python b.py, preload: [torch,"
+            " json]}\n  c: {cmd: python c.py, preload: [torch.nn]}\nworlds:\n"
+            "  w: {members: [a, b, c]}\n")
+    path.write_text(body)
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if "warning:" in line]
+    assert len(warnings) == 1 and "warning: preload json: imported once per zygote" \
+        in warnings[0] and "RANK" in warnings[0]
+    path.write_text(body.replace(" json", " torch.nn"))  # torch alone: nothing to say
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0 and "warning" not in result.stderr
