@@ -29,7 +29,6 @@ import sys
 import threading
 
 MAX_FDS = 4
-SUPERVISOR = os.getppid()  # the zygote's parent: it started the zygote, and is a subreaper
 PAD_VAR = "MWRUN_ZYGOTE_PAD"  # room for the children's environments in /proc/PID/environ
 
 
@@ -115,12 +114,13 @@ def main() -> None:
     # Which variables the imports read: the supervisor forks from here every process
     # whose environment agrees on those (host/warm.py).
     send(sock, {"ready": os.getpid(), "read": sorted(imprint.read), "all": imprint.read_all})
-    request = serve(sock)
+    # The zygote's parent started it, and is the subreaper its children come to.
+    request = serve(sock, supervisor=os.getppid())
     if request is not None:  # only in a forked child, with the zygote's loop left behind
         child.become(request, state)
 
 
-def serve(sock: socket.socket):
+def serve(sock: socket.socket, supervisor: int):
     """Answer requests until the supervisor closes the socket; returns the request in
     a forked child, None in the zygote."""
     while True:
@@ -136,13 +136,13 @@ def serve(sock: socket.socket):
                 os.close(fd)
             send(sock, {"cold": reason})
             continue
-        in_child, result = fork(sock, message, fds)
+        in_child, result = fork(sock, message, fds, supervisor)
         if in_child:
             return result
         send(sock, result)
 
 
-def fork(sock: socket.socket, message: dict, fds: list[int]):
+def fork(sock: socket.socket, message: dict, fds: list[int], supervisor: int):
     """Fork the child (through a middle process); the reply in the zygote, the request
     (with its descriptors and the pid pipe) in the child."""
     read, write = os.pipe()
@@ -160,7 +160,7 @@ def fork(sock: socket.socket, message: dict, fds: list[int]):
         os.close(read)
         sock.detach()  # the child closes every inherited descriptor by number
         return True, {**message, "fds": fds, "report": write, "middle": middle,
-                      "supervisor": SUPERVISOR}
+                      "supervisor": supervisor}
     os.close(write)
     for fd in fds:
         os.close(fd)
