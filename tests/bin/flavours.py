@@ -6,4 +6,5 @@ import os
 from tests.bin.preloads import flavour
 
 print(json.dumps({"at_import": flavour.FLAVOUR, "flavour": os.environ.get("FLAVOUR"),
-                  "other": os.environ.get("OTHER")}), flush=True)
+                  "other": os.environ.get("OTHER"),
+                  "imported_by": flavour.IMPORTED_BY}), flush=True)
