@@ -74,6 +74,7 @@ def unsafe_to_fork() -> str | None:
 
 def main() -> None:
     fd, modules = int(sys.argv[1]), [m for m in sys.argv[2].split(",") if m]
+    supervisor = os.getppid()  # it started us, and is the subreaper our children come to
     from mwrun.host import child, seeds, title
 
     # -P (sys.flags.safe_path, new in 3.11) puts no '' for -c first; without it, drop it.
@@ -99,6 +100,9 @@ def main() -> None:
         return
     finally:
         imprint.stop()
+    # What the imports opened (a log file of logging.basicConfig, say) is the preloaded
+    # modules' own: every child keeps those descriptors, as a fresh import would hold them.
+    opened = child.open_fds() - before
     if "torch" in sys.modules:  # its store connections never reverse-resolve a peer, in
         from mwrun import lookups  # every warm child too (they inherit the latch)
 
@@ -107,15 +111,11 @@ def main() -> None:
     # writes to every object it visits, which would copy the zygote's pages into each.
     gc.collect()
     gc.freeze()
-    # What the imports opened (a log file of logging.basicConfig, say) is the preloaded
-    # modules' own: every child keeps those descriptors, as a fresh import would hold them.
-    state = child.Fresh.capture(base_path, set(modules), area, child.open_fds() - before,
-                                imprint)
+    state = child.Fresh.capture(base_path, set(modules), area, opened, imprint)
     # Which variables the imports read: the supervisor forks from here every process
     # whose environment agrees on those (host/warm.py).
     send(sock, {"ready": os.getpid(), "read": sorted(imprint.read), "all": imprint.read_all})
-    # The zygote's parent started it, and is the subreaper its children come to.
-    request = serve(sock, supervisor=os.getppid())
+    request = serve(sock, supervisor)
     if request is not None:  # only in a forked child, with the zygote's loop left behind
         child.become(request, state)
 
