@@ -49,7 +49,7 @@ def test_a_child_forked_as_its_supervisor_is_killed_does_not_outlive_it(procs, h
         preload="[tests.bin.preloads.slow_setsid]")
     launch(procs, home, topology)
     (held,) = wait_for(lambda: [p for p in tmp_path.iterdir()
-                                if p.name.startswith("setsid.") and p.read_text()],
+                                if p.name.startswith("setsid.") and p.name[7:].isdigit()],
                        timeout=60, what="a forked child in its own session")
     child, supervisor = map(int, held.read_text().split())
     os.kill(supervisor, signal.SIGKILL)

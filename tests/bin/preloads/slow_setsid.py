@@ -13,8 +13,9 @@ _setsid = os.setsid
 
 def setsid():
     result = _setsid()
-    with open(f"{MARK}.{os.getpid()}", "w") as out:
+    with open(f"{MARK}.tmp{os.getpid()}", "w") as out:
         out.write(f"{os.getpid()} {SUPERVISOR}")
+    os.rename(f"{MARK}.tmp{os.getpid()}", f"{MARK}.{os.getpid()}")  # whole, or not there
     deadline = time.monotonic() + 120
     while not os.path.exists(f"{MARK}.go") and time.monotonic() < deadline:
         time.sleep(0.01)
