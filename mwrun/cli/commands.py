@@ -95,6 +95,17 @@ def validate(topology):
     worlds = "; ".join(f"{w.name}: {', '.join(w.members)}" for w in plan.worlds.values())
     click.echo(f"{topology}: ok: {count(len(plan.processes), 'process', 'processes')},"
                f" {count(len(plan.worlds), 'world')} ({worlds})")
+    # A zygote imports these once for many processes, before any process's own
+    # variables exist: a module that reads them at import cannot see them (README).
+    beyond = sorted({m for p in plan.processes.values() for m in p.preload
+                     if m != "torch" and not m.startswith("torch.")})
+    if beyond:
+        click.echo(f"{topology}: warning: preload {', '.join(beyond)}: imported once per"
+                   " zygote, not in each process; at import these see none of the"
+                   " variables mwrun sets per process (RANK, WORLD_SIZE, MASTER_ADDR, ..."
+                   " MWRUN_PROCESS, CUDA_VISIBLE_DEVICES), and a value drawn or an object"
+                   " made then is the same in every process forked from it (README: Warm"
+                   " starts)", err=True)
 
 
 @main.command()

@@ -1,34 +1,42 @@
 """Inside a process forked from the zygote: become the planned process, as if fresh.
 
 What a fresh ``python script.py`` / ``python -m module`` would have and a fork does not
-is set here, in this order: its own session (before its pid is reported, so the
-supervisor's first signal reaches a real process group), CPU affinity, the signal
-dispositions and mask an exec'd interpreter starts with, stdio on the supervisor's
-pipe, only descriptors 0-2 open, the environment replaced (not merged), the cwd,
-``sys.argv``/``sys.orig_argv``/``sys.path[0]``, import caches, the random state
-(Python's ``random`` reseeded from the OS, torch's default generator seeded as a
-fresh import seeds it), a fresh ``__main__``; then the script or module runs, and an
-uncaught exception or ``SystemExit`` ends the process as the interpreter would.
+is set here, in this order: death with the supervisor (``_die_with_supervisor``), its
+own session (before its pid is reported, so the supervisor's first signal reaches a
+real process group), CPU affinity, the signal dispositions and mask an exec'd
+interpreter starts with and then the handlers the preload imports set (a fresh import
+sets them too), stdio on the supervisor's pipe, only descriptors 0-2 open and those the
+preloaded modules opened at import, the environment replaced (not merged), the cwd,
+``sys.argv``/``sys.orig_argv``/``sys.path[0]``/``sys.executable``, import caches, the
+random state (Python's generators that a fresh import seeds from the OS reseeded from
+it, numpy's global one too, torch's default generator seeded as a fresh import seeds
+it; seeds.py), a fresh ``__main__``; then the script or module runs, and an uncaught
+exception or ``SystemExit`` ends the process as the interpreter would.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import ctypes
 import importlib
 import json
 import linecache
 import os
 import signal
 import sys
+import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from mwrun.host.seeds import Imprint
     from mwrun.host.title import Area
 
+PR_SET_PDEATHSIG = 1
+MIDDLE_EXIT = 10.0  # seconds the middle process may take to exit (it does at once)
 _OURS = (__file__, __file__.replace("child.py", "zygote.py"))
 
 
@@ -40,9 +48,11 @@ class Fresh:
     own_modules: set[str]  # the zygote's own modules, not the user's to see
     torch_rng: object
     area: Area | None
+    kept_fds: frozenset[int]  # what the preloaded modules opened at import
+    imprint: Imprint  # their generators and signal handlers
 
     @classmethod
-    def capture(cls, path, preloaded: set[str], area) -> Fresh:
+    def capture(cls, path, preloaded: set[str], area, kept_fds, imprint) -> Fresh:
         own = {m for m in sys.modules if (m == "mwrun" or m.startswith("mwrun."))
                and not any(p == m or p.startswith(m + ".") for p in preloaded)}
         torch = sys.modules.get("torch")
@@ -52,17 +62,19 @@ class Fresh:
             # seeds each from the OS: keep the state to restore, or reseed.
             fixed = torch.initial_seed() == 67280421310721
             rng = torch.get_rng_state() if fixed else "reseed"
-        return cls(path, own, rng, area)
+        return cls(path, own, rng, area, frozenset(kept_fds), imprint)
 
 
 def become(request: dict, fresh: Fresh) -> None:
     """Set up, report the pid, run the user's code; raises SystemExit at the end."""
     report = request["report"]
     try:
+        _die_with_supervisor(request["middle"], request["supervisor"])
         os.setsid()
         if request.get("cpus") is not None:
             os.sched_setaffinity(0, request["cpus"])
         _signals(request.get("ignored", []), request.get("mask", []))
+        fresh.imprint.restore_handlers()  # a fresh import would have set them again
         stdin, output = request["fds"]
         for fd, target in ((stdin, 0), (output, 1), (output, 2)):
             os.dup2(fd, target)
@@ -73,7 +85,10 @@ def become(request: dict, fresh: Fresh) -> None:
         os.write(report, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
         os._exit(127)
     os.write(report, json.dumps({"pid": os.getpid()}).encode())
-    os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # a fresh process holds only stdio
+    # A fresh process holds stdio and what its imports opened; nothing of the zygote's.
+    # Closing a preloaded module's file would hand its number to the next descriptor
+    # opened (the library's link to the supervisor), and the module would write there.
+    _close_fds_but(fresh.kept_fds)
     _identity(request, fresh)
     _reseed(fresh)
     try:
@@ -87,6 +102,54 @@ def become(request: dict, fresh: Fresh) -> None:
             _die_by_sigint()
         raise SystemExit(1) from None
     # Returning ends the interpreter normally: threads joined, atexit run, exit 0.
+
+
+def _die_with_supervisor(middle: int, supervisor: int) -> None:
+    """SIGKILLed should the supervisor die, from before the child leaves the zygote's
+    process group: until the supervisor has told its watchdog of the child's own group,
+    only this stops a supervisor killed in between from leaving the child behind.
+
+    The signal goes with the death of the parent, so it is set once the middle process
+    has gone (set before, its exit would fire it) and the supervisor, a subreaper, is
+    the parent; and a supervisor that died before it was set is seen as a new parent.
+    The parent is, strictly, a thread: the kernel picks the subreaper's first live one,
+    its main thread, which ends only with the process.
+    (Cold starts have no such signal; it changes nothing the watchdog would not do.)"""
+    deadline = time.monotonic() + MIDDLE_EXIT
+    while os.getppid() == middle:  # it exits right after the fork
+        if time.monotonic() > deadline:
+            raise OSError("the middle process did not exit")
+        time.sleep(0.0001)
+    if _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != supervisor:
+        os._exit(1)  # it is gone already: nobody would ever watch this process
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def open_fds() -> set[int]:
+    """Descriptors open now (not the one the listing itself used, closed since)."""
+    listed = {int(fd) for fd in os.listdir("/proc/self/fd")}
+    return {fd for fd in listed if _is_open(fd)}
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.get_inheritable(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _close_fds_but(kept: frozenset[int]) -> None:
+    low = 3
+    for fd in sorted(fd for fd in kept if fd >= low):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
 def _signals(ignored: list[int], mask: list[int]) -> None:
@@ -114,6 +177,8 @@ def _identity(request: dict, fresh: Fresh) -> None:
         fresh.area.set_title(" ".join(argv))
         fresh.area.set_environ(request["env"])
     sys.orig_argv = list(argv)
+    if os.path.isabs(argv[0]):  # the path it was started by (VENV/bin/python, say), as
+        sys.executable = argv[0]  # a fresh interpreter has it; the zygote's is a twin
     if getattr(sys.flags, "safe_path", False):  # -P, new in 3.11 (3.10 has no flag)
         first = []
     elif kind == "module":
@@ -129,8 +194,7 @@ def _identity(request: dict, fresh: Fresh) -> None:
 
 
 def _reseed(fresh: Fresh) -> None:
-    if "random" in sys.modules:
-        sys.modules["random"].seed()  # from os.urandom, as at a fresh import
+    fresh.imprint.reseed()  # from os.urandom, as at a fresh import (seeds.py)
     if isinstance(fresh.torch_rng, str):
         sys.modules["torch"].random.default_generator.seed()
     elif fresh.torch_rng is not None:

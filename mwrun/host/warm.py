@@ -1,9 +1,24 @@
 """Warm starts, seen from the supervisor: zygotes, and the children forked from them.
 
-``Zygotes`` keeps one zygote (zygote.py) per preload list and shared environment: the
-environment a child is started with, without the variables mwrun sets per process
-(which nothing reads at import), is the zygote's own, so the preloaded modules were
-imported under exactly the environment a fresh process would have imported them under.
+``Zygotes`` keeps the zygotes (zygote.py) of one supervisor, each with its preload
+list and the environment it imported them under. A child gets its own environment
+after the fork (replaced, not merged), so what must match is only what the imports
+could see: a zygote serves a process when their preload lists are the same and their
+environments agree on every variable that can change what an import does
+(``serves``). That is not every variable: one zygote per distinct ``env:`` would make
+a job whose processes each set their own ``env:`` as slow as a cold start and heavier.
+Which ones can:
+
+* those the imports read through ``os.environ``, which the zygote records and tells
+  when it is ready (all of them if the imports looked at every one); until then a
+  process waits for it to say, and then is forked from it or gets a zygote of its own;
+* those the interpreter, the C library and the preloaded libraries' native code read
+  as they start or load, outside ``os.environ``'s sight (``IMPORT_PREFIXES`` and
+  ``IMPORT_NAMES``: ``PYTHONPATH``, ``LD_*``, the locale, OpenMP and torch's own ...),
+  which always count, so two processes that differ there never share one.
+
+What mwrun sets per process (``PER_PROCESS``: ranks, ``MWRUN_*``) is never part of it:
+a preloaded module that reads it at import sees it unset (README; ``validate`` warns).
 
 Exit statuses stay exact: the supervisor makes itself a child subreaper, the zygote
 double-forks, and every forked child becomes the supervisor's own child, waited for
@@ -37,6 +52,12 @@ PER_PROCESS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
                "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
                "ROLE_WORLD_SIZE", "ROLE_NAME", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
 PER_PROCESS_PREFIXES = ("MWRUN_", "TORCHELASTIC_")
+# Read at start or load, outside os.environ: by the interpreter (PYTHON*, HOME for the
+# user site, the locale for stdio's encoding), the loader and C library, and the native
+# code of what is preloaded (OpenMP, BLAS, torch, CUDA).
+IMPORT_PREFIXES = ("PYTHON", "LD_", "LC_", "MALLOC_", "OMP_", "KMP_", "GOMP_", "MKL_",
+                   "OPENBLAS_", "TORCH", "PYTORCH_", "CUDA_", "NVIDIA_")
+IMPORT_NAMES = ("HOME", "LANG", "LANGUAGE", "TZ", "GLIBC_TUNABLES")
 
 
 def become_subreaper() -> bool:
@@ -64,6 +85,25 @@ def reap_orphans(known: set[int]) -> None:
 def shared_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items()
             if k not in PER_PROCESS and not k.startswith(PER_PROCESS_PREFIXES)}
+
+
+def always_counts(env: dict[str, str]) -> dict[str, str]:
+    """The variables that can change an import unseen (see the module's docstring)."""
+    return {k: v for k, v in env.items() if k in IMPORT_NAMES or k.startswith(IMPORT_PREFIXES)}
+
+
+def serves(zygote_env: dict[str, str], read: list[str] | None, read_all: bool,
+           env: dict[str, str]) -> bool | None:
+    """Whether a zygote that imported under ``zygote_env`` (both shared, per-process
+    variables left out) can fork a process of environment ``env``: None while it has not
+    said what its imports read (``read``), and it may yet."""
+    if always_counts(zygote_env) != always_counts(env):
+        return False
+    if read_all:
+        return zygote_env == env
+    if read is None:
+        return None
+    return all(zygote_env.get(name) == env.get(name) for name in read)
 
 
 class ForkedChild:
@@ -108,6 +148,8 @@ class Zygote:
         self.started = time.monotonic()
         self.ready_after: float | None = None
         self.failed: str | None = None
+        self.read: list[str] | None = None  # the variables its imports read, once ready
+        self.read_all = False
         with theirs:
             self.popen = subprocess.Popen(
                 [python, "-c", BOOT, str(theirs.fileno()), ",".join(modules), " " * TITLE_ROOM],
@@ -133,6 +175,7 @@ class Zygote:
             self.failed = self.failed or "it ended"
         elif "ready" in message:
             self.ready_after = time.monotonic() - self.started
+            self.read, self.read_all = list(message.get("read", [])), bool(message.get("all"))
         elif "failed" in message:
             self.failed = message["failed"]
 
@@ -177,27 +220,41 @@ class Zygotes:
         self.say = say
         self.on_start = on_start or (lambda zygote: None)
         self.on_close = on_close or (lambda zygote: None)
-        self.by_key: dict[tuple, Zygote] = {}
+        self.zygotes: list[Zygote] = []  # in the order they were started
         self.warned: set[tuple] = set()
 
     def prepare(self, modules: tuple[str, ...], env: dict[str, str]) -> Zygote:
-        """The zygote for these modules and this (full) environment, started if need be."""
+        """The zygote for these modules and this (full) environment, started if need be.
+        One still importing may be returned for an environment it turns out not to
+        serve: asked again once it is ready, this gives the process one of its own."""
         shared = shared_env(env)
-        key = (modules, tuple(sorted(shared.items())))
-        zygote = self.by_key.get(key)
+        zygote = self._serving(modules, shared)
         if zygote is not None and not zygote.alive and zygote.ready_after is not None:
             self.say(f"the zygote (pid {zygote.pid}) is gone ({zygote.failed or 'it ended'});"
                      " starting a new one")
             self._retire(zygote)
+            self.zygotes.remove(zygote)
             zygote = None
-        # One that never got ready (a module that does not import) stays as it is: its
-        # processes start cold, and it is not started again and again.
         if zygote is None:
             with open(self.log_path, "ab") as log:
                 zygote = Zygote(self.python, modules, shared, log)
-            self.by_key[key] = zygote
+            self.zygotes.append(zygote)
             self.on_start(zygote)
         return zygote
+
+    def _serving(self, modules: tuple[str, ...], shared: dict[str, str]) -> Zygote | None:
+        for zygote in self.zygotes:
+            if zygote.modules != modules:
+                continue
+            if zygote.ready_after is None and zygote.failed is not None:
+                # It never got ready (a module that does not import): its processes
+                # start cold, and it is not started again and again.
+                if always_counts(zygote.env) == always_counts(shared):
+                    return zygote
+                continue
+            if serves(zygote.env, zygote.read, zygote.read_all, shared) is not False:
+                return zygote
+        return None
 
     def spawn(self, argv, kind: str, target: str, args, env: dict, cwd: str, cpus,
               modules: tuple[str, ...]) -> ProcessHandle | None:
@@ -224,11 +281,10 @@ class Zygotes:
     def revive(self, zygote: Zygote) -> Zygote | None:
         """After a ready zygote died: its successor, started at once (None if it was
         retired, or never got ready: then the next start tries again)."""
-        key = next((k for k, z in self.by_key.items() if z is zygote), None)
-        if key is None or zygote.ready_after is None:
+        if zygote not in self.zygotes or zygote.ready_after is None:
             return None
         self._retire(zygote)
-        del self.by_key[key]
+        self.zygotes.remove(zygote)
         return self.prepare(zygote.modules, zygote.env)
 
     def _retire(self, zygote: Zygote) -> None:
@@ -236,12 +292,12 @@ class Zygotes:
         zygote.close()
 
     def pids(self) -> set[int]:
-        return {z.pid for z in self.by_key.values()}
+        return {z.pid for z in self.zygotes}
 
     def close(self) -> None:
-        for zygote in self.by_key.values():
+        for zygote in self.zygotes:
             self._retire(zygote)
-        self.by_key.clear()
+        self.zygotes.clear()
 
 
 def fork_request(argv, kind: str, target: str, args, env: dict, cwd: str, cpus) -> dict:

@@ -1,7 +1,8 @@
 """The zygote: a process that imports the ``preload`` modules once and forks on request.
 
 Started by ``host/warm.py`` as ``python -c BOOT FD MODULES PAD`` with the environment
-its children share, it imports the modules, says ``ready`` on the socket FD (a
+its children share, it imports the modules, says ``ready`` (with the environment
+variables the imports read) on the socket FD (a
 SOCK_SEQPACKET pair) and then serves fork requests, one JSON message each, with the
 child's stdin and stdout descriptors attached (SCM_RIGHTS).
 
@@ -73,7 +74,8 @@ def unsafe_to_fork() -> str | None:
 
 def main() -> None:
     fd, modules = int(sys.argv[1]), [m for m in sys.argv[2].split(",") if m]
-    from mwrun.host import child, title
+    supervisor = os.getppid()  # it started us, and is the subreaper our children come to
+    from mwrun.host import child, seeds, title
 
     # -P (sys.flags.safe_path, new in 3.11) puts no '' for -c first; without it, drop it.
     safe_path = getattr(sys.flags, "safe_path", False)
@@ -83,17 +85,24 @@ def main() -> None:
     if area is not None:
         area.set_title(f"mwrun zygote (preload {','.join(modules) or 'nothing'})")
     sock = socket.socket(fileno=fd)
+    before = child.open_fds()
     # numpy's OpenBLAS (imported by torch when numpy is installed) starts a worker
     # thread per core at import, and a process with threads cannot be forked safely:
     # keep its pool to the calling thread here. Children get their own environment, so
     # this setting is the zygote's alone; their numpy BLAS stays single-threaded.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    imprint = seeds.Imprint()
     try:
         for name in modules:
             importlib.import_module(name)
     except BaseException as exc:  # any failure is reported, then we end
         send(sock, {"failed": f"import {name}: {type(exc).__name__}: {exc}"})
         return
+    finally:
+        imprint.stop()
+    # What the imports opened (a log file of logging.basicConfig, say) is the preloaded
+    # modules' own: every child keeps those descriptors, as a fresh import would hold them.
+    opened = child.open_fds() - before
     if "torch" in sys.modules:  # its store connections never reverse-resolve a peer, in
         from mwrun import lookups  # every warm child too (they inherit the latch)
 
@@ -102,14 +111,16 @@ def main() -> None:
     # writes to every object it visits, which would copy the zygote's pages into each.
     gc.collect()
     gc.freeze()
-    state = child.Fresh.capture(base_path, set(modules), area)
-    send(sock, {"ready": os.getpid()})
-    request = serve(sock)
+    state = child.Fresh.capture(base_path, set(modules), area, opened, imprint)
+    # Which variables the imports read: the supervisor forks from here every process
+    # whose environment agrees on those (host/warm.py).
+    send(sock, {"ready": os.getpid(), "read": sorted(imprint.read), "all": imprint.read_all})
+    request = serve(sock, supervisor)
     if request is not None:  # only in a forked child, with the zygote's loop left behind
         child.become(request, state)
 
 
-def serve(sock: socket.socket):
+def serve(sock: socket.socket, supervisor: int):
     """Answer requests until the supervisor closes the socket; returns the request in
     a forked child, None in the zygote."""
     while True:
@@ -125,13 +136,13 @@ def serve(sock: socket.socket):
                 os.close(fd)
             send(sock, {"cold": reason})
             continue
-        in_child, result = fork(sock, message, fds)
+        in_child, result = fork(sock, message, fds, supervisor)
         if in_child:
             return result
         send(sock, result)
 
 
-def fork(sock: socket.socket, message: dict, fds: list[int]):
+def fork(sock: socket.socket, message: dict, fds: list[int], supervisor: int):
     """Fork the child (through a middle process); the reply in the zygote, the request
     (with its descriptors and the pid pipe) in the child."""
     read, write = os.pipe()
@@ -139,6 +150,7 @@ def fork(sock: socket.socket, message: dict, fds: list[int]):
     sys.stderr.flush()
     middle = os.fork()
     if middle == 0:
+        middle = os.getpid()
         try:
             pid = os.fork()
         except BaseException:  # no child: the zygote reads end of file
@@ -147,7 +159,8 @@ def fork(sock: socket.socket, message: dict, fds: list[int]):
             os._exit(0)  # the middle process: its exit hands the child to the supervisor
         os.close(read)
         sock.detach()  # the child closes every inherited descriptor by number
-        return True, {**message, "fds": fds, "report": write}
+        return True, {**message, "fds": fds, "report": write, "middle": middle,
+                      "supervisor": supervisor}
     os.close(write)
     for fd in fds:
         os.close(fd)

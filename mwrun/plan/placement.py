@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -358,7 +359,10 @@ def process_plan(topology, proc: Process, got, memberships, local, python,
         cmd = (host.python or python, *cmd[1:])  # a remote host's own interpreter
     # A remote host's agent forks from its own zygote, on that host's interpreter.
     runs_on = (host.python or python) if host.remote else python
-    why_cold = preload.why_cold(cmd, runs_on, proc.preload, host.netns) if python \
+    # Here, paths are compared as files (VENV/bin/python is mwrun's VENV/bin/python3);
+    # a remote host's files cannot be looked at, so there its names must match.
+    same = operator.eq if host.remote else preload.same_interpreter
+    why_cold = preload.why_cold(cmd, runs_on, proc.preload, host.netns, same) if python \
         else "no python"
     return ProcessPlan(
         name=proc.name, host=proc.host, addr=host.addr, netns=host.netns, cmd=cmd,
@@ -369,9 +373,9 @@ def process_plan(topology, proc: Process, got, memberships, local, python,
         hang_timeout=hang_timeout,
         preload=() if why_cold else proc.preload,
         start=f"cold ({why_cold})" if why_cold else "warm",
-        warm=None if why_cold else _warm_target(cmd, runs_on))
+        warm=None if why_cold else _warm_target(cmd, runs_on, same))
 
 
-def _warm_target(cmd, python) -> tuple[str, str, tuple[str, ...]] | None:
-    how = preload.target(cmd, python)
+def _warm_target(cmd, python, same) -> tuple[str, str, tuple[str, ...]] | None:
+    how = preload.target(cmd, python, same)
     return None if how is None else (how[0], how[1], tuple(how[2]))

@@ -3,14 +3,18 @@
 Pure: a command qualifies when it is the interpreter mwrun runs on followed by a script
 path or ``-m module`` and nothing else the interpreter would read before the script
 (``-c``, ``-O``, ``-X ...`` change what a fresh interpreter is, so those start cold).
-Warm starts are the default. ``installed`` alone reads the machine (validate's check
-of a ``preload`` name on the python mwrun runs on).
+Warm starts are the default. ``installed`` and ``same_interpreter`` alone read the
+machine (validate's check of a ``preload`` name on the python mwrun runs on; whether a
+command's interpreter is that python under another name), and are passed in.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import operator
+import os
 import re
+from collections.abc import Callable
 
 # What a topology that says nothing of preload (or ``preload: true``) means: warm
 # starts are the default, ``preload: false`` turns them off.
@@ -22,9 +26,30 @@ def is_module_name(text: str) -> bool:
     return bool(_MODULE.match(text))
 
 
-def target(cmd, python: str) -> tuple[str, str, list[str]] | None:
-    """("script", path, args) or ("module", name, args) for a warm-startable cmd, else None."""
-    if len(cmd) < 2 or cmd[0] != python:
+Same = Callable[[str, str], bool]  # whether two paths start the same interpreter
+
+
+def same_interpreter(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` start the same interpreter on this machine: the same
+    file (``VENV/bin/python`` and ``VENV/bin/python3`` are one), found in the same
+    folder. The folder counts, not only the file: a virtualenv's python is a link to the
+    base interpreter, and what makes it the venv's (its pyvenv.cfg) is found beside the
+    path it was started by, so ``/usr/bin/python3`` is not ``VENV/bin/python3``."""
+    if a == b:
+        return True
+    if not (os.path.isabs(a) and os.path.isabs(b)):
+        return False  # relative to the process's cwd, or looked up in its PATH: unknown
+    try:
+        return os.path.samefile(a, b) and \
+            os.path.samefile(os.path.dirname(a), os.path.dirname(b))
+    except OSError:
+        return False
+
+
+def target(cmd, python: str, same: Same = operator.eq) -> tuple[str, str, list[str]] | None:
+    """("script", path, args) or ("module", name, args) for a warm-startable cmd, else None.
+    ``same``: whether the cmd's interpreter is ``python`` (names alone, by default)."""
+    if len(cmd) < 2 or not same(cmd[0], python):
         return None
     first = cmd[1]
     if first == "-m" and len(cmd) > 2 and is_module_name(cmd[2]):
@@ -36,15 +61,16 @@ def target(cmd, python: str) -> tuple[str, str, list[str]] | None:
     return "script", first, list(cmd[2:])
 
 
-def why_cold(cmd, python: str, preload: tuple[str, ...], netns: str | None) -> str | None:
+def why_cold(cmd, python: str, preload: tuple[str, ...], netns: str | None,
+             same: Same = operator.eq) -> str | None:
     """Why a process starts the ordinary way, or None when it is forked warm."""
     if not preload:
         return "preload: false"
     if netns:
         return "it runs in a network namespace"
-    if not cmd or cmd[0] != python:
+    if not cmd or not same(cmd[0], python):
         return "not the interpreter mwrun runs on"
-    if target(cmd, python) is None:
+    if target(cmd, python, same) is None:
         option = cmd[1] if len(cmd) > 1 else ""
         return f"python {option}".strip() if option else "an interactive python"
     return None

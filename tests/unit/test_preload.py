@@ -115,3 +115,40 @@ def test_validate_refuses_a_preload_module_that_is_not_installed(tmp_path):
     result = CliRunner().invoke(main, ["validate", str(path)])
     assert result.exit_code == 2
     assert f"{path}:1:11: preload: no module named 'torchh'" in result.output
+
+
+def test_an_interpreter_is_known_by_its_file_and_folder_not_its_name(tmp_path):
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python3").write_text("")
+    (venv / "python").symlink_to("python3")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "python3").symlink_to(venv / "python3")
+    python, python3 = str(venv / "python"), str(venv / "python3")
+    assert preload.same_interpreter(python, python3)
+    assert preload.target([python, "a.py"], python3, preload.same_interpreter) == \
+        ("script", "a.py", [])
+    # The same file found in another folder is another venv (or none): not the same.
+    assert not preload.same_interpreter(str(tmp_path / "other" / "python3"), python3)
+    assert not preload.same_interpreter("python3", python3)  # a PATH lookup: unknown
+    assert not preload.same_interpreter(str(venv / "missing"), python3)
+    inv = {"localhost": HostInventory(True, (0, 1), ())}
+    text = f"processes:\n  a: {{cmd: {python} a.py}}\nworlds:\n  w: {{members: [a]}}\n"
+    plan = place(parse(text, "t.yaml"), inv, lambda addr, taken: 40000, python3)
+    assert plan.processes["a"].start == "warm"
+
+
+def test_validate_warns_of_preload_modules_beyond_torch(tmp_path):
+    path = tmp_path / "job.yaml"
+    body = ("processes:\n  a: {cmd: python a.py}\n  b: {cmd: python b.py, preload: [torch,"
+            " json]}\n  c: {cmd: python c.py, preload: [torch.nn]}\nworlds:\n"
+            "  w: {members: [a, b, c]}\n")
+    path.write_text(body)
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if "warning:" in line]
+    assert len(warnings) == 1 and "warning: preload json: imported once per zygote" \
+        in warnings[0] and "RANK" in warnings[0]
+    path.write_text(body.replace(" json", " torch.nn"))  # torch alone: nothing to say
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0 and "warning" not in result.stderr
