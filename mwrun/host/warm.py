@@ -37,9 +37,7 @@ import socket
 import subprocess
 import time
 
-from mwrun.errors import StartError
 from mwrun.host import zygote as protocol
-from mwrun.host.process import ProcessHandle
 
 BOOT = "from mwrun.host.zygote import main; main()"
 READY_TIMEOUT = 120.0  # seconds for the preload imports (a cold CUDA machine is slow)
@@ -162,12 +160,11 @@ class Zygote:
     def alive(self) -> bool:
         return self.failed is None and self.popen.poll() is None
 
-    def wait_ready(self) -> bool:
-        """Block until the imports are done; False (and ``failed`` says why) if not."""
-        while self.ready_after is None and self.failed is None:
-            message = self._receive(READY_TIMEOUT - (time.monotonic() - self.started))
-            self.take(message)
-        return self.failed is None
+    def check_ready(self) -> None:
+        """One still importing past READY_TIMEOUT has failed: its starts go cold."""
+        if self.ready_after is None and self.failed is None and \
+                time.monotonic() - self.started > READY_TIMEOUT:
+            self.failed = f"its imports did not finish within {READY_TIMEOUT:g}s"
 
     def take(self, message: dict | None) -> None:
         """A message that arrived unasked: ready, an import that failed, end of file."""
@@ -179,24 +176,8 @@ class Zygote:
         elif "failed" in message:
             self.failed = message["failed"]
 
-    def fork(self, request: dict, stdin: int, output: int) -> int:
-        """The new child's pid; StartError(reason) if it must start cold instead."""
-        if not self.wait_ready():
-            raise StartError(f"the zygote failed: {self.failed}")
-        try:
-            protocol.send(self.sock, request, (stdin, output))
-            reply = self._receive(REPLY_TIMEOUT)
-        except OSError as exc:
-            reply = None
-            self.failed = f"its socket failed ({exc})"
-        if reply is None:
-            self.failed = self.failed or "it did not answer"
-            raise StartError(f"the zygote failed: {self.failed}")
-        if "pid" in reply:
-            return reply["pid"]
-        raise StartError(reply.get("cold") or reply.get("error") or "no reason given")
-
-    def _receive(self, timeout: float) -> dict | None:
+    def receive(self, timeout: float) -> dict | None:
+        """Its next message, or None (nothing within ``timeout``, or its end)."""
         self.sock.settimeout(max(timeout, 0.001))
         try:
             return protocol.receive(self.sock)[0]
@@ -255,28 +236,6 @@ class Zygotes:
             if serves(zygote.env, zygote.read, zygote.read_all, shared) is not False:
                 return zygote
         return None
-
-    def spawn(self, argv, kind: str, target: str, args, env: dict, cwd: str, cpus,
-              modules: tuple[str, ...]) -> ProcessHandle | None:
-        """A handle on a child forked warm, or None where it must start cold (said once)."""
-        zygote = self.prepare(modules, env)
-        read, write = os.pipe()
-        stdin = os.open(os.devnull, os.O_RDONLY)
-        request = fork_request(argv, kind, target, args, env, cwd, cpus)
-        try:
-            pid = zygote.fork(request, stdin, write)
-        except StartError as exc:
-            os.close(read)
-            key = (zygote.pid, str(exc))
-            if key not in self.warned:
-                self.warned.add(key)
-                self.say(f"warm start not possible ({exc}); starting processes the ordinary"
-                         " way")
-            return None
-        finally:
-            os.close(write)
-            os.close(stdin)
-        return ProcessHandle(ForkedChild(pid, read))
 
     def revive(self, zygote: Zygote) -> Zygote | None:
         """After a ready zygote died: its successor, started at once (None if it was

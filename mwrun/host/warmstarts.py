@@ -148,9 +148,13 @@ class WarmStarts:
                      " way")
 
     def tick(self) -> None:
-        """A zygote that does not answer a fork in time has failed; a stop cancels the
-        starts not asked yet (a zygote still importing may take long)."""
+        """A zygote that does not get ready or answer a fork in time has failed; a stop
+        cancels the starts not asked yet (a zygote still importing may take long)."""
         now = self.clock()
+        for zygote in self.zygotes.zygotes:
+            zygote.check_ready()
+        if self.waiting and any(not z.alive for z in self.zygotes.zygotes):
+            self._ask()  # the starts waiting for one that failed go cold
         for zygote, asked in list(self.asked.items()):
             if asked and now - asked[0].asked_at > warm.REPLY_TIMEOUT:
                 zygote.failed = zygote.failed or "it did not answer"
@@ -166,7 +170,7 @@ class WarmStarts:
         children, once known, are killed, never left running."""
         for zygote, asked in list(self.asked.items()):
             while asked and zygote.alive:
-                reply = zygote._receive(deadline - self.clock())
+                reply = zygote.receive(deadline - self.clock())
                 if reply is None:
                     break
                 if "pid" in reply:
@@ -192,7 +196,7 @@ class WarmStarts:
 
     def _said(self, zygote) -> None:
         """An answer to a fork, or a message nobody asked for: ready, failed, the end."""
-        message = zygote._receive(0.0)
+        message = zygote.receive(0.0)
         if message is not None and self.asked.get(zygote) and \
                 any(key in message for key in ("pid", "cold", "error")):
             self._answered(zygote, message)

@@ -110,3 +110,32 @@ def test_processes_whose_env_differs_only_where_imports_do_not_look_share_a_zygo
                     "b": {"at_import": "plain", "flavour": None, "other": "b"},
                     "c": {"at_import": "spicy", "flavour": "spicy", "other": "c"}}
     assert zygotes["a"] == zygotes["b"] != zygotes["c"]  # a and b share one; c has its own
+
+
+def test_a_zygote_whose_imports_never_end_sends_its_starts_cold(tmp_path, monkeypatch):
+    import selectors
+    import time
+
+    from mwrun.host import warm, warmstarts
+
+    monkeypatch.setattr(warm, "READY_TIMEOUT", 1.0)
+    monkeypatch.setattr(warm, "become_subreaper", lambda: True)  # not this test process
+    (tmp_path / "forever.py").write_text("import time\ntime.sleep(3600)\n")
+    (tmp_path / "job.py").write_text("")
+    said, resumed = [], []
+    starts = warmstarts.WarmStarts(tmp_path / "zygote.log", selectors.DefaultSelector(),
+                                   said.append, lambda message: None, lambda: False)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    try:
+        assert starts.start([PY, "job.py"], ["forever"], ("script", "job.py", ()), env,
+                            str(tmp_path), None, resumed.append)
+        deadline = time.monotonic() + 60
+        while not resumed and time.monotonic() < deadline:
+            starts.tick()
+            time.sleep(0.05)  # the clock the timeout is read on; nothing to wait on here
+        assert resumed == [None]  # its turn came: cold, not waited for for ever
+        assert any("did not finish within 1s" in text for text in said), said
+    finally:
+        pids = starts.pids()
+        starts.close(time.monotonic() + 5)
+        assert_gone(list(pids))
