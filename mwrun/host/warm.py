@@ -158,7 +158,12 @@ class Zygote:
 
     @property
     def alive(self) -> bool:
-        return self.failed is None and self.popen.poll() is None
+        if self.failed is None and self.popen.poll() is not None:
+            # Ended: its last words (an import that failed) are read before anything
+            # says merely that it ended; the loop may not have read them yet.
+            while self.failed is None:
+                self.take(self.receive(0.0))
+        return self.failed is None
 
     def check_ready(self) -> None:
         """One still importing past READY_TIMEOUT has failed: its starts go cold."""
