@@ -6,11 +6,14 @@ cleans up."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +21,15 @@ from mwrun.host import agent, frames
 from tests.integration.jobs import wait_for
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def short():
+    """A folder whose sockets' paths fit AF_UNIX's 108 bytes (a worker's tmp_path may
+    not), holding only this test's agent folders (an agent sweeps its siblings)."""
+    path = Path(tempfile.mkdtemp(prefix="mwaf-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def start_agent(control: str) -> subprocess.Popen:
@@ -50,8 +62,8 @@ def dead_agents_folder(root, name: str, age: float) -> str:
 
 
 @pytest.mark.parametrize("end", ["stop", "sigterm"])
-def test_an_agent_that_ends_leaves_no_folder(tmp_path, end):
-    folder = tmp_path / "mwrun-agent-run"
+def test_an_agent_that_ends_leaves_no_folder(short, end):
+    folder = short / "mwrun-agent-run"
     popen = start_agent(str(folder / "control.sock"))
     try:
         control = hello(popen)["control"]
@@ -71,24 +83,24 @@ def test_an_agent_that_ends_leaves_no_folder(tmp_path, end):
         popen.stdout.close()
 
 
-def test_an_agent_sweeps_the_folders_of_dead_agents_and_only_those(tmp_path):
-    dead = dead_agents_folder(tmp_path, "mwrun-agent-dead", agent.SWEEP_AGE + 60)
-    young = dead_agents_folder(tmp_path, "mwrun-agent-young", 0)  # may be one starting
-    other = dead_agents_folder(tmp_path, "mwrun-agent-other", agent.SWEEP_AGE + 60)
+def test_an_agent_sweeps_the_folders_of_dead_agents_and_only_those(short):
+    dead = dead_agents_folder(short, "mwrun-agent-dead", agent.SWEEP_AGE + 60)
+    young = dead_agents_folder(short, "mwrun-agent-young", 0)  # may be one starting
+    other = dead_agents_folder(short, "mwrun-agent-other", agent.SWEEP_AGE + 60)
     with open(os.path.join(other, "notes.txt"), "w"):
         pass  # not an agent's file: never removed
-    live = start_agent(str(tmp_path / "mwrun-agent-live" / "control.sock"))
+    live = start_agent(str(short / "mwrun-agent-live" / "control.sock"))
     try:
         control = hello(live)["control"]  # once: a second hello would never come
         wait_for(lambda: os.path.exists(control), 10, "the live agent's socket")
         then = time.time() - agent.SWEEP_AGE - 60
-        os.utime(tmp_path / "mwrun-agent-live", (then, then))  # old, but alive
-        later = start_agent(str(tmp_path / "mwrun-agent-later" / "control.sock"))
+        os.utime(short / "mwrun-agent-live", (then, then))  # old, but alive
+        later = start_agent(str(short / "mwrun-agent-later" / "control.sock"))
         try:
             hello(later)  # it swept before it said hello
             assert not os.path.exists(dead)
             assert os.path.exists(young) and os.path.exists(other)
-            assert (tmp_path / "mwrun-agent-live").exists()
+            assert (short / "mwrun-agent-live").exists()
         finally:
             later.kill()
             later.wait()
