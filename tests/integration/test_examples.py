@@ -1,6 +1,7 @@
 """Every example, launched from its topology in configs/ (fewer steps), and drilled."""
 
 import contextlib
+import random
 import re
 import signal
 import socket
@@ -101,20 +102,7 @@ def test_send_recv_by_hand_with_worldinfo(procs, tmp_path):
 
 def free_base() -> int:
     """A base port B with B+1000 and B+2000 free (MultiWorld's port scheme)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1] - 1000
-        if base < 1024 or base + 2000 > 65535:
-            continue
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", base + 1000))
-                b.bind(("127.0.0.1", base + 2000))
-            return base
-        except OSError:
-            continue
-    raise AssertionError("no free pair of ports")
+    return free_ports((1000, 2000))
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -220,21 +208,26 @@ def test_resnet_pipelines_serve_through_a_drill(procs, home, tmp_path):
 
 def free_run(count: int) -> int:
     """A port P with P .. P+count-1 free (the example's worlds take consecutive ports)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            first = probe.getsockname()[1]
-        if first + count > 65535:
-            continue
+    return free_ports(range(count))
+
+
+def free_ports(offsets) -> int:
+    """A base B with every B+offset free, drawn below the kernel's ephemeral range: the
+    ports there are taken only by an explicit bind, never as the local end of some other
+    test's connection between this check and the example's bind (40692 once was)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+        top = int(ranges.read().split()[0]) - 1 - max(offsets)
+    draw = random.Random()
+    for _ in range(200):
+        base = draw.randrange(10000, top)
         try:
             with contextlib.ExitStack() as held:
-                for port in range(first, first + count):
-                    sock = held.enter_context(socket.socket())
-                    sock.bind(("127.0.0.1", port))
-            return first
+                for offset in offsets:
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", base + offset))
+            return base
         except OSError:
             continue
-    raise AssertionError(f"no {count} free ports in a row")
+    raise AssertionError(f"no free ports at offsets {list(offsets)}")
 
 
 def test_examples_are_documented():
