@@ -61,7 +61,10 @@ def start_star(procs, timeout=20, rejoin=False, interval1=0.0):
     leader = procs.start(python("leader.py", *args))
     s1 = procs.start(python("sender.py", "--world", "w1", "--port", p1, "--timeout", timeout,
                             "--interval", interval1))
-    s2 = procs.start(python("sender.py", "--world", "w2", "--port", p2, "--timeout", timeout))
+    # w2 paced too: sent flat out, it and the leader's w2 thread would take a core each
+    # for as long as the test runs, and the busier the machine the longer that is.
+    s2 = procs.start(python("sender.py", "--world", "w2", "--port", p2, "--timeout", timeout,
+                            "--interval", 0.01))
     leader.expect_key("ready")
     return leader, s1, s2, p1
 
