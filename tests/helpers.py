@@ -138,10 +138,11 @@ EXIT_WAIT = float(os.environ.get("MWRUN_TEST_EXIT_WAIT", "30"))
 def settle(find, timeout: float = EXIT_WAIT) -> list[psutil.Process]:
     """What ``find()`` still returns after up to ``timeout`` seconds (polled, nothing
     killed): processes that are on their way out get the time to finish."""
-    deadline = time.monotonic() + timeout
+    deadline, pause = time.monotonic() + timeout, 0.02
     found = find()
     while found and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(pause)  # growing: each look reads every process of the machine
+        pause = min(pause * 1.5, 0.3)
         found = find()
     return found
 
@@ -157,10 +158,7 @@ def describe(procs) -> list:
 
 
 def wait_gone(home, timeout: float = EXIT_WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while leftovers(home) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = leftovers(home)
+    left = settle(lambda: leftovers(home), timeout)
     assert not left, f"left behind: {describe(left)}"
 
 

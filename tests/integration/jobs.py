@@ -29,12 +29,17 @@ def status(home, run=None):
 
 
 def wait_for(condition, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
+    """Poll ``condition`` until it holds. The pause between looks grows from 0.05 s to
+    0.5 s: a look is often a whole ``mwrun status`` (a new interpreter), and looking
+    ten times a second through a minute's wait took a good part of a core from a
+    suite that is short of cores."""
+    deadline, pause = time.monotonic() + timeout, 0.05
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
-        time.sleep(0.1)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.5)
     raise AssertionError(f"timed out waiting for {what}")
 
 
