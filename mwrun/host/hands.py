@@ -237,6 +237,11 @@ class Hands:
         now = self.clock()
         if now < self.reap_due:
             return
+        if self.warm.in_flight():
+            # A child forked and not yet told (its zygote's answer unread) is ours but
+            # not known yet: a quick script may have ended already, and reaped as an
+            # orphan its exit would be lost. Orphans wait for a turn with none asked.
+            return
         self.reap_due = now + REAP_EVERY
         known = {c.handle.pid for c in self.children.values()} | self.warm.pids()
         reap_orphans(known | {self.watchdog.pid})

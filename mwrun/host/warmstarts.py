@@ -165,6 +165,10 @@ class WarmStarts:
     def pids(self) -> set[int]:
         return self.zygotes.pids()
 
+    def in_flight(self) -> bool:
+        """Whether a fork has been asked and its answer (the child's pid) not read."""
+        return any(self.asked.values())
+
     def close(self, deadline: float) -> None:
         """The forks asked and not yet answered (only after the loop failed): their
         children, once known, are killed, never left running."""

@@ -90,16 +90,31 @@ def test_stop_ends_what_a_dead_head_left_running_and_names_it(procs, home, tmp_p
     assert "none of its processes is left" in again.stdout, again.stdout
 
 
-# A process that takes its time to save on SIGTERM (a checkpoint), and says when done.
+# A process that takes its time to save on SIGTERM (a checkpoint), and says when done;
+# it says "armed" once its handler is set (a SIGTERM before that simply ends it).
 SAVER = (f"[{sys.executable}, -c, 'import signal, sys, time;"
          " signal.signal(signal.SIGTERM, lambda *a: (time.sleep(2), print(\"saved\","
-         " flush=True), sys.exit(0))); time.sleep(600)']")
+         " flush=True), sys.exit(0))); print(\"armed\", flush=True); time.sleep(600)']")
+
+
+def armed(job) -> None:
+    """Until both processes have said "armed", in whatever order."""
+    seen: set[str] = set()
+
+    def both(line) -> bool:
+        who, _, text = str(line).partition(" | ")
+        if text.strip() == "armed":
+            seen.add(who.strip())
+        return seen >= {"a", "b"}
+
+    job.expect(both, 90)
 
 
 def test_a_second_stop_says_the_run_is_stopping_and_only_force_kills(procs, home, tmp_path):
     job = launch(procs, home, write_sleepers(tmp_path, grace_script=SAVER), "--run-id",
                  "nap", "--grace", "120")
     running(home, "nap")
+    armed(job)
     first = cli(home, "stop", "nap", "--no-wait")
     assert first.returncode == 0 and "stopping nap" in first.stdout, first.stderr
     second = cli(home, "stop", "nap", "--no-wait")
@@ -115,6 +130,7 @@ def test_stop_force_kills_at_once_and_says_so(procs, home, tmp_path):
     job = launch(procs, home, write_sleepers(tmp_path, grace_script=SAVER), "--run-id",
                  "nap", "--grace", "120")
     running(home, "nap")
+    armed(job)
     assert cli(home, "stop", "nap", "--no-wait").returncode == 0
     forced = cli(home, "stop", "nap", "--force")
     assert forced.returncode == 0, forced.stderr

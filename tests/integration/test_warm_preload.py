@@ -139,3 +139,19 @@ def test_a_zygote_whose_imports_never_end_sends_its_starts_cold(tmp_path, monkey
         pids = starts.pids()
         starts.close(time.monotonic() + 5)
         assert_gone(list(pids))
+
+
+def test_a_child_that_ends_before_its_fork_is_answered_keeps_its_exit_code(procs, home,
+                                                                            tmp_path):
+    # Its exit must be read by its own handle once the answer comes, never reaped
+    # meanwhile as an orphan (it then read as code 255, "not ours to wait for").
+    script = tmp_path / "quick.py"
+    script.write_text("import sys\nsys.exit(int(sys.argv[1]))\n")
+    quick = [PY, str(script)]
+    path = f"env: {{PYTHONPATH: {ROOT}}}"
+    job = launch(procs, home, write(tmp_path, {
+        "zero": ([*quick, "0"], [path]), "three": ([*quick, "3"], [path, "restart: never"]),
+    }, preload="[tests.bin.preloads.slow_reply]"))
+    doc = finish(job, home, code=1)  # three failed on purpose
+    assert {p["name"]: (p["start"], p["exit_code"]) for p in doc["processes"]} == {
+        "zero": ("warm", 0), "three": ("warm", 3)}, job.output()
