@@ -227,8 +227,11 @@ def _same_process(pid, started_at) -> bool:
 def end_left_behind(doc: dict, wait: float = 5.0) -> tuple[list[str], list[str]]:
     """SIGKILL the processes (and their process groups) a lost run left running on this
     machine; (those ended, those still alive after ``wait`` seconds) as 'NAME (pid N)'."""
-    found = [(p, psutil.Process(p["pid"])) for p in doc["processes"]
-             if p.get("left_behind") and left_behind(p)]
+    found = []
+    for entry in doc["processes"]:
+        if entry.get("left_behind") and left_behind(entry):
+            with contextlib.suppress(psutil.Error):  # it may end meanwhile: nothing to do
+                found.append((entry, psutil.Process(entry["pid"])))
     for _, proc in found:
         with contextlib.suppress(OSError):
             if os.getpgid(proc.pid) == proc.pid:  # it leads its group: what it started too
