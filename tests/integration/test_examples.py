@@ -155,11 +155,16 @@ def expected_line(op: str, rank: int, step: int) -> str:
     }[op]
 
 
+STEPS = 100
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("op", OPS)
 def test_collective_drill_the_other_world_finishes(procs, home, tmp_path, op):
+    # 100 steps (10 s): the kill must land while world1 still works, and on a loaded
+    # machine kill-world has come 4 s after the step it follows (30 steps were too few).
     path = config(tmp_path, f"{op}_multi", ("--steps 100 --interval 0.1",
-                                            "--steps 30 --interval 0.1"))
+                                            f"--steps {STEPS} --interval 0.1"))
     job = launch(procs, home, path)
     line_of(job, "leader", r"^world1: done with step: 3$")
     killed = cli(home, "kill-world", "world1", check=True).stdout
@@ -168,10 +173,10 @@ def test_collective_drill_the_other_world_finishes(procs, home, tmp_path, op):
     leader = lines_of(job, "leader")
     assert any(x.startswith("world1 broke at step") for x in leader)
     assert any(x.startswith("world1 is over") for x in leader)
-    assert "world1: done with step: 30" not in leader
+    assert f"world1: done with step: {STEPS}" not in leader
     for name in ("leader", "w2-0", "w2-1"):  # world2 ran every step
         done = [x for x in lines_of(job, name) if x.startswith("world2: done with step")]
-        assert done == [f"world2: done with step: {s}" for s in range(1, 31)], name
+        assert done == [f"world2: done with step: {s}" for s in range(1, STEPS + 1)], name
     doc = status(home, next((home / "runs").iterdir()).name)
     assert doc["state"] == "failed"
     assert proc_state(doc, "w1-0")["state"] == "failed"
