@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from mwrun.cli import main, stacksview
-from mwrun.head import requests
+from mwrun.head import control, requests
 from mwrun.head import stacks as head_stacks
 from mwrun.head.records import ProcessRecord
 from mwrun.schema import ProcessState as P
@@ -298,3 +298,32 @@ def test_stacks_refuses_a_world_and_processes_at_once(tmp_path, monkeypatch):
     monkeypatch.setenv("MWRUN_HOME", str(tmp_path))
     result = CliRunner().invoke(main, ["stacks", "leader", "--world", "world1"])
     assert result.exit_code == 2 and "not both" in result.output
+
+
+def test_the_control_verbs_ask_keep_and_read_back_an_ask():
+    """stacks -> an ask (down each link); stacks_told from a library -> kept, no reply;
+    stacks_result -> the ask with what was told; names that do not exist are refused."""
+    down = []
+    procs = {"leader": _rec("leader", pid=7), "worker-0": _rec("worker-0", pid=8)}
+    worlds = {"world1": SimpleNamespace(plan=SimpleNamespace(members=["leader", "worker-0"]))}
+    loop = SimpleNamespace(supervisor=SimpleNamespace(procs=procs, worlds=worlds),
+                           stacks=head_stacks.Stacks(lambda p, m: down.append((p, m)),
+                                                     time.monotonic))
+
+    def serve(message):
+        return control.serve(loop, json.dumps(message).encode())
+
+    refused = serve({"verb": "stacks", "processes": ["wrk"]})
+    assert refused == {"ok": False, "error": "no process 'wrk'; processes: leader, worker-0"}
+    assert not serve({"verb": "stacks", "world": "w9"})["ok"] and down == []
+    asked = serve({"verb": "stacks", "world": "world1"})
+    assert asked["ok"] and asked["waiting"] == ["leader", "worker-0"]
+    assert down == [(n, {"verb": "stacks", "id": asked["id"]}) for n in ("leader", "worker-0")]
+    told = {"verb": "stacks_told", "process": "worker-0", "pid": 8, "id": asked["id"],
+            "threads": [{"name": "MainThread", "main": True}]}
+    assert serve(told) is None
+    assert serve({**told, "threads": "junk"}) is None  # a malformed answer: ignored
+    now = serve({"verb": "stacks_result", "id": asked["id"]})
+    assert now["ok"] and now["waiting"] == ["leader"]
+    assert now["members"][1]["threads"] == [{"name": "MainThread", "main": True}]
+    assert "too old" in serve({"verb": "stacks_result", "id": "gone"})["error"]
