@@ -70,6 +70,8 @@ def _member(member: dict) -> str:
         return f"{where}  {member.get('reason')}\n"
     threads = [t for t in member.get("threads", []) if isinstance(t, dict)]
     lines = [f"{where}  {call_text(member_call(threads))}  ({len(threads)} threads)"]
+    if member.get("error"):
+        lines.append(f"  its library could not read its stacks: {member['error']}")
     for thread in threads:
         lines += _thread(thread)
     return "\n".join(lines) + "\n"

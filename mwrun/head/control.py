@@ -168,7 +168,8 @@ def handle_stacks_result(loop: Run, request: dict) -> dict:
 
 
 def handle_stacks_told(loop: Run, request: dict) -> None:
-    loop.stacks.told(request["id"], request["process"], request["pid"], request["threads"])
+    loop.stacks.told(request["id"], request["process"], request["pid"], request["threads"],
+                     request.get("error"))
 
 
 def handle_hello(loop: Run, request: dict, connection: Connection | None = None) -> None:

@@ -141,7 +141,8 @@ FIELDS = {
     "bye": PROCESS,
     "world": {**PROCESS, "world": (_name, True), "generation": (_count, True),
               "event": (_event, True), "reason": (_reason, False), "t": (_time, False)},
-    "stacks_told": {**PROCESS, "id": (_id, True), "threads": (_threads, True)},
+    "stacks_told": {**PROCESS, "id": (_id, True), "threads": (_threads, True),
+                    "error": (_reason, False)},
 }
 
 

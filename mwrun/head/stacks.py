@@ -98,15 +98,18 @@ class Stacks:
             self.asks.popitem(last=False)
         return ask.fields(self.now())
 
-    def told(self, rid: str, process: str, pid: int, threads: list) -> None:
-        """A library's answer; one for an ask no longer kept, or from another start of
-        the process than the one asked, is dropped."""
+    def told(self, rid: str, process: str, pid: int, threads: list,
+             error: str | None = None) -> None:
+        """A library's answer (``error``: why it could not read its stacks); one for an
+        ask no longer kept, or from another start of the process than the one asked,
+        is dropped."""
         ask = self.asks.get(rid)
         if ask is None:
             return
         member = ask.members.get(process)
         if member is not None and member.pid == pid and member.reason is None:
-            member.told = {"threads": threads, "told_after_s": round(self.now() - ask.at, 3)}
+            member.told = {"threads": threads, "error": error,
+                           "told_after_s": round(self.now() - ask.at, 3)}
 
     def result(self, rid: str) -> dict | None:
         ask = self.asks.get(rid)

@@ -12,6 +12,7 @@ what a hang shows, so the outer ones go first.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -51,6 +52,16 @@ def dump(now: Callable[[], float] = time.monotonic) -> dict:
             {"world": call[0], "call": call[1], "for_s": round(max(at - call[2], 0.0), 3)}})
     threads.sort(key=lambda t: (not t["main"], t["name"]))  # the main thread first
     return fit({"threads": threads})
+
+
+def told(process: str, rid: str) -> dict:
+    """The answer to the head's ask ``rid``, as one ``stacks_told`` line. It never
+    raises: it runs on the link's thread, whose heartbeats must go on."""
+    message = {"verb": "stacks_told", "process": process, "pid": os.getpid(), "id": rid}
+    try:
+        return {**message, **dump()}
+    except Exception as exc:  # a frame that cannot be read: said, never the link's end
+        return {**message, "threads": [], "error": f"{type(exc).__name__}: {exc}"[:500]}
 
 
 def fit(told: dict, limit: int = MAX_BYTES) -> dict:

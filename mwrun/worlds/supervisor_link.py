@@ -231,8 +231,7 @@ class SupervisorLink:
                 slot.reply = order
                 slot.done.set()
         elif isinstance(order, orders.Stacks):
-            self.send({"verb": "stacks_told", "process": self._process, "pid": os.getpid(),
-                       "id": order.id, **stacks.dump()})
+            self.send(stacks.told(self._process, order.id))
         elif order is not None and self._on_order is not None:
             try:
                 self._on_order(order)

@@ -69,6 +69,18 @@ def test_a_dump_too_big_for_one_line_keeps_each_thread_s_innermost_frames():
     assert stacks.fit({"threads": [{"stack": frames[:2]}]}) == {"threads": [{"stack": frames[:2]}]}
 
 
+def test_an_answer_that_cannot_be_read_says_why_and_never_ends_the_link_thread(monkeypatch):
+    def broken(now=None):
+        raise RuntimeError("a frame went away")
+    monkeypatch.setattr(stacks, "dump", broken)
+    told = stacks.told("worker-0", "ask-1")
+    assert told["threads"] == [] and told["error"] == "RuntimeError: a frame went away"
+    assert requests.problem(told) is None
+    shown = stacksview.render([{"process": "worker-0", "pid": 4, "host": "h",
+                                "answered": True, **told}])
+    assert "its library could not read its stacks: RuntimeError: a frame went away" in shown
+
+
 class _Group:
     def __init__(self):
         self.seen = []
