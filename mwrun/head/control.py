@@ -49,6 +49,7 @@ from mwrun.head.elastic import Elastic
 from mwrun.head.faults import Faults
 from mwrun.head.history import History
 from mwrun.head.progress import Progress, view
+from mwrun.head.router import Remote
 from mwrun.head.scaleops import Ops
 from mwrun.head.stacks import Stacks, select
 from mwrun.head.supervisor import Supervisor
@@ -74,6 +75,7 @@ class Run(Protocol):
     downlink: Downlink
     progress: Progress
     stacks: Stacks
+    agents: Remote | None
 
     def document(self, fresh_usage: bool = False) -> dict: ...
     def host_time(self, name: str, t: float) -> float: ...
@@ -156,7 +158,9 @@ def handle_stacks(loop: Run, request: dict) -> dict:
         names = select(sup.procs, worlds, request.get("world"), request.get("processes", []))
     except ValueError as exc:
         return {"ok": False, "error": str(exc)}
-    return {"ok": True, **loop.stacks.ask(sup.procs[n] for n in names)}
+    agents = loop.agents
+    return {"ok": True, **loop.stacks.ask((sup.procs[n] for n in names),
+                                          lambda h: agents is not None and h in agents.hosts())}
 
 
 def handle_stacks_result(loop: Run, request: dict) -> dict:

@@ -38,10 +38,12 @@ def select(procs: Mapping[str, ProcessRecord], worlds: Mapping[str, Iterable[str
     return list(dict.fromkeys(names)) or sorted(procs)
 
 
-def unaskable(rec: ProcessRecord) -> str | None:
+def unaskable(rec: ProcessRecord, remote: bool = False) -> str | None:
     """Why a process's library cannot be asked now, or None when it can."""
     if not rec.state.alive or rec.pid is None:
         return f"not running (it is {rec.state.value})"
+    if remote:  # its agent does not relay the answer yet
+        return f"on remote host {rec.plan.host}: mwrun stacks asks local members only, so far"
     if not rec.said_hello:
         return ("no library: it never spoke to its supervisor (a plain torch script,"
                 " or one that has not called mwrun.init() yet)")
@@ -84,11 +86,13 @@ class Stacks:
         self.tell, self.now, self.new_id = tell, now, new_id  # tell: downlink.tell
         self.asks: collections.OrderedDict[str, Ask] = collections.OrderedDict()
 
-    def ask(self, recs: Iterable[ProcessRecord]) -> dict:
-        """Ask each member that can answer; the ask as it stands (``Ask.fields``)."""
+    def ask(self, recs: Iterable[ProcessRecord],
+            remote: Callable[[str], bool] = lambda host: False) -> dict:
+        """Ask each member that can answer (``remote(host)``: a host of an agent); the
+        ask as it stands (``Ask.fields``)."""
         ask = Ask(self.new_id(), self.now())
         for rec in recs:
-            reason = unaskable(rec)
+            reason = unaskable(rec, remote(rec.plan.host))
             ask.members[rec.plan.name] = Member(rec.plan.name, rec.pid, rec.plan.host,
                                                 rec.state.value, reason)
             if reason is None:

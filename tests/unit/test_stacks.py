@@ -185,6 +185,8 @@ def test_who_cannot_be_asked_is_named_with_why():
     assert head_stacks.unaskable(_rec("a", P.EXITED, None)) == "not running (it is exited)"
     assert "plain torch script" in head_stacks.unaskable(_rec("a", hello=False))
     assert "left its worlds" in head_stacks.unaskable(_rec("a", beat=None))
+    assert head_stacks.unaskable(_rec("a", host="node2"), remote=True) == \
+        "on remote host node2: mwrun stacks asks local members only, so far"
 
 
 def test_an_ask_goes_down_to_each_library_and_keeps_what_each_tells():
@@ -318,7 +320,7 @@ def test_the_control_verbs_ask_keep_and_read_back_an_ask():
     down = []
     procs = {"leader": _rec("leader", pid=7), "worker-0": _rec("worker-0", pid=8)}
     worlds = {"world1": SimpleNamespace(plan=SimpleNamespace(members=["leader", "worker-0"]))}
-    loop = SimpleNamespace(supervisor=SimpleNamespace(procs=procs, worlds=worlds),
+    loop = SimpleNamespace(supervisor=SimpleNamespace(procs=procs, worlds=worlds), agents=None,
                            stacks=head_stacks.Stacks(lambda p, m: down.append((p, m)),
                                                      time.monotonic))
 
