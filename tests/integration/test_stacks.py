@@ -43,6 +43,8 @@ def test_stacks_shows_a_worker_inside_its_world_call_and_names_a_stopped_member(
     # the stopped leader for as long as the test looks, however slow the machine.
     topology.write_text(topology.read_text().replace("timeout: 20", "timeout: 120"))
     job = launch(procs, home, topology, "--run-id", "stacks")
+    wait_for(lambda: cli(home, "status", "stacks").returncode == 0, 60,
+             "the run folder written")
     doc = wait_status(home, lambda d: all(w["state"] == WorldState.HEALTHY for w in d["worlds"]),
                       "world1 healthy", run="stacks", timeout=90)
     leader = next(p for p in doc["processes"] if p["name"] == "leader")
