@@ -1,8 +1,8 @@
 """The command line: thin click commands (``commands``; ``acting`` for the verbs that
-act on a live run: kill-world, drill, stop; ``scaling`` for scale and drain; ``common``
-for what they share) and the
-views they print (``planview``, ``statusview``, ``logview``; ``timeline`` and ``report`` for
-``mwrun report``). A run is read through ``mwrun.runs``, with ``mwrun.schema``'s names.
+act on a live run: kill-world, drill, stop; ``scaling`` for scale and drain;
+``inspecting`` for stacks; ``common`` for what they share) and the views they print
+(``planview``, ``statusview``, ``logview``, ``stacksview``; ``timeline`` and ``report``
+for ``mwrun report``). A run is read through ``mwrun.runs``, with ``mwrun.schema``'s names.
 
 May import: ``mwrun.errors``, ``mwrun.schema``, ``mwrun.runs``, ``mwrun.terminal``,
 ``plan``, ``host`` (``mwrun agent``), and ``head`` only inside ``launch``; lazily inside

@@ -9,7 +9,7 @@ import warnings
 import click
 
 from mwrun import __version__
-from mwrun.cli import acting, scaling
+from mwrun.cli import acting, inspecting, scaling
 from mwrun.cli.common import SECONDS, run_arg, topology_arg, warn
 from mwrun.errors import MwrunError, RunError, TopologyError
 from mwrun.schema import FINAL, LOGS, log_name
@@ -24,6 +24,7 @@ Examples:
   mwrun drill --every 10 --for 120
   mwrun scale worker=6
   mwrun drain worker-2
+  mwrun stacks --world world1
   mwrun logs worker-0 -f
   mwrun stop
   mwrun report -o drill.png
@@ -68,7 +69,7 @@ def main():
 
 
 for _command in (acting.kill_world, acting.drill, acting.stop, scaling.scale,
-                 scaling.drain):
+                 scaling.drain, inspecting.stacks):
     main.add_command(_command)
 
 

@@ -11,7 +11,8 @@ serves ``control`` with ``requests`` checked; never waits for a remote host: a r
 start, probe or lost link is answered later, as an event);
 ``bringup`` takes a topology file to a running loop (or a detached one); ``document``
 is the status document, ``traffic`` the worlds' rates, ``history`` the run's timeline;
-``rundir`` writes the run folder; ``console`` shows and logs output. What a run
+``rundir`` writes the run folder; ``console`` shows and logs output; ``stacks`` asks the
+members' libraries what each thread is doing (``mwrun stacks``). What a run
 writes is named in ``mwrun.schema``; reading it back, and the control socket's
 client, is ``mwrun.runs``, so the command line reads a run without importing this.
 

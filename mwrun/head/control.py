@@ -22,6 +22,11 @@ whose docstring is its protocol:
   supervisor (see mwrun/worlds/supervisor_link.py); ``scale`` with ``process``, ``pid``,
   ``id``, ``target``, ``count`` is the library's ``job.scale``: its answer goes down
   its own connection as ``{"verb": "reply", "id", ...}`` (downlink.py)
+- ``stacks {processes?: [...], world?}`` -> ``{"ok": true, "id", "age_s", "waiting":
+  [process], "members": [{process, pid, host, state, reason, answered, threads?}]}``:
+  each selected member's library asked for its threads' stacks (stacks.py);
+  ``stacks_result {id}`` -> that ask as it stands; ``stacks_told {process, pid, id,
+  threads}`` -> no reply: a library's answer
 
 The handlers only translate requests into calls on the supervisor; they see the loop
 as a ``Run``. This is the server; the client (``request``) is ``mwrun.runs``'s, so the
@@ -44,7 +49,9 @@ from mwrun.head.elastic import Elastic
 from mwrun.head.faults import Faults
 from mwrun.head.history import History
 from mwrun.head.progress import Progress, view
+from mwrun.head.router import Remote
 from mwrun.head.scaleops import Ops
+from mwrun.head.stacks import Stacks, select
 from mwrun.head.supervisor import Supervisor
 from mwrun.head.traffic import Traffic
 from mwrun.host import sockets
@@ -67,6 +74,8 @@ class Run(Protocol):
     elastic: Elastic
     downlink: Downlink
     progress: Progress
+    stacks: Stacks
+    agents: Remote | None
 
     def document(self, fresh_usage: bool = False) -> dict: ...
     def host_time(self, name: str, t: float) -> float: ...
@@ -141,6 +150,32 @@ def handle_op(loop: Run, request: dict) -> dict:
     return loop.elastic.op(request["op"])
 
 
+def handle_stacks(loop: Run, request: dict) -> dict:
+    """stacks {processes?, world?} -> the ask: who was asked, who cannot be, and why."""
+    sup = loop.supervisor
+    worlds = {name: list(w.plan.members) for name, w in sup.worlds.items()}
+    try:
+        names = select(sup.procs, worlds, request.get("world"), request.get("processes", []))
+    except ValueError as exc:
+        return {"ok": False, "error": str(exc)}
+    agents = loop.agents
+    return {"ok": True, **loop.stacks.ask((sup.procs[n] for n in names),
+                                          lambda h: agents is not None and h in agents.hosts())}
+
+
+def handle_stacks_result(loop: Run, request: dict) -> dict:
+    """stacks_result {id} -> that ask, with what each member told so far."""
+    found = loop.stacks.result(request["id"])
+    if found is None:
+        return {"ok": False, "error": f"no stacks ask {request['id']!r} (too old?)"}
+    return {"ok": True, **found}
+
+
+def handle_stacks_told(loop: Run, request: dict) -> None:
+    loop.stacks.told(request["id"], request["process"], request["pid"], request["threads"],
+                     request.get("error"))
+
+
 def handle_hello(loop: Run, request: dict, connection: Connection | None = None) -> None:
     nccl = request.get("nccl")
     loop.supervisor.members.on_hello(request["process"], request["pid"],
@@ -189,7 +224,8 @@ HANDLERS = {"status": handle_status, "bringup": handle_bringup,
             "kill_world": handle_kill_world, "stop": handle_stop, "drill": handle_drill,
             "scale": handle_scale, "drain": handle_drain, "op": handle_op,
             "hello": handle_hello, "heartbeat": handle_heartbeat, "bye": handle_bye,
-            "world": handle_world}
+            "world": handle_world, "stacks": handle_stacks,
+            "stacks_result": handle_stacks_result, "stacks_told": handle_stacks_told}
 
 
 class Connection:

@@ -33,6 +33,7 @@ from mwrun.head.history import SAMPLE_EVERY, History
 from mwrun.head.progress import Progress
 from mwrun.head.router import Router
 from mwrun.head.scaleops import Ops
+from mwrun.head.stacks import Stacks
 from mwrun.head.supervisor import TICK, Supervisor
 from mwrun.head.traffic import Traffic
 from mwrun.head.wakeups import Wakeups
@@ -91,11 +92,11 @@ class Loop:
         self.agents = Agents(links, self, reach, lambda n: self.plan.processes[n].host,
                              self.selector) if links else None
         self.downlink = Downlink(self.clients.push, self._tell_remote)
+        self.stacks = Stacks(self.downlink.tell, time.monotonic)  # mwrun stacks: the asks
         self.hosts = hosts or []  # the status document's host entries (name, addr)
         self.writer = document.Writer(run_dir / STATE, lambda: document.build(self),
                                       lambda: document.outside(self))
-        # The fault timeline (by id; it hears each event before the history, which tags
-        # records with its ids), and the phases of every scale operation's changes.
+        # The fault timeline (hears each event first; its ids tag history records), scale phases.
         self.faults = Faults(View(lambda: self.supervisor.procs, lambda r: list(r.plan.worlds)),
                              View(lambda: self.supervisor.worlds,
                                   lambda w: list(w.plan.members)),

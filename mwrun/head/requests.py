@@ -15,7 +15,7 @@ from mwrun import protocol
 # What the library tells of a world: joined it, left it, saw it break, could not abort
 # it; a world the head added formed here (``added``); it lets a draining world go.
 WORLD_EVENTS = ("ready", "closed", "broken", protocol.ABORT_HUNG, "added", "released")
-NO_REPLY = ("hello", "heartbeat", "world", "bye")  # the library never reads a reply
+NO_REPLY = ("hello", "heartbeat", "world", "bye", "stacks_told")  # the library reads none
 MAX_CHANGES = 64  # processes (or replicas) one scale or drain request may name
 
 
@@ -98,6 +98,27 @@ def _count_text(value) -> bool:
         isinstance(value, str) and len(value) <= 16 and value.lstrip("+-").isdigit())
 
 
+MAX_NAMES = 4096  # processes one stacks request may name
+MAX_THREADS = 1024  # threads one stacks answer may tell
+
+
+def _id(value) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 128 and value.isprintable()
+
+
+def _names(value) -> bool:
+    """mwrun stacks PROCESS ...: names, which the head looks up (stacks.select)."""
+    return isinstance(value, list) and len(value) <= MAX_NAMES and all(
+        _name(v) and len(v) <= 256 for v in value)
+
+
+def _threads(value) -> bool:
+    """A library's stacks (worlds/stacks.py): one object per thread; the command line
+    reads each field with care, so only the shape is checked here."""
+    return isinstance(value, list) and len(value) <= MAX_THREADS and all(
+        isinstance(t, dict) for t in value)
+
+
 PROCESS = {"process": (_name, True), "pid": (_pid, True)}
 
 # verb -> field -> (check, required)
@@ -113,11 +134,15 @@ FIELDS = {
               "count": (_count_text, False)},
     "drain": {"replicas": (_texts, True), "op": (_op, False)},
     "op": {"op": (_op, True)},
+    "stacks": {"processes": (_names, False), "world": (_name, False)},
+    "stacks_result": {"id": (_id, True)},
     "hello": {**PROCESS, "interval": (_interval, False), "nccl": (_version, False)},
     "heartbeat": {**PROCESS, "first_calls": (_firsts, False)},
     "bye": PROCESS,
     "world": {**PROCESS, "world": (_name, True), "generation": (_count, True),
               "event": (_event, True), "reason": (_reason, False), "t": (_time, False)},
+    "stacks_told": {**PROCESS, "id": (_id, True), "threads": (_threads, True),
+                    "error": (_reason, False)},
 }
 
 

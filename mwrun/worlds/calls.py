@@ -10,9 +10,13 @@ checked before anything is sent (arguments.py). Every completed call is counted
 
 from __future__ import annotations
 
+import time
+from threading import get_ident
+
 import torch.distributed as dist
 
 from mwrun.worlds import arguments, completion, failures
+from mwrun.worlds.inflight import CALLS
 from mwrun.worlds.traffic import Traffic
 from mwrun.worlds.work import Work
 
@@ -33,8 +37,17 @@ class Calls:
         self._traffic.failed()
         return self._membership.failed(generation, exc)
 
-    def _run(self, issue, async_op: bool, nbytes: int = 0):
-        """Issue a collective on the live group and wait for it (or hand back a Work)."""
+    def _run(self, issue, async_op: bool, nbytes: int, call: str):
+        """Issue a collective on the live group and wait for it (or hand back a Work);
+        the thread is in ``call`` until then (inflight.py: what a stacks dump says)."""
+        ident = get_ident()
+        CALLS[ident] = (self.name, call, time.monotonic())
+        try:
+            return self._issue(issue, async_op, nbytes)
+        finally:
+            CALLS.pop(ident, None)
+
+    def _issue(self, issue, async_op: bool, nbytes: int):
         state = self._state
         group = state.live()
         generation = state.generation
@@ -93,60 +106,69 @@ class Calls:
     def send(self, tensor, dst: int, async_op: bool = False):
         self._tensor(tensor)
         self._rank(dst, "dst", peer=True)
-        return self._point(self._state.live().group.send, tensor, dst, async_op)
+        return self._point(self._state.live().group.send, tensor, dst, async_op, "send")
 
     def recv(self, tensor, src: int, async_op: bool = False):
         self._tensor(tensor)
         self._rank(src, "src", peer=True)
-        return self._point(self._state.live().group.recv, tensor, src, async_op)
+        return self._point(self._state.live().group.recv, tensor, src, async_op, "recv")
 
-    def _point(self, issue, tensor, peer: int, async_op: bool):
+    def _point(self, issue, tensor, peer: int, async_op: bool, call: str):
         state = self._state
         generation = state.generation
+        ident = get_ident()  # inline, not a wrapper: a frame more per call would show
+        CALLS[ident] = (self.name, call, time.monotonic())
         try:
-            work = issue([tensor], peer, 0)
-        except RuntimeError as exc:
-            if self._fault(exc, generation, failures.ISSUE_P2P):
-                raise self._failed(generation, exc) from None
-            raise
-        if self.backend == "nccl":
-            completion.judged(work, lambda exc: self._failed(generation, exc),
-                              lambda: state.closed, self.name)
-        if async_op:
-            return Work(self, work, generation, True, tensor.nbytes)
-        try:
-            work.wait()  # see completion.wait: no slicing for point-to-point calls
-        except RuntimeError as exc:
-            if self._fault(exc, generation, failures.WAIT):
-                raise self._failed(generation, exc) from None
-            raise
-        self._traffic.count(tensor.nbytes, generation)
-        return None
+            try:
+                work = issue([tensor], peer, 0)
+            except RuntimeError as exc:
+                if self._fault(exc, generation, failures.ISSUE_P2P):
+                    raise self._failed(generation, exc) from None
+                raise
+            if self.backend == "nccl":
+                completion.judged(work, lambda exc: self._failed(generation, exc),
+                                  lambda: state.closed, self.name)
+            if async_op:
+                return Work(self, work, generation, True, tensor.nbytes)
+            try:
+                work.wait()  # see completion.wait: no slicing for point-to-point calls
+            except RuntimeError as exc:
+                if self._fault(exc, generation, failures.WAIT):
+                    raise self._failed(generation, exc) from None
+                raise
+            self._traffic.count(tensor.nbytes, generation)
+            return None
+        finally:
+            CALLS.pop(ident, None)
 
     def broadcast(self, tensor, src: int, async_op: bool = False):
         self._tensor(tensor)
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.rootTensor = self._rank(src, "src"), 0
-        return self._run(lambda g: g.broadcast([tensor], opts), async_op, tensor.nbytes)
+        return self._run(lambda g: g.broadcast([tensor], opts), async_op, tensor.nbytes,
+                         "broadcast")
 
     def all_reduce(self, tensor, op=dist.ReduceOp.SUM, async_op: bool = False):
         self._tensor(tensor)
         failures.check_reduce(op, tensor, self.backend, self.name)
         opts = dist.AllreduceOptions()
         opts.reduceOp = op
-        return self._run(lambda g: g.allreduce([tensor], opts), async_op, tensor.nbytes)
+        return self._run(lambda g: g.allreduce([tensor], opts), async_op, tensor.nbytes,
+                         "all_reduce")
 
     def reduce(self, tensor, dst: int, op=dist.ReduceOp.SUM, async_op: bool = False):
         self._tensor(tensor)
         failures.check_reduce(op, tensor, self.backend, self.name)
         opts = dist.ReduceOptions()
         opts.reduceOp, opts.rootRank, opts.rootTensor = op, self._rank(dst, "dst"), 0
-        return self._run(lambda g: g.reduce([tensor], opts), async_op, tensor.nbytes)
+        return self._run(lambda g: g.reduce([tensor], opts), async_op, tensor.nbytes,
+                         "reduce")
 
     def all_gather(self, tensor_list, tensor, async_op: bool = False):
         self._tensor(tensor)
         outputs = self._list(tensor_list, tensor, "tensor_list")
-        return self._run(lambda g: g.allgather([outputs], [tensor]), async_op, tensor.nbytes)
+        return self._run(lambda g: g.allgather([outputs], [tensor]), async_op, tensor.nbytes,
+                         "all_gather")
 
     def gather(self, tensor, gather_list=None, dst: int = 0, async_op: bool = False):
         self._tensor(tensor)
@@ -159,7 +181,8 @@ class Calls:
             raise ValueError(f"{self.name}: only rank {dst} (dst) takes a gather_list")
         else:
             outputs = []
-        return self._run(lambda g: g.gather(outputs, [tensor], opts), async_op, tensor.nbytes)
+        return self._run(lambda g: g.gather(outputs, [tensor], opts), async_op, tensor.nbytes,
+                         "gather")
 
     def scatter(self, tensor, scatter_list=None, src: int = 0, async_op: bool = False):
         self._tensor(tensor)
@@ -172,7 +195,8 @@ class Calls:
             raise ValueError(f"{self.name}: only rank {src} (src) takes a scatter_list")
         else:
             inputs = []
-        return self._run(lambda g: g.scatter([tensor], inputs, opts), async_op, tensor.nbytes)
+        return self._run(lambda g: g.scatter([tensor], inputs, opts), async_op, tensor.nbytes,
+                         "scatter")
 
     def barrier(self, async_op: bool = False):
-        return self._run(lambda g: g.barrier(dist.BarrierOptions()), async_op)
+        return self._run(lambda g: g.barrier(dist.BarrierOptions()), async_op, 0, "barrier")

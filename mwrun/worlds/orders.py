@@ -6,7 +6,8 @@ job joins it in the background. ``{"verb": "drain", "world": NAME, "generation":
 "deadline": SECONDS}``: the world is being retired; its calls keep working until a
 member lets it go (``world.release()``) or the deadline passes. ``{"verb": "reply",
 "id": ID, "ok": BOOL, "error": TEXT, ...}``: the answer to a request this process sent
-(``job.scale``).
+(``job.scale``). ``{"verb": "stacks", "id": ID}``: what is every thread doing now?
+answered up by the link's own thread as ``stacks_told`` (stacks.py).
 
 A line that is not one of these (malformed, an unknown verb, a field of the wrong
 type) is ignored: a newer head may say more than this library knows.
@@ -43,7 +44,12 @@ class Reply:
     fields: dict = field(default_factory=dict)  # the rest of the reply
 
 
-Order = Add | Drain | Reply
+@dataclass(frozen=True)
+class Stacks:
+    id: str
+
+
+Order = Add | Drain | Reply | Stacks
 
 
 def parse(line: bytes | str) -> Order | None:
@@ -88,5 +94,12 @@ def _reply(message: dict) -> Reply:
     return Reply(rid, ok, None if error is None else str(error), rest)
 
 
+def _stacks(message: dict) -> Stacks:
+    rid = message["id"]
+    if not isinstance(rid, str) or not rid:
+        raise TypeError("id")
+    return Stacks(rid)
+
+
 _PARSERS: dict[str, Callable[[dict], Order]] = {"add": _add, "drain": _drain,
-                                                "reply": _reply}
+                                                "reply": _reply, "stacks": _stacks}

@@ -14,9 +14,11 @@ return in time, and the supervisor must kill this process, see worlds/aborts.py)
 comes down as a ``reply`` with that id.
 
 The head may write lines down at any time after the hello (orders.py: ``add``,
-``drain``, ``reply``); the same thread reads them as they come (it waits on the socket
-until the next beat is due, never longer), so the head never finds its lines piling
-up unread, and hands each order to the job. Lines it does not know are ignored.
+``drain``, ``reply``, ``stacks``); the same thread reads them as they come (it waits on
+the socket until the next beat is due, never longer), so the head never finds its lines
+piling up unread, and hands each order to the job. ``stacks`` it answers itself, at
+once, with every thread's stack and world call (``stacks_told``, stacks.py): the main
+thread and its signal handlers are never asked. Lines it does not know are ignored.
 
 What each heartbeat carries, and when one is due, is beats.py's. World events carry
 ``"t"``, this process's wall clock when it joined or saw the break.
@@ -42,7 +44,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 
-from mwrun.worlds import orders, signals
+from mwrun.worlds import orders, signals, stacks
 from mwrun.worlds.beats import Beats, aligned
 
 log = logging.getLogger("mwrun")
@@ -228,6 +230,8 @@ class SupervisorLink:
             if slot is not None:
                 slot.reply = order
                 slot.done.set()
+        elif isinstance(order, orders.Stacks):
+            self.send(stacks.told(self._process, order.id))
         elif order is not None and self._on_order is not None:
             try:
                 self._on_order(order)
@@ -255,9 +259,8 @@ class SupervisorLink:
         return True
 
     def _say(self, text: str) -> None:
-        stream = self._stderr or sys.stderr
         with contextlib.suppress(OSError, ValueError):
-            print(text, file=stream, flush=True)
+            print(text, file=self._stderr or sys.stderr, flush=True)
 
     def close(self) -> None:
         """Stop beating, and say so: a process may go on working after leaving its

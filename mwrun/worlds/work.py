@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import queue
 import threading
+import time
 
 from mwrun.worlds import signals
+from mwrun.worlds.inflight import CALLS
 
 
 class Work:
@@ -34,7 +36,12 @@ class Work:
         call pending; a timed-out collective (and any nccl call: its communicator is
         never given a timed wait) stays pending and may be waited again.
         """
-        self._calls.wait(self._work, self._generation, self._p2p, timeout)
+        ident = threading.get_ident()
+        CALLS[ident] = (self._calls.name, "wait", time.monotonic())  # inflight.py
+        try:
+            self._calls.wait(self._work, self._generation, self._p2p, timeout)
+        finally:
+            CALLS.pop(ident, None)
         if self._nbytes is not None:
             self._calls.count(self._nbytes, self._generation)
             self._nbytes = None

@@ -1,0 +1,120 @@
+"""``mwrun stacks``, the head's part: which members are asked, the ask sent down each
+one's link (downlink.py: ``{"verb": "stacks", "id"}``), and what each library tells
+back (``stacks_told``: its threads, worlds/stacks.py) kept until the asker reads it.
+
+The head never waits for an answer: the command line reads the ask again
+(``stacks_result``) until every member answered or its own deadline passed, and names
+those that did not. A member that cannot be asked at all (not running, no library:
+a plain torch script, or one that left its worlds) is named at once with the reason.
+Later askers (a bundle taken before a hang kill) read the same ``Ask``.
+"""
+
+from __future__ import annotations
+
+import collections
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from mwrun.head.records import ProcessRecord
+
+KEEP = 8  # asks kept for their askers to read (the oldest goes first)
+
+
+def select(procs: Mapping[str, ProcessRecord], worlds: Mapping[str, Iterable[str]],
+           world: str | None, names: Iterable[str]) -> list[str]:
+    """The members asked: a world's, the processes named, or else every process;
+    ValueError naming what exists when a name is unknown."""
+    names = list(names)
+    if world is not None and names:
+        raise ValueError("name a world or processes, not both")
+    if world is not None:
+        if world not in worlds:
+            raise ValueError(f"no world {world!r}; worlds: {', '.join(sorted(worlds))}")
+        return list(worlds[world])
+    unknown = [n for n in names if n not in procs]
+    if unknown:
+        raise ValueError(f"no process {unknown[0]!r}; processes: {', '.join(sorted(procs))}")
+    return list(dict.fromkeys(names)) or sorted(procs)
+
+
+def unaskable(rec: ProcessRecord, remote: bool = False) -> str | None:
+    """Why a process's library cannot be asked now, or None when it can."""
+    if not rec.state.alive or rec.pid is None:
+        return f"not running (it is {rec.state.value})"
+    if remote:  # its agent does not relay the answer yet
+        return f"on remote host {rec.plan.host}: mwrun stacks asks local members only, so far"
+    if not rec.said_hello:
+        return ("no library: it never spoke to its supervisor (a plain torch script,"
+                " or one that has not called mwrun.init() yet)")
+    if rec.beat_every is None:  # its bye (members.on_bye): its link is closed
+        return "its library has left its worlds (job.close()) and no longer listens"
+    return None
+
+
+@dataclass
+class Member:
+    process: str
+    pid: int | None
+    host: str
+    state: str
+    reason: str | None = None  # why it was not asked
+    told: dict | None = None  # what its library said (threads), once it answered
+
+    def fields(self) -> dict:
+        return {"process": self.process, "pid": self.pid, "host": self.host,
+                "state": self.state, "reason": self.reason,
+                "answered": self.told is not None, **(self.told or {})}
+
+
+@dataclass
+class Ask:
+    id: str
+    at: float  # the head's monotonic clock when asked
+    members: dict[str, Member] = field(default_factory=dict)
+
+    def fields(self, now: float) -> dict:
+        waiting = [m.process for m in self.members.values()
+                   if m.reason is None and m.told is None]
+        return {"id": self.id, "age_s": round(now - self.at, 3), "waiting": waiting,
+                "members": [m.fields() for m in self.members.values()]}
+
+
+class Stacks:
+    def __init__(self, tell: Callable[[str, dict], None], now: Callable[[], float],
+                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex):
+        self.tell, self.now, self.new_id = tell, now, new_id  # tell: downlink.tell
+        self.asks: collections.OrderedDict[str, Ask] = collections.OrderedDict()
+
+    def ask(self, recs: Iterable[ProcessRecord],
+            remote: Callable[[str], bool] = lambda host: False) -> dict:
+        """Ask each member that can answer (``remote(host)``: a host of an agent); the
+        ask as it stands (``Ask.fields``)."""
+        ask = Ask(self.new_id(), self.now())
+        for rec in recs:
+            reason = unaskable(rec, remote(rec.plan.host))
+            ask.members[rec.plan.name] = Member(rec.plan.name, rec.pid, rec.plan.host,
+                                                rec.state.value, reason)
+            if reason is None:
+                self.tell(rec.plan.name, {"verb": "stacks", "id": ask.id})
+        self.asks[ask.id] = ask
+        while len(self.asks) > KEEP:
+            self.asks.popitem(last=False)
+        return ask.fields(self.now())
+
+    def told(self, rid: str, process: str, pid: int, threads: list,
+             error: str | None = None) -> None:
+        """A library's answer (``error``: why it could not read its stacks); one for an
+        ask no longer kept, or from another start of the process than the one asked,
+        is dropped."""
+        ask = self.asks.get(rid)
+        if ask is None:
+            return
+        member = ask.members.get(process)
+        if member is not None and member.pid == pid and member.reason is None:
+            member.told = {"threads": threads, "error": error,
+                           "told_after_s": round(self.now() - ask.at, 3)}
+
+    def result(self, rid: str) -> dict | None:
+        ask = self.asks.get(rid)
+        return None if ask is None else ask.fields(self.now())
