@@ -90,11 +90,15 @@ def test_stop_ends_what_a_dead_head_left_running_and_names_it(procs, home, tmp_p
     assert "none of its processes is left" in again.stdout, again.stdout
 
 
-# A process that takes its time to save on SIGTERM (a checkpoint), and says when done;
-# it says "armed" once its handler is set (a SIGTERM before that simply ends it).
-SAVER = (f"[{sys.executable}, -c, 'import signal, sys, time;"
-         " signal.signal(signal.SIGTERM, lambda *a: (time.sleep(2), print(\"saved\","
-         " flush=True), sys.exit(0))); print(\"armed\", flush=True); time.sleep(600)']")
+def saver(go) -> str:
+    """A process that takes its time to save on SIGTERM (a checkpoint): it saves once
+    the file ``go`` exists (the test says when, however slow the machine), then says
+    so; it says "armed" once its handler is set (a SIGTERM before that ends it)."""
+    return (f"[{sys.executable}, -c, 'import os, signal, sys, time;"
+            " signal.signal(signal.SIGTERM, lambda *a: ("
+            f"[time.sleep(0.05) for _ in iter(lambda: os.path.exists(\"{go}\"), True)],"
+            " print(\"saved\", flush=True), sys.exit(0)));"
+            " print(\"armed\", flush=True); time.sleep(600)']")
 
 
 def armed(job) -> None:
@@ -111,7 +115,8 @@ def armed(job) -> None:
 
 
 def test_a_second_stop_says_the_run_is_stopping_and_only_force_kills(procs, home, tmp_path):
-    job = launch(procs, home, write_sleepers(tmp_path, grace_script=SAVER), "--run-id",
+    go = tmp_path / "save-now"
+    job = launch(procs, home, write_sleepers(tmp_path, grace_script=saver(go)), "--run-id",
                  "nap", "--grace", "120")
     running(home, "nap")
     armed(job)
@@ -122,12 +127,15 @@ def test_a_second_stop_says_the_run_is_stopping_and_only_force_kills(procs, home
     assert "run nap is already stopping (" in second.stdout, second.stdout
     assert "of its grace left, then SIGKILL); nothing more was sent" in second.stdout
     assert "--force" in second.stdout
+    go.touch()  # they save only now: the second stop came while both were saving
     assert job.wait(timeout=60) == 0  # both saved: the second stop cut no grace
     assert job.output().count("saved") == 2, job.output()
 
 
 def test_stop_force_kills_at_once_and_says_so(procs, home, tmp_path):
-    job = launch(procs, home, write_sleepers(tmp_path, grace_script=SAVER), "--run-id",
+    # never told to save: only the SIGKILL of --force ends them
+    job = launch(procs, home, write_sleepers(tmp_path, grace_script=saver(tmp_path / "never")),
+                 "--run-id",
                  "nap", "--grace", "120")
     running(home, "nap")
     armed(job)
