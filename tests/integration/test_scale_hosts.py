@@ -75,8 +75,11 @@ def test_a_replica_added_and_drained_on_an_ssh_host(procs, home, tmp_path):
                           == ["frontend", "worker-1"], "worker-0 gone")
         assert not re.search(r"^frontend +\| request", job.output(), re.M)  # none failed
 
-        # A lost host: its agent stopped past the link's silence limit.
+        # A lost host: its agent stopped past the link's silence limit, and its sshd
+        # stopped too, so the head cannot reach it again through a new agent before
+        # the scale is asked (it would then rightly be granted).
         agent = next(h for h in status(home)["hosts"] if h["name"] == "node1")["agent_pid"]
+        os.kill(node.sshd.pid, signal.SIGSTOP)
         os.kill(agent, signal.SIGSTOP)
         try:
             wait_for(lambda: "host node1 lost" in job.output(), timeout=60,
@@ -88,6 +91,7 @@ def test_a_replica_added_and_drained_on_an_ssh_host(procs, home, tmp_path):
             assert status(home)["scale"]["worker"]["desired"] == 1
         finally:
             os.kill(agent, signal.SIGCONT)
+            os.kill(node.sshd.pid, signal.SIGCONT)
         cli(home, "stop", check=True)
         assert job.wait(timeout=60) in (0, 1)
         wait_for(lambda: not node.leftovers(), timeout=20, what="a clean node")
