@@ -137,6 +137,7 @@ class Event(str, Enum):
     RESIZE = "resize"  # a world re-forms with other members
     DRAIN = "drain"  # a world drains (a member is retired)
     REMOVE = "remove"  # a world closed on purpose and left the job
+    POSTMORTEM = "postmortem"  # a bundle written for a world's hang or break (its path, culprit)
 
 
 class ScalePhase(str, Enum):
@@ -216,6 +217,7 @@ SUPERVISOR_LOG = "supervisor.log"  # a detached head's console
 ZYGOTE_LOG = "zygote.log"  # the head's zygote's own output
 CONTROL = "control.sock"  # the supervisor's control socket (owner only)
 REPORT = "report.png"  # where ``mwrun report`` draws by default
+POSTMORTEM = "postmortem"  # the bundles of hangs and breaks: POSTMORTEM/WORLD-gGEN/
 
 
 def log_name(process: str) -> str:

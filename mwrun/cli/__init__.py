@@ -5,6 +5,7 @@ act on a live run: kill-world, drill, stop; ``scaling`` for scale and drain;
 for ``mwrun report``). A run is read through ``mwrun.runs``, with ``mwrun.schema``'s names.
 
 May import: ``mwrun.errors``, ``mwrun.schema``, ``mwrun.runs``, ``mwrun.terminal``,
+``mwrun.stacktext``,
 ``plan``, ``host`` (``mwrun agent``), and ``head`` only inside ``launch``; lazily inside
 each command, so that ``mwrun --help``, ``validate`` and ``status`` never import torch,
 and ``status``, ``logs``, ``report``, ``kill-world`` and ``stop`` never the head.

@@ -7,6 +7,7 @@ import json
 
 import click
 
+from mwrun import stacktext
 from mwrun.cli import stacksview
 from mwrun.cli.common import require_live, warn
 
@@ -52,4 +53,4 @@ def stacks(args, world, as_json):
         click.echo(json.dumps({"run_id": run_id, "deadline_s": stacksview.DEADLINE,
                                "members": members}, indent=1))
     else:
-        click.echo(stacksview.render(members), nl=False)
+        click.echo(stacktext.render(members), nl=False)

@@ -57,6 +57,16 @@ def fault_line(w: dict) -> str | None:
         (f" ({who})" if who else "") + f"{state}: " + ", ".join(steps)
 
 
+def postmortem_lines(doc: dict) -> list[str]:
+    """Per world its last post-mortem bundle: the culprit line and where it is."""
+    found = []
+    for w in doc["worlds"]:
+        bundle = w.get("postmortem")
+        if bundle:
+            found += [f"  {bundle.get('culprit')}", f"    bundle: {bundle.get('path')}"]
+    return found
+
+
 def _offset(value: float) -> str:
     return f"+{value * 1000:.0f} ms" if value < 1 else f"+{value:.2f} s"
 
@@ -152,6 +162,9 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
     faults = [line for w in doc["worlds"] if (line := fault_line(w)) is not None]
     if faults:
         out += ["", "last fault per world (each phase after the first known):", *faults]
+    why = postmortem_lines(doc)
+    if why:
+        out += ["", "why (the last post-mortem per world; mwrun report lists them all):", *why]
     scaled = scale_lines(doc)
     if scaled:
         out += ["", "scaled processes:", *scaled]

@@ -431,7 +431,20 @@ def summary(tl: Timeline) -> list[str]:
         other = " other" if tl.faults else ""
         lines.append(f"{len(calm)}{other} worlds: no breaks" + (
             f"; {min(paces):.1f} to {max(paces):.1f} calls/s on average" if paces else ""))
-    return lines + scale_lines(tl) + [f"note: {n}" for n in tl.notes]
+    return lines + postmortem_lines(tl) + scale_lines(tl) + [f"note: {n}" for n in tl.notes]
+
+
+def postmortem_lines(tl: Timeline) -> list[str]:
+    """Each hang's and break's post-mortem bundle (the history's ``postmortem``
+    records): its culprit line and its folder; the last few when there are many."""
+    records = [e for e in tl.events if e["event"] == E.POSTMORTEM]
+    if not records:
+        return []
+    lines = [f"post-mortem bundles: {len(records)}"
+             + (f" (the last {MANY} below)" if len(records) > MANY else "")]
+    for r in records[-MANY:]:
+        lines += [f"  {r.get('culprit')}", f"    {r.get('path')}"]
+    return lines
 
 
 def scale_lines(tl: Timeline) -> list[str]:

@@ -12,12 +12,15 @@ start, probe or lost link is answered later, as an event);
 ``bringup`` takes a topology file to a running loop (or a detached one); ``document``
 is the status document, ``traffic`` the worlds' rates, ``history`` the run's timeline;
 ``rundir`` writes the run folder; ``console`` shows and logs output; ``stacks`` asks the
-members' libraries what each thread is doing (``mwrun stacks``). What a run
+members' libraries what each thread is doing (``mwrun stacks``); ``postmortem`` captures
+a world's members when one hangs or the world breaks (the hang's kill waits for it) and
+writes the bundle, with ``culprit``'s one line of who and what. What a run
 writes is named in ``mwrun.schema``; reading it back, and the control socket's
 client, is ``mwrun.runs``, so the command line reads a run without importing this.
 
 May import: ``mwrun.errors``, ``mwrun.protocol``, ``mwrun.terminal``, ``mwrun.machine``,
-``mwrun.schema``, ``mwrun.runs``, ``mwrun.launchspec``, ``mwrun.lookups``, ``plan``,
+``mwrun.schema``, ``mwrun.runs``, ``mwrun.launchspec``, ``mwrun.lookups``,
+``mwrun.stacktext``, ``plan``,
 ``membership``, ``host``. Never
 ``worlds`` or ``cli``. Only ``stores`` imports torch, and only once a launch is under way.
 """

@@ -158,9 +158,7 @@ def handle_stacks(loop: Run, request: dict) -> dict:
         names = select(sup.procs, worlds, request.get("world"), request.get("processes", []))
     except ValueError as exc:
         return {"ok": False, "error": str(exc)}
-    agents = loop.agents
-    return {"ok": True, **loop.stacks.ask((sup.procs[n] for n in names),
-                                          lambda h: agents is not None and h in agents.hosts())}
+    return {"ok": True, **loop.stacks.ask(sup.procs[n] for n in names)}
 
 
 def handle_stacks_result(loop: Run, request: dict) -> dict:

@@ -80,7 +80,8 @@ def build(loop, fresh_usage: bool = False) -> dict:
                if w.state is W.HEALTHY and w.healthy_since is not None else None,
                "drain_left_s": round(max(w.drain_until - now, 0.0), 3)
                if w.state is W.DRAINING and w.drain_until is not None else None,
-               "last_fault": loop.faults.last_fault(name)}
+               "last_fault": loop.faults.last_fault(name),
+               "postmortem": loop.postmortems.latest.get(name)}
               for name, w in sup.worlds.items()]
     return {"run_id": loop.run_id, "name": loop.plan.name, "state": sup.state.value,
             "supervisor_pid": os.getpid(), "started_at": loop.started_at,
@@ -122,7 +123,7 @@ def outside(loop) -> tuple:
     usage was read, and whether a reading is due."""
     hosts = loop.agents.moves if loop.agents else 0  # a count: O(1) after every turn
     # The faults' phases the library tells (first calls) come with no event.
-    return (hosts, loop.faults.changes, loop.ops.changes, loop.usage.at,
+    return (hosts, loop.faults.changes, loop.ops.changes, loop.postmortems.changes, loop.usage.at,
             loop.usage.due(time.monotonic()))
 
 

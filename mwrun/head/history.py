@@ -121,6 +121,10 @@ class History:
         """One replica's change by a scale operation, phase by phase (scaleops.py)."""
         self._write(record)
 
+    def postmortem(self, record: dict) -> None:
+        """A post-mortem bundle written: its world, generation, path, culprit line."""
+        self._write(record)
+
     def drill(self, summary: dict) -> None:
         """A drill's summary (the command line's, checked by head/requests.py)."""
         self._write({"event": E.DRILL, **summary})

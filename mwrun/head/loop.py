@@ -30,6 +30,7 @@ from mwrun.head.elastic import Elastic
 from mwrun.head.events import Event, Events, Gone, Said, WorldRemoved, lines
 from mwrun.head.faults import Faults
 from mwrun.head.history import SAMPLE_EVERY, History
+from mwrun.head.postmortem import CAPTURE_WAIT, Postmortems
 from mwrun.head.progress import Progress
 from mwrun.head.router import Router
 from mwrun.head.scaleops import Ops
@@ -39,6 +40,7 @@ from mwrun.head.traffic import Traffic
 from mwrun.head.wakeups import Wakeups
 from mwrun.host import sockets
 from mwrun.host.hands import Hands
+from mwrun.host.spy import Spies
 from mwrun.membership.revision import Membership
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import Plan
@@ -91,7 +93,8 @@ class Loop:
         # The remote hosts' hands (their agents), if any; this host's own are ``hands``.
         self.agents = Agents(links, self, reach, lambda n: self.plan.processes[n].host,
                              self.selector) if links else None
-        self.downlink = Downlink(self.clients.push, self._tell_remote)
+        self.downlink = Downlink(self.clients.push, lambda process, message: (
+            self.agents is not None and self.agents.tell(process, message)))
         self.stacks = Stacks(self.downlink.tell, time.monotonic)  # mwrun stacks: the asks
         self.hosts = hosts or []  # the status document's host entries (name, addr)
         self.writer = document.Writer(run_dir / STATE, lambda: document.build(self),
@@ -101,20 +104,23 @@ class Loop:
                              View(lambda: self.supervisor.worlds,
                                   lambda w: list(w.plan.members)),
                              lambda world: self.supervisor.worlds[world].generation,
-                             self.history.fault, time.time)
+                             self._fault_closed, time.time)
+        self.postmortems = Postmortems(  # bundles: stacks from inside (asks), outside (py-spy)
+            run_dir, self.stacks, lambda told: Spies(self.selector, time.monotonic, told),
+            lambda: self.supervisor, lambda host: self.router.remote(host),
+            self.history.postmortem, time.monotonic, time.time)
         self.history.tags = self.faults.tags
         self.ops = Ops(self.history.scale, time.time, self.say)
-        # Who hears it: the console and events.log, the faults, the history, the scale
-        # operations, state.json (behind).
+        # Who hears it: console and events.log, faults, history, scale operations, state.json.
         self.progress = Progress(list(plan.processes), list(plan.worlds), self.say,
                                  lambda: self.router.starts, self.started_at)
         self.events = Events((lines(printer.event), self.faults, self.history, self.ops,
-                              self.writer, self.progress, self._gone))
+                              self.writer, self.progress, self.postmortems, self._gone))
         self.hands = Hands(self.selector, self, run_dir / ZYGOTE_LOG,
                            lambda: self.supervisor.stopping)
         self.router = Router(lambda: self.plan, self.hands, self.agents, stores,
                              self.downlink, run_id, control_path, self.progress.started)
-        self.supervisor = Supervisor(plan, self.router, self.events, grace)
+        self.supervisor = Supervisor(plan, self.router, self.events, grace, CAPTURE_WAIT)
         self.usage = document.Usage(self.router.usage_of, self.agents.refresh_usage
                                     if self.agents is not None else lambda: None)
         self.elastic = Elastic(self.membership, self.supervisor, self.ops,
@@ -125,17 +131,15 @@ class Loop:
         """The plan as it is now: the launch plan, or its latest revision."""
         return self.membership.plan
 
-    def now(self) -> float:
-        return time.monotonic()
+    now = staticmethod(time.monotonic)  # the head's clocks, as the control handlers read them
+    wall = staticmethod(time.time)
 
     def host_time(self, name: str, t: float) -> float:
         return self.router.host_time(name, t)
 
-    def wall(self) -> float:
-        return time.time()
-
-    def _tell_remote(self, process: str, message: dict) -> bool:
-        return self.agents is not None and self.agents.tell(process, message)
+    def _fault_closed(self, record: dict) -> None:
+        self.history.fault(record)
+        self.postmortems.fault(record)  # beside its bundle, if it has one
 
     # -- what the hands (here, or a host's agent) tell: host.hands.Owner ------------------
 
@@ -189,7 +193,7 @@ class Loop:
                 self.router.prepare(name)
             self.supervisor.start()
             self.stores.serve(wakeups.wake)
-            self._save()
+            self.writer.save()
             while not self.supervisor.finished:
                 self._step()
         finally:
@@ -199,7 +203,7 @@ class Loop:
 
     def _step(self) -> None:
         due = self.next_tick
-        for deadline in (self.supervisor.deadline(), self.save_due):
+        for deadline in (self.supervisor.deadline(), self.writer.due, self.postmortems.earliest()):
             if deadline is not None:
                 due = min(due, deadline)
         wait = 0.0 if self.clients.backlog else max(due - time.monotonic(), 0.0)
@@ -219,6 +223,8 @@ class Loop:
         if self.agents is not None:
             self.agents.handle_pending()  # frames read while awaiting an answer
         self.stores.ready()  # what waited for the stores is written once they exist
+        for name in self.postmortems.step():  # captured: a hung member's kill goes now
+            self.supervisor.processes.kill_hung(name)
         now = time.monotonic()
         if now >= due:
             if self.agents is not None:
@@ -233,7 +239,7 @@ class Loop:
                 self.next_sample = now + SAMPLE_EVERY
                 self.history.sample(document.rates(self, now, SAMPLE_EVERY),
                                     self.traffic.totals(now, time.time()))
-        self._save()
+        self.writer.save()
 
     def _look_into_stores(self) -> None:
         for world in self.supervisor.members.plain_forming():
@@ -245,11 +251,12 @@ class Loop:
         wait at most FINISH_WAIT for the last exits and the last output (a process
         stuck in the kernel dies when it can)."""
         deadline = time.monotonic() + FINISH_WAIT
+        self.postmortems.close()
         codes = self.agents.close() if self.agents is not None else {}
         codes.update(self.hands.close(deadline))
         for name, code in codes.items():
             self.supervisor.on_exit(name, code)  # only after an exception in the loop
-        self._save(force=True)  # the final state, never held back
+        self.writer.save(force=True)  # the final state, never held back
         self.history.close()
         listener.close()
         wakeups.close()
@@ -263,7 +270,3 @@ class Loop:
     def document(self, fresh_usage: bool = False) -> dict:
         return document.build(self, fresh_usage)
 
-    save_due = property(lambda self: self.writer.due)  # a write held back (document.Writer)
-
-    def _save(self, force: bool = False) -> None:
-        self.writer.save(force)

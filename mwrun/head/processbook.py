@@ -42,8 +42,12 @@ class Hands(Protocol):
 
 class Processes:
     def __init__(self, plans: dict[str, ProcessPlan], host: Hands,
-                 emit: Callable[[Event], None]):
+                 emit: Callable[[Event], None], capture_wait: float = 0.0):
         self.host, self.emit = host, emit
+        # A member declared hung is killed once its world's stacks are captured
+        # (postmortem.py says so: ``kill_hung``), or this long after at the latest.
+        self.capture_wait = capture_wait
+        self.kills_due = Deadlines()  # process -> when its hang kill is due
         self.records = {name: ProcessRecord(p) for name, p in plans.items()}
         # Processes per state, kept by move: "is anything left?" costs the same at 10
         # processes as at 1,000.
@@ -75,6 +79,7 @@ class Processes:
         rec = self.records.pop(name)
         self.tally[rec.state] -= 1
         self.restarts_due.clear(name)
+        self.kills_due.clear(name)
 
     def spawn(self, rec: ProcessRecord, generations: dict[str, int]) -> str | None:
         """Start ``rec`` (again); why it could not, or None."""
@@ -94,6 +99,7 @@ class Processes:
         rec.restart_at = rec.suspect_since = rec.joined_at = rec.beat_gap = rec.stop_sent_at = None
         rec.drilled = False
         self.restarts_due.clear(name)
+        self.kills_due.clear(name)
         self.emit(ev.Spawned(name, pid, rec.restarts) if pid is not None else
                   ev.ProcessChanged(name, P.STARTING, rec.why))  # its pid comes later
         return None
@@ -160,8 +166,37 @@ class Processes:
         self.say(rec.why)
 
     def hang(self, rec: ProcessRecord, why: str) -> None:
+        """Declared hung: its stacks, and its worlds' other members', are captured
+        (the Hung event starts it) before it is killed, within ``capture_wait``."""
         self.move(rec, P.HUNG)  # STARTING|RUNNING|UNRESPONSIVE -> HUNG
-        rec.hung, rec.why = why, f"{rec.plan.name} hung: {why}; killing it"
-        self.emit(ev.Hung(rec.plan.name, why))
+        name = rec.plan.name
+        wait = self.capture_wait
+        then = f"capturing stacks for at most {wait:g}s, then killing it" if wait \
+            else "killing it"
+        rec.hung, rec.why = why, f"{name} hung: {why}; {then}"
+        self.emit(ev.Hung(name, why))
         self.say(rec.why)
-        self.signal(rec.plan.name, signal.SIGKILL, Why.HANG)
+        if wait:
+            self.kills_due.set(name, self.host.now() + wait)
+        else:
+            self.signal(name, signal.SIGKILL, Why.HANG)
+
+    def kill_hung(self, name: str) -> None:
+        """The hang kill a capture held back: now (captured, or its wait is over); none
+        for one that ended meanwhile (a restart clears its deadline)."""
+        if name in self.kills_due:
+            self.kills_due.clear(name)
+            self._hang_kill(name)
+
+    def deadlines(self) -> tuple[float | None, float | None]:
+        """When the next restart is due, and the next hang kill."""
+        return self.restarts_due.earliest(), self.kills_due.earliest()
+
+    def kill_hung_due(self, now: float) -> None:
+        for name in self.kills_due.due(now):
+            self._hang_kill(name)
+
+    def _hang_kill(self, name: str) -> None:
+        rec = self.records.get(name)
+        if rec is not None and rec.state is P.HUNG:
+            self.signal(name, signal.SIGKILL, Why.HANG)

@@ -79,20 +79,21 @@ class Router:
 
     # -- processes ---------------------------------------------------------------------
 
-    def _remote(self, host: str | None) -> bool:
+    def remote(self, host: str | None) -> bool:
+        """Whether ``host`` is reached through an agent (not this machine)."""
         return self.agents is not None and host in self.agents.hosts()
 
     def hands_of(self, name: str) -> HostHands:
         """Whoever starts and signals the process: this host's hands, or its agent."""
         host = self.host_of.get(name) or self.plan().processes[name].host
-        return self.agents if self.agents is not None and self._remote(host) else self.hands
+        return self.agents if self.agents is not None and self.remote(host) else self.hands
 
     def spec(self, name: str, generations: dict, restarts: int,
              incarnation: int = protocol.FIRST_INCARNATION) -> LaunchSpec:
         plan = self.plan()
         host = plan.processes[name].host
         control = self.agents.control_path(host) if self.agents is not None and \
-            self._remote(host) else self.control_path
+            self.remote(host) else self.control_path
         return environment.launch_spec(plan, name, run_id=self.run_id, control=control,
                                        generations=generations, restart_count=restarts,
                                        incarnation=incarnation)
@@ -126,7 +127,7 @@ class Router:
         return self.host_up(self.plan().processes[name].host)
 
     def host_up(self, host: str) -> bool:
-        return self.agents is None or not self._remote(host) or self.agents.up(host)
+        return self.agents is None or not self.remote(host) or self.agents.up(host)
 
     def signal(self, name: str, sig: int, why: Why) -> None:
         """Why is the supervisor's to tell (its Signalled event); the hands only send."""

@@ -38,12 +38,11 @@ def select(procs: Mapping[str, ProcessRecord], worlds: Mapping[str, Iterable[str
     return list(dict.fromkeys(names)) or sorted(procs)
 
 
-def unaskable(rec: ProcessRecord, remote: bool = False) -> str | None:
-    """Why a process's library cannot be asked now, or None when it can."""
+def unaskable(rec: ProcessRecord) -> str | None:
+    """Why a process's library cannot be asked now, or None when it can (on a remote
+    host too: its agent relays the ask down and the answer up, host/relay.py)."""
     if not rec.state.alive or rec.pid is None:
         return f"not running (it is {rec.state.value})"
-    if remote:  # its agent does not relay the answer yet
-        return f"on remote host {rec.plan.host}: mwrun stacks asks local members only, so far"
     if not rec.said_hello:
         return ("no library: it never spoke to its supervisor (a plain torch script,"
                 " or one that has not called mwrun.init() yet)")
@@ -85,29 +84,38 @@ class Stacks:
                  new_id: Callable[[], str] = lambda: uuid.uuid4().hex):
         self.tell, self.now, self.new_id = tell, now, new_id  # tell: downlink.tell
         self.asks: collections.OrderedDict[str, Ask] = collections.OrderedDict()
+        self.live: dict[str, Ask] = {}  # asks a bundle still waits on (``start``)
 
-    def ask(self, recs: Iterable[ProcessRecord],
-            remote: Callable[[str], bool] = lambda host: False) -> dict:
-        """Ask each member that can answer (``remote(host)``: a host of an agent); the
-        ask as it stands (``Ask.fields``)."""
+    def ask(self, recs: Iterable[ProcessRecord]) -> dict:
+        """Ask each member that can answer; the ask as it stands (``Ask.fields``)."""
+        return self.start(recs).fields(self.now())
+
+    def start(self, recs: Iterable[ProcessRecord]) -> Ask:
+        """The ask itself, for an asker that reads it as it fills (a bundle: its own
+        reference, so it outlives the KEEP kept for ``result``)."""
         ask = Ask(self.new_id(), self.now())
         for rec in recs:
-            reason = unaskable(rec, remote(rec.plan.host))
+            reason = unaskable(rec)
             ask.members[rec.plan.name] = Member(rec.plan.name, rec.pid, rec.plan.host,
                                                 rec.state.value, reason)
             if reason is None:
                 self.tell(rec.plan.name, {"verb": "stacks", "id": ask.id})
         self.asks[ask.id] = ask
+        self.live[ask.id] = ask
         while len(self.asks) > KEEP:
             self.asks.popitem(last=False)
-        return ask.fields(self.now())
+        return ask
+
+    def done(self, ask: Ask) -> None:
+        """Its asker has what it waited for: later answers to it are dropped."""
+        self.live.pop(ask.id, None)
 
     def told(self, rid: str, process: str, pid: int, threads: list,
              error: str | None = None) -> None:
         """A library's answer (``error``: why it could not read its stacks); one for an
         ask no longer kept, or from another start of the process than the one asked,
         is dropped."""
-        ask = self.asks.get(rid)
+        ask = self.asks.get(rid) or self.live.get(rid)
         if ask is None:
             return
         member = ask.members.get(process)

@@ -43,12 +43,12 @@ class Host(Hands, Stores, Protocol):
 
 class Supervisor:
     def __init__(self, plan: Plan, host: Host, events: Events | None = None,
-                 grace: float = 10.0):
+                 grace: float = 10.0, capture_wait: float = 0.0):
         self.plan = plan
         self.host = host
         self.events = events if events is not None else Events()
         self.state = R.STARTING
-        self.processes = Processes(plan.processes, host, self.events.emit)
+        self.processes = Processes(plan.processes, host, self.events.emit, capture_wait)
         self.procs = self.processes.records  # read: the status document, the loop, tests
         self.book = Worlds(plan, self.procs, host, self.events.emit)
         self.worlds = self.book.records  # read: the status document, the loop, tests
@@ -190,6 +190,7 @@ class Supervisor:
         now = self.host.now()
         awake = self.processes.awake()
         touched = self.reshaping.tick(now, self.stopping)  # drains over, retired ones stopped
+        self.processes.kill_hung_due(now)  # hung members whose capture ran out of time
         for rec in list(self.procs.values()):
             if rec.state is P.RESTARTING and self.book.nothing_to_join(rec):
                 touched.append(rec)
@@ -238,7 +239,6 @@ class Supervisor:
     def deadline(self) -> float | None:
         """The next moment a restart, a drain's end or a kill is due (hang checks keep
         TICK); or None."""
-        times = (self.processes.restarts_due.earliest(), self.reshaping.earliest(),
-                 *self.stop.deadlines())
+        times = (*self.processes.deadlines(), self.reshaping.earliest(), *self.stop.deadlines())
         return min((t for t in times if t is not None), default=None)
 

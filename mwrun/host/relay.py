@@ -24,7 +24,7 @@ from mwrun.host import frames, sockets
 from mwrun.host.frames import Kind
 
 READ_SLICE = 65536  # bytes read from one library connection per turn
-RELAYED = ("hello", "heartbeat", "world", "bye", "scale")  # the library's verbs
+RELAYED = ("hello", "heartbeat", "world", "bye", "scale", "stacks_told")  # the library's verbs
 MAX_LINE = 2**20  # bytes of a line without its end before the connection is dropped
 MAX_DOWN = 2**20  # bytes waiting to go down to one library before it is dropped
 HOLD_SHARE = 0.25

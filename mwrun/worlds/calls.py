@@ -61,7 +61,7 @@ class Calls:
             completion.judged(work, lambda exc: self._failed(generation, exc),
                               lambda: state.closed, self.name)
         if async_op:
-            return Work(self, work, generation, False, nbytes)
+            return Work(self, work, generation, False, nbytes, CALLS.get(get_ident()))
         self.wait(work, generation, False)
         self._traffic.count(nbytes, generation)
         return None
@@ -129,7 +129,7 @@ class Calls:
                 completion.judged(work, lambda exc: self._failed(generation, exc),
                                   lambda: state.closed, self.name)
             if async_op:
-                return Work(self, work, generation, True, tensor.nbytes)
+                return Work(self, work, generation, True, tensor.nbytes, CALLS[ident])
             try:
                 work.wait()  # see completion.wait: no slicing for point-to-point calls
             except RuntimeError as exc:

@@ -55,15 +55,20 @@ def summarize(exc: BaseException) -> str:
     return message
 
 
-def noticed(rank: int, exc: BaseException) -> str:
+def noticed(rank: int, exc: BaseException, call: str | None = None,
+            for_s: float | None = None) -> str:
     """A failed call's reason, said as who noticed what: "rank 0 lost its connection to a
     peer (...)", never "rank 0: Connection closed by peer", which reads as if rank 0
-    were the one that died. (Wording only: what breaks a world is decided above.)"""
+    were the one that died; a timeout names the call and how long it waited, when the
+    caller knows (inflight.py), which a post-mortem's culprit line reads. (Wording only:
+    what breaks a world is decided above.)"""
     gist = summarize(exc)
+    if call is not None and for_s is not None and gist.startswith("a call timed out"):
+        gist = f"its {call} timed out after {for_s:.1f}s waiting for a peer (the world's timeout)"
     lowered = gist.lower()
     if "closed by peer" in lowered or "reset by peer" in lowered or "broken pipe" in lowered:
         return f"rank {rank} lost its connection to a peer ({gist})"
-    if gist.startswith("a call timed out"):
+    if "timed out" in gist and "waiting for a peer" in gist:
         return f"rank {rank}: {gist}"
     return f"rank {rank} saw its call fail: {gist}"
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 
 import torch.distributed as dist
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, WorldClosedError, WorldEnded
-from mwrun.worlds import aborts, backends, failures, joining, signals, storehost
+from mwrun.worlds import aborts, backends, failures, inflight, joining, signals, storehost
 from mwrun.worlds import nccl as discipline
 from mwrun.worlds.failures import summarize
 from mwrun.worlds.interruptible import finish, release
@@ -145,8 +146,10 @@ class Membership:
             return error
         if generation != self.state.generation:  # a call from before a rejoin
             return BrokenWorldError(self.name, generation, "an earlier generation's call")
+        call = inflight.CALLS.get(threading.get_ident())  # the call that failed, if one
         said = agreed(self.stores.shared, generation, self.state.size,
-                      failures.noticed(self.state.rank, exc), process=self.process,
+                      failures.noticed(self.state.rank, exc, *_call_of(call)),
+                      process=self.process,
                       supervised=self.link is not None,
                       by_a_peer=storehost.by_a_peer(self.spec) and not self.state.closed)
         if said.host_gone is not None:  # by hand, its store host has gone: the world ends
@@ -219,3 +222,8 @@ class Membership:
             pass
         finish(self.stores.waits)
         self.watcher.join(timeout=2)
+
+
+def _call_of(call: tuple[str, str, float] | None) -> tuple[str | None, float | None]:
+    """(call, seconds in it) of a thread's entry in inflight.CALLS."""
+    return (None, None) if call is None else (call[1], time.monotonic() - call[2])

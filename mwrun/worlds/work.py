@@ -19,11 +19,15 @@ class Work:
     call as done. ``await work`` does the same without blocking the event loop.
     """
 
-    __slots__ = ("_calls", "_generation", "_nbytes", "_p2p", "_work")
+    __slots__ = ("_calls", "_generation", "_issued", "_nbytes", "_p2p", "_work")
 
-    def __init__(self, calls, work, generation: int, p2p: bool, nbytes: int = 0):
+    def __init__(self, calls, work, generation: int, p2p: bool, nbytes: int = 0,
+                 issued: tuple[str, str, float] | None = None):
         self._calls = calls  # the world's calls (calls.py): they wait and count
         self._work = work
+        # The call's inflight.py entry when it was issued: a wait on it is in that call,
+        # since then (a stacks dump says "all_reduce for 31s", not "wait for 0s").
+        self._issued = issued
         self._generation = generation
         self._p2p = p2p
         self._nbytes: int | None = nbytes  # counted once, by the first wait() that sees it done
@@ -37,7 +41,7 @@ class Work:
         never given a timed wait) stays pending and may be waited again.
         """
         ident = threading.get_ident()
-        CALLS[ident] = (self._calls.name, "wait", time.monotonic())  # inflight.py
+        CALLS[ident] = self._issued or (self._calls.name, "wait", time.monotonic())
         try:
             self._calls.wait(self._work, self._generation, self._p2p, timeout)
         finally:

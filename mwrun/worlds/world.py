@@ -5,6 +5,7 @@ machine), the calls on its group (calls.py) and their counts (traffic.py).
 
 from __future__ import annotations
 
+import threading
 import time
 
 import torch
@@ -12,6 +13,7 @@ import torch.distributed as dist
 
 from mwrun.errors import BrokenWorldError, MwrunError
 from mwrun.worlds.calls import Calls
+from mwrun.worlds.inflight import CALLS
 from mwrun.worlds.membership import Membership
 from mwrun.worlds.traffic import Traffic
 from mwrun.worlds.work import Work
@@ -90,7 +92,13 @@ class World:
         a world closed for this member raises ``WorldClosedError``.
         """
         timeout = self.spec.rejoin if timeout is None else timeout
-        self.membership.rejoin(None if timeout is None else time.monotonic() + timeout)
+        ident = threading.get_ident()
+        if self.membership.state.error is not None:  # a wait: what a stacks dump says
+            CALLS[ident] = (self.name, "rejoin", time.monotonic())
+        try:
+            self.membership.rejoin(None if timeout is None else time.monotonic() + timeout)
+        finally:
+            CALLS.pop(ident, None)
         return self
 
     def release(self) -> None:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
+from mwrun import stacktext
 from mwrun.cli import main, stacksview
 from mwrun.head import control, requests
 from mwrun.head import stacks as head_stacks
@@ -76,7 +77,7 @@ def test_an_answer_that_cannot_be_read_says_why_and_never_ends_the_link_thread(m
     told = stacks.told("worker-0", "ask-1")
     assert told["threads"] == [] and told["error"] == "RuntimeError: a frame went away"
     assert requests.problem(told) is None
-    shown = stacksview.render([{"process": "worker-0", "pid": 4, "host": "h",
+    shown = stacktext.render([{"process": "worker-0", "pid": 4, "host": "h",
                                 "answered": True, **told}])
     assert "its library could not read its stacks: RuntimeError: a frame went away" in shown
 
@@ -185,8 +186,7 @@ def test_who_cannot_be_asked_is_named_with_why():
     assert head_stacks.unaskable(_rec("a", P.EXITED, None)) == "not running (it is exited)"
     assert "plain torch script" in head_stacks.unaskable(_rec("a", hello=False))
     assert "left its worlds" in head_stacks.unaskable(_rec("a", beat=None))
-    assert head_stacks.unaskable(_rec("a", host="node2"), remote=True) == \
-        "on remote host node2: mwrun stacks asks local members only, so far"
+    assert head_stacks.unaskable(_rec("a", host="node2")) is None  # its agent relays
 
 
 def test_an_ask_goes_down_to_each_library_and_keeps_what_each_tells():
@@ -266,7 +266,7 @@ def test_a_member_is_shown_with_its_call_and_every_thread_s_stack_or_why_it_told
     members = stacksview.settled(answer, 2.0)
     assert "did not answer within 2s" in members[1]["reason"]
     assert "(it is unresponsive)" in members[1]["reason"]
-    text = stacksview.render(members)
+    text = stacktext.render(members)
     assert "worker-0  pid 42 on localhost  in world1.recv for 3.2s  (2 threads)" in text
     assert "  Thread MainThread (main)  in world1.recv for 3.2s" in text
     assert '    File "worker.py", line 9, in main\n      w.recv(t, 0)' in text
@@ -277,9 +277,9 @@ def test_a_member_is_shown_with_its_call_and_every_thread_s_stack_or_why_it_told
 
 def test_a_member_s_call_is_its_main_thread_s_else_its_longest():
     other = {"name": "t", "call": {"world": "w2", "call": "barrier", "for_s": 9.0}}
-    assert stacksview.member_call([*THREADS, other])["call"] == "recv"
-    assert stacksview.member_call([THREADS[1], other])["call"] == "barrier"
-    assert stacksview.call_text(stacksview.member_call([THREADS[1]])) == "in no world call"
+    assert stacktext.member_call([*THREADS, other])["call"] == "recv"
+    assert stacktext.member_call([THREADS[1], other])["call"] == "barrier"
+    assert stacktext.call_text(stacktext.member_call([THREADS[1]])) == "in no world call"
 
 
 def _finished_run(home, run_id="done-1"):
