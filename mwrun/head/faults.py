@@ -254,7 +254,9 @@ class Faults(Said):
             if fault.process in (event.process, None):
                 fault.process = fault.process or event.process
                 fault.signal = fault.signal or name
-                self._phase(fault, Phase.T_FAULT, t_fault)
+                told = fault.phases[Phase.SURVIVORS_TOLD]
+                if told is None or t_fault is None or t_fault <= told:  # else it broke
+                    self._phase(fault, Phase.T_FAULT, t_fault)  # first: not when it began
                 self._phase(fault, Phase.EXIT_SEEN, seen)
             found.append(fault)
         return found

@@ -36,6 +36,7 @@ from mwrun.head.records import ProcessRecord, WorldRecord
 from mwrun.head.stacks import Ask, Stacks
 from mwrun.schema import LOGS, POSTMORTEM, log_name
 from mwrun.schema import Event as E
+from mwrun.schema import ProcessState as P
 from mwrun.stacktext import render
 
 CAPTURE_WAIT = 2.0  # seconds a bundle waits for its members' answers, at most
@@ -171,13 +172,20 @@ class Postmortems:
                    default=self.spies.earliest())
 
     def _complete(self, bundle: Bundle) -> bool:
+        """Every member told what it can: its library answered (or cannot be asked,
+        or its process is gone), or it is unresponsive and py-spy read it from
+        outside (its library's thread is not running: waiting for it only delays the
+        kill)."""
         if any(result is None for result in bundle.outside.values()):
             return False
         procs = self.job().procs
         for name, member in bundle.ask.members.items():
             rec = procs.get(name)
-            gone = rec is None or rec.pid != member.pid
-            if member.reason is None and member.told is None and not gone:
+            if member.reason is not None or member.told is not None or rec is None \
+                    or rec.pid != member.pid:
+                continue
+            read = (bundle.outside.get(name) or {}).get("threads")
+            if not (read and rec.state in (P.UNRESPONSIVE, P.HUNG)):
                 return False
         return True
 
@@ -233,7 +241,8 @@ class Postmortems:
         calls = {t.get("id"): t.get("call") for t in (inside or {}).get("threads", [])}
         reasons = [r for r in (member.get("reason"), bundle.outside_why.get(name)) if r]
         if inside is None and not member.get("reason"):
-            reasons.insert(0, f"its library did not answer within {self.wait:g}s")
+            reasons.insert(0, "its library did not answer (its thread could not run: the"
+                              " process stopped, or a thread holding the GIL)")
         if outside is not None and outside.get("error"):
             reasons.append(outside["error"])
         shown = {**member, "by": "library" if inside is not None else None,

@@ -63,7 +63,8 @@ def threads(text: str) -> list[dict]:
     plus what only the outside sees: whether it held the GIL and was running."""
     found = []
     for t in json.loads(text):
-        frames = [[f.get("filename") or "?", f.get("line") or 0, f.get("name") or "?", ""]
+        frames = [[f.get("filename") or "?", f.get("line") or 0,
+                   (f.get("name") or "?")[:MAX_TEXT], ""]  # C++ names run to pages
                   for f in reversed(t.get("frames") or [])]
         found.append({"id": t.get("thread_id"), "name": t.get("thread_name") or
                       f"thread {t.get('os_thread_id')}", "daemon": False,
