@@ -30,7 +30,7 @@ from mwrun.head.elastic import Elastic
 from mwrun.head.events import Event, Events, Gone, Said, WorldRemoved, lines
 from mwrun.head.faults import Faults
 from mwrun.head.history import SAMPLE_EVERY, History
-from mwrun.head.postmortem import CAPTURE_WAIT, Postmortems
+from mwrun.head.postmortem import Postmortems
 from mwrun.head.progress import Progress
 from mwrun.head.router import Router
 from mwrun.head.scaleops import Ops
@@ -120,7 +120,7 @@ class Loop:
                            lambda: self.supervisor.stopping)
         self.router = Router(lambda: self.plan, self.hands, self.agents, stores,
                              self.downlink, run_id, control_path, self.progress.started)
-        self.supervisor = Supervisor(plan, self.router, self.events, grace, CAPTURE_WAIT)
+        self.supervisor = Supervisor(plan, self.router, self.events, grace, self.postmortems.wait)
         self.usage = document.Usage(self.router.usage_of, self.agents.refresh_usage
                                     if self.agents is not None else lambda: None)
         self.elastic = Elastic(self.membership, self.supervisor, self.ops,

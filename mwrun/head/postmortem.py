@@ -25,7 +25,7 @@ import contextlib
 import json
 import os
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -40,6 +40,7 @@ from mwrun.schema import ProcessState as P
 from mwrun.stacktext import render
 
 CAPTURE_WAIT = 2.0  # seconds a bundle waits for its members' answers, at most
+ENV = "MWRUN_POSTMORTEM"  # "off" in mwrun launch's environment: no bundles, no capture wait
 LOG_TAIL = 64 * 1024  # bytes read from the end of each member's log
 LOG_LINES = 100
 KEEP_WRITTEN = 256  # bundles kept until their fault's record comes
@@ -87,12 +88,14 @@ class Postmortems:
     def __init__(self, run_dir: Path, stacks: Stacks, spies: Callable[[Told], Spies],
                  job: Callable[[], Watched], remote: Callable[[str], bool],
                  record: Callable[[dict], None], now: Callable[[], float],
-                 wall: Callable[[], float], wait: float = CAPTURE_WAIT):
+                 wall: Callable[[], float], wait: float = CAPTURE_WAIT,
+                 env: Mapping[str, str] = os.environ):
         self.folder = run_dir / POSTMORTEM
         self.logs = run_dir / LOGS
         self.stacks, self.spies, self.job = stacks, spies(self._outside_told), job
         self.remote, self.record = remote, record
-        self.now, self.wall, self.wait = now, wall, wait
+        self.now, self.wall = now, wall
+        self.wait = 0.0 if env.get(ENV) == "off" else wait  # the supervisor's capture wait
         self.open: dict[tuple[str, int], Bundle] = {}
         self.written: dict[tuple[str, int], Bundle] = {}  # kept for the fault record
         self.latest: dict[str, dict] = {}  # world -> its last bundle (status shows it)
@@ -101,6 +104,8 @@ class Postmortems:
     # -- what starts a bundle -----------------------------------------------------------
 
     def __call__(self, event: ev.Event) -> None:
+        if not self.wait:
+            return  # turned off
         match event:
             case ev.Hung(process, why):
                 job = self.job()
