@@ -46,8 +46,10 @@ class Head(Told, Protocol):
 
 class Agents:
     def __init__(self, links: dict[str, AgentLink], loop: Head, reach: Reach,
-                 host_of: Callable[[str], str], selector: selectors.BaseSelector):
+                 host_of: Callable[[str], str], selector: selectors.BaseSelector,
+                 captured: Callable[[object, object, dict], None] = lambda *_: None):
         self.loop = loop  # told what the agents tell (and relayed the library's messages)
+        self.captured = captured  # an agent's reading of stacks, for a bundle (postmortem.py)
         self.host_of = host_of  # process -> its host (in the plan as it is now)
         self.clocks = Clocks(loop.wall)
         self.links = Links(links, reach, selector, self, loop.say)
@@ -102,6 +104,9 @@ class Agents:
     def signal(self, name: str, sig: int) -> None:
         self.processes.signal(name, sig)
 
+    def capture(self, name: str, key: str, pid: int, native: bool, within: float) -> str | None:
+        return self.processes.capture(name, key, pid, native, within)
+
     def tell(self, name: str, message: dict) -> bool:
         """A line down to the library of process ``name`` on its host (downlink.py);
         False when it runs on no remote host."""
@@ -148,6 +153,8 @@ class Agents:
             requests = [msg.get("request")] if "request" in msg else msg.get("requests")
             for request in requests if isinstance(requests, list) else ():
                 control.relayed(self.loop, request)
+        elif kind == Kind.CAPTURED and isinstance(msg.get("result"), dict):
+            self.captured(msg.get("key"), msg.get("pid"), msg["result"])
         elif kind == Kind.CLOCK:
             self.clocks.answered(link, msg)
 

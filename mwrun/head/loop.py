@@ -82,8 +82,7 @@ class Loop:
         self.selector = selectors.DefaultSelector()
         self.clients = control.Clients(self.selector, lambda line, connection: control.serve(
             self, line, connection))
-        self.next_tick = 0.0
-        self.next_sample = 0.0
+        self.next_tick = self.next_sample = 0.0
         self.traffic = Traffic()
         # What the job should be made of: the plan as launched, then each revision.
         self.membership = Membership(topology, plan, inventory, sys.executable,
@@ -92,7 +91,8 @@ class Loop:
             n: list(w.members) for n, w in plan.worlds.items()}})
         # The remote hosts' hands (their agents), if any; this host's own are ``hands``.
         self.agents = Agents(links, self, reach, lambda n: self.plan.processes[n].host,
-                             self.selector) if links else None
+                             self.selector, lambda *told: self.postmortems.outside_told(*told)
+                             ) if links else None
         self.downlink = Downlink(self.clients.push, lambda process, message: (
             self.agents is not None and self.agents.tell(process, message)))
         self.stacks = Stacks(self.downlink.tell, time.monotonic)  # mwrun stacks: the asks
@@ -107,7 +107,7 @@ class Loop:
                              self._fault_closed, time.time)
         self.postmortems = Postmortems(  # bundles: stacks from inside (asks), outside (py-spy)
             run_dir, self.stacks, lambda told: Spies(self.selector, time.monotonic, told),
-            lambda: self.supervisor, lambda host: self.router.remote(host),
+            lambda: self.supervisor, lambda: self.router,
             self.history.postmortem, time.monotonic, time.time)
         self.history.tags = self.faults.tags
         self.ops = Ops(self.history.scale, time.time, self.say)

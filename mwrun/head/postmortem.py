@@ -58,6 +58,13 @@ class Spies(Protocol):
     def close(self) -> None: ...
 
 
+class Hosts(Protocol):
+    """The members' hosts (the router): which are remote, and their agents' capture."""
+
+    def remote(self, host: str | None) -> bool: ...
+    def capture(self, name: str, key: str, pid: int, native: bool, within: float) -> str | None: ...
+
+
 class Watched(Protocol):
     """What a bundle reads of the job (the supervisor): its processes and worlds."""
 
@@ -86,17 +93,18 @@ class Bundle:
 
 class Postmortems:
     def __init__(self, run_dir: Path, stacks: Stacks, spies: Callable[[Told], Spies],
-                 job: Callable[[], Watched], remote: Callable[[str], bool],
+                 job: Callable[[], Watched], hosts: Callable[[], Hosts],
                  record: Callable[[dict], None], now: Callable[[], float],
                  wall: Callable[[], float], wait: float = CAPTURE_WAIT,
                  env: Mapping[str, str] = os.environ):
         self.folder = run_dir / POSTMORTEM
         self.logs = run_dir / LOGS
-        self.stacks, self.spies, self.job = stacks, spies(self._outside_told), job
-        self.remote, self.record = remote, record
+        self.stacks, self.spies, self.job = stacks, spies(self.outside_told), job
+        self.hosts, self.record = hosts, record
         self.now, self.wall = now, wall
         self.wait = 0.0 if env.get(ENV) == "off" else wait  # the supervisor's capture wait
         self.open: dict[tuple[str, int], Bundle] = {}
+        self.keys: dict[str, tuple[tuple[str, int], str]] = {}  # a capture's key -> whose
         self.written: dict[tuple[str, int], Bundle] = {}  # kept for the fault record
         self.latest: dict[str, dict] = {}  # world -> its last bundle (status shows it)
         self.changes = 0  # state.json compares this
@@ -135,24 +143,34 @@ class Postmortems:
             if rec.pid is None or not rec.state.alive:
                 why = rec.why or rec.state.value
                 bundle.outside_why[name] = f"not running when captured: {why}"
-            elif self.remote(rec.plan.host):
-                bundle.outside_why[name] = (f"on host {rec.plan.host}: read from outside on"
-                                            " the head's host only, so far")
             else:
-                missing = self.spies.capture((key, name), rec.pid, name == hung, self.wait)
-                if missing is None:
-                    bundle.outside[name] = None
-                else:
-                    bundle.outside_why[name] = missing
+                self._capture(bundle, rec, name == hung)
+
+    def _capture(self, bundle: Bundle, rec: ProcessRecord, native: bool) -> None:
+        """Read ``rec`` from outside: here, or by its host's agent (host/spy.py)."""
+        name, host = rec.plan.name, rec.plan.host
+        key = f"{bundle.name}/{name}"
+        self.keys[key] = ((bundle.world, bundle.generation), name)
+        pid = typing.cast(int, rec.pid)
+        if self.hosts().remote(host):
+            missing = self.hosts().capture(name, key, pid, native, self.wait)
+            missing = None if missing is None else f"on host {host}: {missing}"
+        else:
+            missing = self.spies.capture(key, pid, native, self.wait)
+        if missing is None:
+            bundle.outside[name] = None
+        else:
+            bundle.outside_why[name] = missing
 
     # -- what comes back ----------------------------------------------------------------
 
-    def _outside_told(self, key: object, pid: int, result: dict) -> None:
-        """py-spy's answer for one member (host/spy.py's ``done``)."""
-        bundle_key, name = typing.cast(tuple[tuple[str, int], str], key)
-        bundle = self.open.get(bundle_key)
-        if bundle is not None and name in bundle.outside:
-            bundle.outside[name] = result
+    def outside_told(self, key: object, pid: object, result: dict) -> None:
+        """py-spy's answer for one member, here (host/spy.py's ``done``) or from its
+        host's agent (a CAPTURED frame)."""
+        found = self.keys.pop(str(key), None)
+        bundle = self.open.get(found[0]) if found is not None else None
+        if bundle is not None and found is not None and found[1] in bundle.outside:
+            bundle.outside[found[1]] = result
 
     def step(self) -> list[str]:
         """Write the bundles that are complete or out of time; the hung members whose
@@ -212,6 +230,8 @@ class Postmortems:
 
     def _write(self, bundle: Bundle) -> None:
         self.stacks.done(bundle.ask)
+        for name in bundle.ask.members:  # answers that never came are dropped
+            self.keys.pop(f"{bundle.name}/{name}", None)
         members = [self._member(bundle, name) for name in bundle.ask.members]
         seen = [_seen(bundle.world, m) for m in members]
         line = culprit.line(bundle.world, bundle.generation, seen, bundle.hung, bundle.why)
@@ -250,6 +270,8 @@ class Postmortems:
                               " process stopped, or a thread holding the GIL)")
         if outside is not None and outside.get("error"):
             reasons.append(outside["error"])
+        elif outside is None and name in bundle.outside:
+            reasons.append("py-spy's reading did not come in time")
         shown = {**member, "by": "library" if inside is not None else None,
                  "inside": inside, "outside": outside, "reasons": reasons}
         if outside is not None and outside.get("threads"):

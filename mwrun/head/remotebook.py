@@ -83,6 +83,16 @@ class RemoteProcesses:
         if handle is not None:
             self.links.send(handle.host, Kind.SIGNAL, name=name, signal=int(sig))
 
+    def capture(self, name: str, key: str, pid: int, native: bool, within: float) -> str | None:
+        """Ask ``name``'s agent to read its stacks from outside (a CAPTURED frame answers,
+        head/postmortem.py); why it cannot be asked, or None."""
+        handle = self.handles.get(name)
+        if handle is None or not self.links.up(handle.host):
+            return "its host's agent cannot be reached now"
+        self.links.send(handle.host, Kind.CAPTURE, name=name, key=key, pid=pid,
+                        native=native, within=within)
+        return None
+
     def tell(self, name: str, message: dict) -> bool:
         """A line down to the library of process ``name`` on its host (downlink.py);
         False when it runs on no remote host."""

@@ -49,6 +49,7 @@ class Remote(HostHands, Protocol):
     def up(self, host: str) -> bool: ...
     def control_path(self, host: str) -> str: ...
     def to_head(self, host: str, t) -> float | None: ...
+    def capture(self, name: str, key: str, pid: int, native: bool, within: float) -> str | None: ...
 
 
 class Router:
@@ -82,6 +83,13 @@ class Router:
     def remote(self, host: str | None) -> bool:
         """Whether ``host`` is reached through an agent (not this machine)."""
         return self.agents is not None and host in self.agents.hosts()
+
+    def capture(self, name: str, key: str, pid: int, native: bool, within: float) -> str | None:
+        """Read a remote process's stacks from outside, by its host's agent (host/spy.py);
+        this host's own are read by the head itself (postmortem.py)."""
+        if self.agents is None:
+            return "no agent on its host"
+        return self.agents.capture(name, key, pid, native, within)
 
     def hands_of(self, name: str) -> HostHands:
         """Whoever starts and signals the process: this host's hands, or its agent."""

@@ -31,6 +31,7 @@ from mwrun.host import frames
 from mwrun.host.frames import Kind
 from mwrun.host.hands import Hands
 from mwrun.host.relay import Relay
+from mwrun.host.spy import Spies
 from mwrun.launchspec import LaunchSpec, SpecError
 
 READ_SLICE = 65536  # bytes read from the head's link per turn
@@ -60,6 +61,8 @@ class Agent:
         self.zygote_log = os.path.splitext(control_path)[0] + "-zygote.log"
         self.relay = Relay(control_path, self.selector, self, clock)
         self.hands = Hands(self.selector, self, self.zygote_log, lambda: self.done, clock)
+        self.spies = Spies(self.selector, clock, lambda key, pid, result: self.send(
+            Kind.CAPTURED, key=key, pid=pid, result=result))  # read for the head's bundles
 
     # -- the link ---------------------------------------------------------------------
 
@@ -128,6 +131,10 @@ class Agent:
         cpu, rss = self.hands.usage(name)
         self.send(Kind.PROBED, name=name, status=self.hands.status(name), cpu=cpu, rss=rss)
 
+    def on_capture(self, msg: dict) -> None:
+        """Read a process's stacks from outside, for a bundle (head/postmortem.py)."""
+        self.spies.asked(msg)
+
     def on_stop(self, msg: dict) -> None:
         self.done = True
 
@@ -174,6 +181,7 @@ class Agent:
                 if now >= self.beat_due:
                     self.send(Kind.BEAT)
                 self.hands.tick()  # forked children are ours, so are their orphans
+                self.spies.tick()
                 self.relay.flush()  # lines down that a library's socket did not take yet
                 if self.outbox.size:
                     self.outbox.flush(self._write)
@@ -196,8 +204,9 @@ class Agent:
             self.selector.register(self.link_out, events, (lambda _: None, None))
         due = self.beat_due if self.heard is None else min(self.beat_due,
                                                            self.heard + self.silence)
-        if self.relay.held_until is not None:
-            due = min(due, self.relay.held_until)
+        for other in (self.relay.held_until, self.spies.earliest()):
+            if other is not None:
+                due = min(due, other)
         for key, _ in self.selector.select(max(0.0, min(due - now, frames.BEAT))):
             callback, arg = key.data
             callback(arg)
@@ -212,6 +221,7 @@ class Agent:
             return len(data)
 
     def _shutdown(self) -> None:
+        self.spies.close()
         self.hands.pause_output(False)  # the last words are read, whatever the link's pace
         for name, code in self.hands.close(self.clock() + SHUTDOWN_WAIT).items():
             self.exited(name, code)

@@ -66,6 +66,8 @@ class Kind(str, Enum):
     CONTROL = "control"
     SAY = "say"
     CLOSED = "closed"  # a link's end, as its reader tells it
+    CAPTURE = "capture"  # read a process's stacks from outside (host/spy.py), for a bundle
+    CAPTURED = "captured"  # what that read: {name, key, pid, result}
 
 
 def proof(secret: str, nonce: str) -> str:

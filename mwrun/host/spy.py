@@ -136,6 +136,18 @@ class Spies:
         self.selector.register(child.stdout, selectors.EVENT_READ, (self._read, spy))
         return None
 
+    def asked(self, frame: dict) -> None:
+        """The head's CAPTURE frame, on a remote host's agent: its answer goes to
+        ``done`` as any other (the agent sends it up as a CAPTURED frame)."""
+        key = str(frame.get("key"))
+        try:
+            pid, within = int(frame["pid"]), float(frame["within"])
+        except (KeyError, TypeError, ValueError):
+            return
+        why = self.capture(key, pid, bool(frame.get("native")), within)
+        if why is not None:
+            self.done(key, pid, {"threads": [], "error": why, "by": None})
+
     def _read(self, spy: Spy) -> None:
         assert spy.child.stdout is not None
         try:

@@ -119,6 +119,16 @@ class FakeSpies:
         pass
 
 
+class Here:
+    """Every host is this one."""
+
+    def remote(self, host):
+        return False
+
+    def capture(self, name, key, pid, native, within):
+        raise AssertionError("no remote host here")
+
+
 def supervised(tmp_path, capture_wait=2.0):
     """A supervisor of a fake host (HANGS: world1 leader+worker-0, world2 leader+worker-1)
     whose events the bundles hear; its members joined."""
@@ -130,7 +140,7 @@ def supervised(tmp_path, capture_wait=2.0):
         made["spies"] = FakeSpies(answer)
         return made["spies"]
 
-    pm = Postmortems(tmp_path, asks, spies, lambda: sup, lambda h: False, records.append,
+    pm = Postmortems(tmp_path, asks, spies, lambda: sup, lambda: Here(), records.append,
                      host.now, host.wall)
     plan = place(parse(HANGS, "t.yaml"), {"localhost": HostInventory(True, (0, 1), ())},
                  lambda a, t: 40000)
@@ -151,7 +161,7 @@ def test_a_hang_opens_a_bundle_whose_kill_waits_for_every_answer(tmp_path):
     assert sup.procs["worker-0"].state is P.HUNG
     assert ("worker-0", signal.SIGKILL) not in host.of("signal")  # captured first
     assert sorted(p for p, _ in told) == ["leader", "worker-0"]  # world1's members asked
-    assert {(k[1], native) for k, _, native in spies.asked} == \
+    assert {(k.split("/")[1], native) for k, _, native in spies.asked} == \
         {("leader", False), ("worker-0", True)}  # native frames only of the hung one
     assert pm.step() == []  # nobody answered yet
     rid = told[0][1]["id"]

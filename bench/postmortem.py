@@ -1,0 +1,224 @@
+"""Post-mortem bundles, measured (issue 28's figures; head/postmortem.py).
+
+    python bench/postmortem.py                      # ~10 min: 10 drills of each kind
+    python bench/postmortem.py --drills 100 --kinds kill,stop
+
+1. Declared -> complete bundle on disk, per drill kind, from the ``took_s`` the head
+   writes in each ``postmortem`` record (its monotonic clock, from the event that
+   declared the hang or the break to the bundle written). A world of three
+   (tests/bin/stuck.py, all_reduce in a loop), ``hang_timeout: 4``; the kinds:
+   ``stop`` (SIGSTOP: declared hung, captured, then killed), ``gil`` (a C call
+   holding the GIL: the same, its library cannot answer), ``sleep`` (asleep in
+   Python while its peers' call times out: a break), ``kill`` (SIGKILL: a break whose
+   survivors are captured beside the restart). Goal: <= 3 s in every drill.
+2. Kill -> survivors_told and kill -> reformed with bundles on and off
+   (``MWRUN_POSTMORTEM=off``), from the head's own ``fault`` records, the two
+   alternated in blocks in one invocation. Goal: unchanged.
+3. ``mwrun stacks`` on 64 members (32 worlds of two, each member idle in
+   ``time.sleep``): the command's wall time, 5 times. Goal: <= 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PY = sys.executable
+ROOT = Path(__file__).resolve().parents[1]
+STUCK = ROOT / "tests" / "bin" / "stuck.py"
+IDLE = Path(__file__).resolve().parent / "bin" / "sleeping_member.py"
+KINDS = ("stop", "gil", "sleep", "kill")
+
+
+class Job:
+    def __init__(self, work: Path, name: str, topology: str, env: dict | None = None):
+        self.home, self.run = work / f"home-{name}", name
+        self.env = {**os.environ, "MWRUN_HOME": str(self.home), "NO_COLOR": "1", **(env or {})}
+        path = work / f"{name}.yaml"
+        path.write_text(topology)
+        self.mwrun("launch", str(path), "--detach", "--run-id", name)
+
+    def mwrun(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run([PY, "-m", "mwrun", *args], env=self.env, capture_output=True,
+                              text=True, timeout=600)
+        if check and done.returncode != 0:
+            raise SystemExit(f"mwrun {' '.join(args)}: {done.stderr.strip()}")
+        return done
+
+    def records(self, kind: str) -> list[dict]:
+        path = self.home / "runs" / self.run / "history.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [r for r in map(json.loads, lines) if r.get("event") == kind]
+
+    def wait(self, what: str, found, timeout: float = 120.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = found()
+            if value:
+                return value
+            time.sleep(0.1)
+        raise SystemExit(f"{self.run}: {what} not seen in {timeout:g}s")
+
+    def serving(self) -> None:
+        def ok():
+            done = self.mwrun("status", self.run, "--json", check=False)
+            if done.returncode != 0:
+                return False
+            doc = json.loads(done.stdout)
+            return doc["worlds"] and all(w["state"] == "healthy" for w in doc["worlds"]) and \
+                all(p["state"] == "running" for p in doc["processes"])
+        self.wait("every world healthy", ok)
+
+    def stop(self) -> None:
+        self.mwrun("stop", self.run, check=False)
+
+
+def world_of_three(cue: Path) -> str:
+    stuck = f"[{PY}, {STUCK}"
+    return f"""\
+version: 1
+name: pm
+hang_timeout: 4
+processes:
+  a: {{cmd: {stuck}], restart: on-failure, max_restarts: 1000}}
+  b: {{cmd: {stuck}, {cue}], restart: on-failure, max_restarts: 1000}}
+  c: {{cmd: {stuck}], restart: on-failure, max_restarts: 1000}}
+worlds:
+  world1: {{members: [a, b, c]}}
+"""
+
+
+def drill(job: Job, kind: str, cue: Path) -> float:
+    """One drill of ``kind``; the seconds from declared to its bundle on disk."""
+    before = len(job.records("postmortem"))
+    if kind in ("stop", "kill"):
+        job.mwrun("kill-world", "world1", job.run, "--rank", "1", "--signal", kind.upper())
+    else:
+        cue.write_text(kind)
+    hung = kind in ("stop", "gil")  # declared hung: its own bundle; else the break's
+
+    def bundle():
+        new = job.records("postmortem")[before:]
+        return next((r for r in new if (r["hung"] is not None) == hung), None)
+    found = job.wait(f"the {kind} drill's bundle", bundle)
+    if kind == "sleep":  # asleep for good: ended by hand, so the world re-forms
+        job.wait("the break's fault", lambda: len(job.records("postmortem")) > before)
+        job.mwrun("kill-world", "world1", job.run, "--rank", "1", "--signal", "KILL")
+    job.serving()
+    return found["took_s"]
+
+
+def bundles(work: Path, kinds: list[str], drills: int) -> dict[str, list[float]]:
+    cue = work / "cue"
+    job = Job(work, "bundles", world_of_three(cue))
+    took: dict[str, list[float]] = {k: [] for k in kinds}
+    try:
+        job.serving()
+        for i in range(drills):
+            for kind in kinds:
+                took[kind].append(drill(job, kind, cue))
+            print(f"  drills {i + 1}/{drills}: " + ", ".join(
+                f"{k} {took[k][-1]:.3f}s" for k in kinds), flush=True)
+    finally:
+        job.stop()
+    return took
+
+
+def on_off(work: Path, kills: int, blocks: int = 2) -> dict[str, dict[str, list[float]]]:
+    """Kill -> survivors_told and -> reformed per fault, bundles on and off."""
+    found: dict[str, dict[str, list[float]]] = {
+        s: {"survivors_told": [], "reformed": []} for s in ("on", "off")}
+    for block in range(blocks):
+        for setting in ("on", "off"):
+            job = Job(work, f"{setting}{block}", world_of_three(work / "never"),
+                      {"MWRUN_POSTMORTEM": setting})
+            try:
+                job.serving()
+                for kill in range(kills):
+                    job.mwrun("kill-world", "world1", job.run, "--rank", "1")
+                    job.wait("the fault's record",
+                             lambda j=job, k=kill: len(j.records("fault")) > k)
+                    job.serving()
+                for fault in job.records("fault"):
+                    p = fault["phases"]
+                    for phase in ("survivors_told", "reformed"):
+                        if p.get(phase) is not None and p.get("t_fault") is not None:
+                            found[setting][phase].append(p[phase] - p["t_fault"])
+            finally:
+                job.stop()
+    return found
+
+
+def stacks_on_64(work: Path, looks: int = 5) -> tuple[list[float], int]:
+    pairs = "\n".join(f"  pair{i}: {{members: [m-{2 * i}, m-{2 * i + 1}]}}" for i in range(32))
+    job = Job(work, "wide", f"""\
+version: 1
+name: wide
+processes:
+  m: {{cmd: [{PY}, {IDLE}], replicas: 64}}
+worlds:
+{pairs}
+""")
+    times, answered = [], 0
+    try:
+        job.serving()
+        for _ in range(looks):
+            t0 = time.monotonic()
+            done = job.mwrun("stacks", job.run, "--json")
+            times.append(time.monotonic() - t0)
+            answered = sum(m["answered"] for m in json.loads(done.stdout)["members"])
+    finally:
+        job.stop()
+    return times, answered
+
+
+def spread(values: list[float], unit: float = 1.0, suffix: str = "s") -> str:
+    if not values:
+        return "none"
+    return (f"median {statistics.median(values) * unit:.3f} {suffix},"
+            f" max {max(values) * unit:.3f} {suffix} (n={len(values)})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--drills", type=int, default=10, help="drills of each kind")
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--kills", type=int, default=10, help="kills per on/off block")
+    parser.add_argument("--skip", default="", help="parts to skip: bundles,onoff,stacks")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.node()};"
+          f" {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="mwrun-bench-pm-") as tmp:
+        work = Path(tmp)
+        if "bundles" not in skip:
+            took = bundles(work, args.kinds.split(","), args.drills)
+            print("declared -> complete bundle on disk (goal <= 3 s in every drill):")
+            for kind, values in took.items():
+                within = sum(v <= 3.0 for v in values)
+                print(f"  {kind:6} {spread(values)}; within 3 s: {within} of {len(values)}")
+        if "onoff" not in skip:
+            found = on_off(work, args.kills)
+            print("with bundles on / off (MWRUN_POSTMORTEM=off), kill -> phase:")
+            for phase in ("survivors_told", "reformed"):
+                on, off = found["on"][phase], found["off"][phase]
+                ratio = statistics.median(on) / statistics.median(off) if on and off else None
+                print(f"  {phase:15} on {spread(on, 1000, 'ms')}; off {spread(off, 1000, 'ms')}"
+                      + (f"; on/off {ratio:.2f}x" if ratio else ""))
+        if "stacks" not in skip:
+            times, answered = stacks_on_64(work)
+            print(f"mwrun stacks on 64 members (goal <= 2 s): {spread(times)};"
+                  f" {answered} of 64 answered")
+    print(f"load {os.getloadavg()[0]:.1f} at the end")
+
+
+if __name__ == "__main__":
+    main()
