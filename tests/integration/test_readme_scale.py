@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(300)
 def section() -> str:
     text = (ROOT / "README.rst").read_text()
     return text.split("Scale while it serves\n---------------------\n")[1].split(
-        "\n\nmwrun and torchrun")[0]
+        "\n\nWhy did it hang?")[0]
 
 
 def blocks() -> list[list[str]]:

@@ -101,7 +101,8 @@ def test_a_stopped_process_is_declared_hung_killed_and_restarted(procs, home, tm
     broken = expect(job, "leader", "broken", world="world1", timeout=20)
     assert "hung" in broken["reason"] or "timed out" in broken["reason"]
     expect(job, "leader", "rejoined", world="world1", timeout=20)
-    assert "worker-0 hung: stopped, no heartbeat for 2s; killing it" in job.output()
+    assert "worker-0 hung: stopped, no heartbeat for 2s; capturing stacks for at most 2s," \
+        " then killing it" in job.output()
     out = job.output()  # shown unresponsive first: stopped (or, on a starved machine,
     # its beats already late when the STOP came)
     assert out.index("worker-0 is unresponsive (") < out.index("worker-0 hung: ")
