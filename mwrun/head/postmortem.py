@@ -21,28 +21,24 @@ record, which ``report`` and ``status`` show.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from mwrun.head import culprit
+from mwrun.head import bundles
 from mwrun.head import events as ev
+from mwrun.head.bundles import Bundle
 from mwrun.head.records import ProcessRecord, WorldRecord
-from mwrun.head.stacks import Ask, Stacks
-from mwrun.schema import LOGS, POSTMORTEM, log_name
+from mwrun.head.stacks import Stacks
+from mwrun.schema import LOGS, POSTMORTEM
 from mwrun.schema import Event as E
 from mwrun.schema import ProcessState as P
-from mwrun.stacktext import render
 
 CAPTURE_WAIT = 2.0  # seconds a bundle waits for its members' answers, at most
+OUTSIDE_AFTER = 0.5  # a break's member is read from outside if its library is this slow
 ENV = "MWRUN_POSTMORTEM"  # "off" in mwrun launch's environment: no bundles, no capture wait
-LOG_TAIL = 64 * 1024  # bytes read from the end of each member's log
-LOG_LINES = 100
 KEEP_WRITTEN = 256  # bundles kept until their fault's record comes
 
 
@@ -70,25 +66,6 @@ class Watched(Protocol):
 
     procs: dict[str, ProcessRecord]
     worlds: dict[str, WorldRecord]
-
-
-@dataclass
-class Bundle:
-    world: str
-    generation: int
-    hung: str | None  # the member declared hung (its kill waits), if any
-    why: str  # the hang's reason, or the break's
-    at: float  # wall clock when declared
-    started: float  # monotonic
-    ask: Ask
-    outside: dict[str, dict | None] = field(default_factory=dict)  # None: under way
-    outside_why: dict[str, str] = field(default_factory=dict)  # not captured from outside
-    broke: str | None = None  # the break that followed (or came first)
-    written: Path | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.world}-g{self.generation}"
 
 
 class Postmortems:
@@ -143,6 +120,8 @@ class Postmortems:
             if rec.pid is None or not rec.state.alive:
                 why = rec.why or rec.state.value
                 bundle.outside_why[name] = f"not running when captured: {why}"
+            elif hung is None and bundle.ask.members[name].reason is None:
+                bundle.later.append(name)  # its library first: the recovery goes on
             else:
                 self._capture(bundle, rec, name == hung)
 
@@ -177,6 +156,8 @@ class Postmortems:
         capture is over (their kill may go now)."""
         self.spies.tick()
         now, free = self.now(), []
+        for bundle in self.open.values():
+            self._read_later(bundle, now)
         for key, bundle in list(self.open.items()):
             if self._complete(bundle) or now - bundle.started >= self.wait:
                 del self.open[key]
@@ -189,17 +170,31 @@ class Postmortems:
                     free.append(bundle.hung)
         return free
 
+    def _read_later(self, bundle: Bundle, now: float) -> None:
+        """A break's members whose library answered need no outside reading; the
+        others get one once OUTSIDE_AFTER has passed."""
+        told = bundle.ask.members
+        bundle.later = [n for n in bundle.later if told[n].told is None]
+        if bundle.later and now - bundle.started >= OUTSIDE_AFTER:
+            procs = self.job().procs
+            for name in bundle.later:
+                rec = procs.get(name)
+                if rec is not None and rec.pid == told[name].pid:
+                    self._capture(bundle, rec, False)
+            bundle.later = []
+
     def earliest(self) -> float | None:
         """When the next open bundle, or capture, runs out of time."""
-        return min((b.started + self.wait for b in self.open.values()),
-                   default=self.spies.earliest())
+        times = [b.started + (OUTSIDE_AFTER if b.later else self.wait)
+                 for b in self.open.values()]
+        return min(times, default=self.spies.earliest())
 
     def _complete(self, bundle: Bundle) -> bool:
         """Every member told what it can: its library answered (or cannot be asked,
         or its process is gone), or it is unresponsive and py-spy read it from
         outside (its library's thread is not running: waiting for it only delays the
         kill)."""
-        if any(result is None for result in bundle.outside.values()):
+        if bundle.later or any(result is None for result in bundle.outside.values()):
             return False
         procs = self.job().procs
         for name, member in bundle.ask.members.items():
@@ -217,7 +212,7 @@ class Postmortems:
         bundle = self.written.pop((str(record.get("world")), int(record.get("generation", -1))),
                                   None)
         if bundle is not None and bundle.written is not None:
-            _write_json(bundle.written / "fault.json", record)
+            bundles.write_json(bundle.written / "fault.json", record)
 
     def close(self) -> None:
         """The run ends: what is open is written as it stands."""
@@ -232,20 +227,9 @@ class Postmortems:
         self.stacks.done(bundle.ask)
         for name in bundle.ask.members:  # answers that never came are dropped
             self.keys.pop(f"{bundle.name}/{name}", None)
-        members = [self._member(bundle, name) for name in bundle.ask.members]
-        seen = [_seen(bundle.world, m) for m in members]
-        line = culprit.line(bundle.world, bundle.generation, seen, bundle.hung, bundle.why)
-        took = round(self.now() - bundle.started, 3)
-        folder = self.folder / bundle.name
-        doc = {"world": bundle.world, "generation": bundle.generation, "hung": bundle.hung,
-               "why": bundle.why, "broke": bundle.broke, "declared_at": round(bundle.at, 4),
-               "took_s": took, "culprit": line, "members": members}
+        folder, took = self.folder / bundle.name, round(self.now() - bundle.started, 3)
         try:
-            (folder / "logs").mkdir(parents=True, exist_ok=True)
-            _write_json(folder / "bundle.json", doc)
-            (folder / "stacks.txt").write_text(f"{line}\n\n{render(members)}")
-            for name in bundle.ask.members:
-                (folder / "logs" / log_name(name)).write_text(self._tail(name))
+            line = bundles.write(folder, self.logs, bundle, took)
         except OSError:
             return  # a full disk must not stop the supervisor
         bundle.written = folder
@@ -255,52 +239,3 @@ class Postmortems:
         self.record({"event": E.POSTMORTEM, "world": bundle.world,
                      "generation": bundle.generation, "hung": bundle.hung,
                      "path": str(folder), "culprit": line, "took_s": took})
-
-    def _member(self, bundle: Bundle, name: str) -> dict:
-        """One member as ``stacks.txt`` shows it: its threads from outside where py-spy
-        read them (with each thread's world call from its library, matched by thread
-        id), else its library's; and both answers as they came."""
-        member = bundle.ask.members[name].fields()
-        inside = bundle.ask.members[name].told
-        outside = bundle.outside.get(name)
-        calls = {t.get("id"): t.get("call") for t in (inside or {}).get("threads", [])}
-        reasons = [r for r in (member.get("reason"), bundle.outside_why.get(name)) if r]
-        if inside is None and not member.get("reason"):
-            reasons.insert(0, "its library did not answer (its thread could not run: the"
-                              " process stopped, or a thread holding the GIL)")
-        if outside is not None and outside.get("error"):
-            reasons.append(outside["error"])
-        elif outside is None and name in bundle.outside:
-            reasons.append("py-spy's reading did not come in time")
-        shown = {**member, "by": "library" if inside is not None else None,
-                 "inside": inside, "outside": outside, "reasons": reasons}
-        if outside is not None and outside.get("threads"):
-            shown.update(answered=True, by=outside.get("by"), error=None,
-                         threads=[{**t, "call": calls.get(t["id"])} for t in outside["threads"]])
-        if not shown.get("answered"):
-            shown["reason"] = "; ".join(reasons) or "nothing could be read"
-        return shown
-
-    def _tail(self, name: str) -> str:
-        try:
-            with open(self.logs / log_name(name), "rb") as log:
-                log.seek(max(os.fstat(log.fileno()).st_size - LOG_TAIL, 0))
-                text = log.read().decode(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-LOG_LINES:]) + "\n"
-
-
-def _seen(world: str, member: dict) -> culprit.Seen:
-    threads = member.get("threads") or []
-    call, for_s = culprit.call_in(threads, world)
-    if call is None and member.get("inside") is None:
-        call = culprit.call_in_frames(threads)  # from outside only: the frames say it
-    return culprit.Seen(member["process"], call, for_s, bool(member.get("answered")),
-                        None if member.get("answered") else member.get("reason"),
-                        str(member.get("state")))
-
-
-def _write_json(path: Path, doc: dict) -> None:
-    with contextlib.suppress(OSError):
-        path.write_text(json.dumps(doc, indent=1) + "\n")

@@ -71,23 +71,29 @@ def test_a_remote_member_is_captured_through_its_agent_and_a_lost_host_gives_wha
         assert b["host"] == "node1" and b["answered"], b
         assert any("stuck.py" in f[0] for t in b["threads"] for f in t["stack"])
 
-        cli(home, "kill-world", "world1", "pmh", "--rank", "0", "--signal", "KILL", check=True)
-        broke = wait_for(lambda: next(iter(bundles(home)), None), 60, "the break's bundle")
-        remote = member(broke["path"], "b")
-        assert remote["answered"] and remote["inside"] is not None, remote  # its library's
-        if spy.find()[0] is not None:  # and py-spy's, run by node1's agent
+        # b stopped on node1: declared hung, read from outside by node1's agent.
+        cli(home, "kill-world", "world1", "pmh", "--rank", "1", "--signal", "STOP", check=True)
+        hang = wait_for(lambda: next((r for r in bundles(home) if r["hung"] == "b"), None),
+                        60, "b's hang bundle")
+        remote = member(hang["path"], "b")
+        if spy.find()[0] is not None:  # py-spy, run by node1's agent
             assert remote["by"] == "py-spy" and remote["outside"]["threads"], remote
+            assert any("stuck.py" in f[0] for t in remote["threads"] for f in t["stack"])
+        else:
+            assert not remote["answered"] and "py-spy is not installed" in remote["reason"]
+        assert member(hang["path"], "a")["inside"] is not None  # a's library answered
         healthy(home)
 
         # node1's agent (and sshd: no new agent) stopped, then a break: b cannot answer.
         agent = next(h for h in status(home, "pmh")["hosts"] if h["name"] == "node1")["agent_pid"]
+        before = len(bundles(home))
         os.kill(node.sshd.pid, signal.SIGSTOP)
         os.kill(agent, signal.SIGSTOP)
         try:
             cli(home, "kill-world", "world1", "pmh", "--rank", "0", "--signal", "KILL",
                 check=True)
-            lost = wait_for(lambda: bundles(home)[1] if len(bundles(home)) > 1 else None, 60,
-                            "the second break's bundle")
+            lost = wait_for(lambda: bundles(home)[before] if len(bundles(home)) > before
+                            else None, 60, "the break's bundle")
             silent = member(lost["path"], "b")
             assert not silent["answered"] and "did not answer" in silent["reason"], silent
             assert member(lost["path"], "a")["reasons"]  # a itself was not running

@@ -210,3 +210,15 @@ def test_a_break_bundle_never_holds_a_kill(tmp_path):
     host.t += 5
     assert pm.step() == []
     assert (tmp_path / "postmortem" / "world2-g0" / "bundle.json").exists()
+
+
+def test_a_breaks_members_are_read_from_outside_only_when_their_library_is_slow(tmp_path):
+    j = supervised(tmp_path)
+    j.pm(ev.WorldBroken("world1", 0, "a call timed out"))
+    assert j.spies.asked == []  # the libraries first: py-spy beside a recovery slows it
+    rid = j.told[-1][1]["id"]
+    leader = j.sup.procs["leader"]
+    j.asks.told(rid, "leader", leader.pid, [])
+    j.host.t += 0.6
+    assert j.pm.step() == []
+    assert [k.split("/")[1] for k, _, _ in j.spies.asked] == ["worker-0"]  # it never answered
