@@ -42,7 +42,7 @@ ENV = "MWRUN_POSTMORTEM"  # "off" in mwrun launch's environment: no bundles, no 
 KEEP_WRITTEN = 256  # bundles kept until their fault's record comes
 
 
-Told = Callable[[object, int, dict], None]  # a capture's answer: (key, pid, result)
+Answer = Callable[[object, int, dict], None]  # a capture's answer: (key, pid, result)
 
 
 class Spies(Protocol):
@@ -69,7 +69,7 @@ class Watched(Protocol):
 
 
 class Postmortems:
-    def __init__(self, run_dir: Path, stacks: Stacks, spies: Callable[[Told], Spies],
+    def __init__(self, run_dir: Path, stacks: Stacks, spies: Callable[[Answer], Spies],
                  job: Callable[[], Watched], hosts: Callable[[], Hosts],
                  record: Callable[[dict], None], now: Callable[[], float],
                  wall: Callable[[], float], wait: float = CAPTURE_WAIT,
@@ -85,6 +85,7 @@ class Postmortems:
         self.written: dict[tuple[str, int], Bundle] = {}  # kept for the fault record
         self.latest: dict[str, dict] = {}  # world -> its last bundle (status shows it)
         self.changes = 0  # state.json compares this
+        self.unheld: list[str] = []  # hung members with no bundle: their kill goes at once
 
     # -- what starts a bundle -----------------------------------------------------------
 
@@ -95,9 +96,15 @@ class Postmortems:
             case ev.Hung(process, why):
                 job = self.job()
                 rec = job.procs.get(process)
-                for world in list(rec.plan.worlds) if rec is not None else ():
-                    if world in job.worlds:
-                        self._begin(world, job.worlds[world].generation, process, why)
+                worlds = [w for w in (rec.plan.worlds if rec is not None else ())
+                          if w in job.worlds]
+                began = [self._begin(w, job.worlds[w].generation, process, why)
+                         for w in worlds]
+                if not any(began):  # no world to capture: its kill need not wait
+                    self.unheld.append(process)
+            case ev.WorldAdded(world) | ev.WorldRemoved(world):  # a world of that name anew
+                for key in [k for k in self.written if k[0] == world]:
+                    del self.written[key]
             case ev.WorldBroken(world, generation, reason):
                 bundle = self.open.get((world, generation)) or \
                     self.written.get((world, generation))
@@ -106,10 +113,14 @@ class Postmortems:
                 elif world in self.job().worlds:
                     self._begin(world, generation, None, reason)
 
-    def _begin(self, world: str, generation: int, hung: str | None, why: str) -> None:
+    def _begin(self, world: str, generation: int, hung: str | None, why: str) -> bool:
+        """A bundle for ``world``'s ``generation``; whether one is open for it now."""
         key = (world, generation)
-        if key in self.open or key in self.written:
-            return
+        if key in self.open:  # a break's, still capturing: the hang is its culprit
+            self.open[key].hung = self.open[key].hung or hung
+            return True
+        if key in self.written:
+            return False
         job = self.job()
         members = [job.procs[m] for m in job.worlds[world].plan.members if m in job.procs]
         bundle = Bundle(world, generation, hung, why, self.wall(), self.now(),
@@ -124,6 +135,7 @@ class Postmortems:
                 bundle.later.append(name)  # its library first: the recovery goes on
             else:
                 self._capture(bundle, rec, name == hung)
+        return True
 
     def _capture(self, bundle: Bundle, rec: ProcessRecord, native: bool) -> None:
         """Read ``rec`` from outside: here, or by its host's agent (host/spy.py)."""
@@ -155,7 +167,8 @@ class Postmortems:
         """Write the bundles that are complete or out of time; the hung members whose
         capture is over (their kill may go now)."""
         self.spies.tick()
-        now, free = self.now(), []
+        now, free = self.now(), self.unheld
+        self.unheld = []
         for bundle in self.open.values():
             self._read_later(bundle, now)
         for key, bundle in list(self.open.items()):
@@ -228,6 +241,10 @@ class Postmortems:
         for name in bundle.ask.members:  # answers that never came are dropped
             self.keys.pop(f"{bundle.name}/{name}", None)
         folder, took = self.folder / bundle.name, round(self.now() - bundle.started, 3)
+        for n in range(2, 1000):  # a world made again under its name: its own folder
+            if not folder.exists():
+                break
+            folder = self.folder / f"{bundle.name}-{n}"
         try:
             line = bundles.write(folder, self.logs, bundle, took)
         except OSError:

@@ -88,11 +88,16 @@ class Stacks:
 
     def ask(self, recs: Iterable[ProcessRecord]) -> dict:
         """Ask each member that can answer; the ask as it stands (``Ask.fields``)."""
-        return self.start(recs).fields(self.now())
+        return self._ask(recs).fields(self.now())
 
     def start(self, recs: Iterable[ProcessRecord]) -> Ask:
-        """The ask itself, for an asker that reads it as it fills (a bundle: its own
-        reference, so it outlives the KEEP kept for ``result``)."""
+        """The ask itself, for an asker that reads it as it fills (a bundle), kept
+        for its answers until ``done`` whatever the KEEP kept for ``result``."""
+        ask = self._ask(recs)
+        self.live[ask.id] = ask
+        return ask
+
+    def _ask(self, recs: Iterable[ProcessRecord]) -> Ask:
         ask = Ask(self.new_id(), self.now())
         for rec in recs:
             reason = unaskable(rec)
@@ -101,7 +106,6 @@ class Stacks:
             if reason is None:
                 self.tell(rec.plan.name, {"verb": "stacks", "id": ask.id})
         self.asks[ask.id] = ask
-        self.live[ask.id] = ask
         while len(self.asks) > KEEP:
             self.asks.popitem(last=False)
         return ask

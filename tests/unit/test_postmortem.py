@@ -222,3 +222,10 @@ def test_a_breaks_members_are_read_from_outside_only_when_their_library_is_slow(
     j.host.t += 0.6
     assert j.pm.step() == []
     assert [k.split("/")[1] for k, _, _ in j.spies.asked] == ["worker-0"]  # it never answered
+
+
+def test_a_hang_with_no_world_to_capture_holds_no_kill(tmp_path):
+    j = supervised(tmp_path)
+    j.pm(ev.Hung("gone-by-now", "no heartbeat for 10s"))  # in no world of the job
+    assert j.pm.open == {} and j.pm.step() == ["gone-by-now"]
+    assert j.pm.step() == []
