@@ -1,7 +1,7 @@
 """Post-mortem bundles, measured (issue 28's figures; head/postmortem.py).
 
-    python bench/postmortem.py                      # ~10 min: 10 drills of each kind
-    python bench/postmortem.py --drills 100 --kinds kill,stop
+    python bench/postmortem.py                      # ~5 min: 10 drills of each kind
+    python bench/postmortem.py --drills 100 --kills 20    # ~65 min
 
 1. Declared -> complete bundle on disk, per drill kind, from the ``took_s`` the head
    writes in each ``postmortem`` record (its monotonic clock, from the event that
