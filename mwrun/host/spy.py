@@ -103,6 +103,7 @@ class Spy:
     pid: int
     native: bool
     deadline: float
+    until: float  # the whole capture's end: a native read that fails leaves time after it
     child: subprocess.Popen
     out: bytearray = field(default_factory=bytearray)
     result: dict | None = None  # {"threads": [...], "error": None, "by": ...} once done
@@ -129,7 +130,9 @@ class Spies:
                                      close_fds=True, start_new_session=True)
         except OSError as exc:
             return f"py-spy could not start: {exc}"
-        spy = Spy(key, pid, native, self.clock() + within, child)
+        now = self.clock()  # a native read gets half the time: Python frames may follow
+        spy = Spy(key, pid, native, now + (within / 2 if native else within), now + within,
+                  child)
         assert child.stdout is not None
         os.set_blocking(child.stdout.fileno(), False)
         self.running[child.stdout.fileno()] = spy
@@ -180,10 +183,10 @@ class Spies:
         spy.child.stdout.close()
         spy.child.stderr.close()
         result = self._result(spy, stderr, late)
-        if spy.native and result["error"] is not None and not late and _alive(spy.pid):
-            # Native frames need the process paused, which a stopped one cannot be:
-            # its Python frames then, without pausing it.
-            left = spy.deadline - self.clock()
+        if spy.native and result["error"] is not None and _alive(spy.pid):
+            # Native frames need the process paused, which a stopped one cannot be (or
+            # took too long on a busy host): its Python frames then, without pausing it.
+            left = spy.until - self.clock()
             if left > 0 and self.capture(spy.key, spy.pid, False, left) is None:
                 return
         self.done(spy.key, spy.pid, result)
