@@ -310,6 +310,10 @@ class Clients:
                 self._serve(connection)
 
     def _request(self, connection: Connection) -> None:
+        # One select() can report a client that a callback before this one, in the
+        # same turn, has dropped already (a push to a member just killed).
+        if connection.closed:
+            return
         if not connection.receive():
             self._drop(connection)
             return
@@ -320,6 +324,8 @@ class Clients:
             reply = self.serve_line(line, connection)
             if reply is not None:
                 connection.reply(reply)
+            if connection.closed:  # serving the line pushed to it, and that dropped it
+                return
         if connection.pending:
             self.backlog.add(connection)
         else:
@@ -341,6 +347,8 @@ class Clients:
 
     def _drop(self, connection: Connection) -> None:
         self.backlog.discard(connection)
+        if connection.closed:
+            return
         self.selector.unregister(connection.sock)
         connection.close()
 

@@ -1,6 +1,7 @@
 """Wrong arguments are refused before anything is sent; gloo's abort, in one process."""
 
 import inspect
+import socket
 import sys
 import threading
 
@@ -61,8 +62,14 @@ def test_good_arguments_reach_the_world_state(unformed):
 
 def gloo_pair(timeout=30.0):
     """Two real gloo groups (ranks 0 and 1) built by mwrun, over a real store."""
-    port = free_port()
-    server = dist.TCPStore("127.0.0.1", port, None, True, wait_for_workers=False)
+    # Bound here, port 0: a port found free first can be taken by another test before
+    # the store binds it (EADDRINUSE).
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    server = dist.TCPStore("127.0.0.1", port, None, True, wait_for_workers=False,
+                           master_listen_fd=listener.detach())
     groups = {}
 
     def build(rank):

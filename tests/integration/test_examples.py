@@ -171,8 +171,8 @@ def test_collective_drill_the_other_world_finishes(procs, home, tmp_path, op):
     assert "w1-0" in killed and "w1-1" in killed
     assert job.wait(timeout=120) == 1  # two processes failed: restart is never
     leader = lines_of(job, "leader")
-    assert any(x.startswith("world1 broke at step") for x in leader)
-    assert any(x.startswith("world1 is over") for x in leader)
+    assert any(x.startswith("world1 broke at step") for x in leader), job.output()
+    assert any(x.startswith("world1 is over") for x in leader), job.output()
     assert f"world1: done with step: {STEPS}" not in leader
     for name in ("leader", "w2-0", "w2-1"):  # world2 ran every step
         done = [x for x in lines_of(job, name) if x.startswith("world2: done with step")]
