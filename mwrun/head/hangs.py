@@ -14,6 +14,7 @@ may still sit unread in the supervisor's sockets).
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -27,18 +28,35 @@ STALL = 2.0
 CONFIRM_MIN = 1.0
 
 
-# How often the clock samples its thread's wait for a CPU (a /proc read), at most.
+# How often the clock samples its threads' wait for a CPU (a few /proc reads), at most.
 SAMPLE_EVERY = 0.5
 
 
 def cpu_wait() -> float | None:
-    """Seconds the calling thread has waited for a CPU while runnable, since it started
-    (Linux's schedstat run_delay); None where that cannot be read."""
+    """Seconds the supervisor's threads have waited for a CPU while runnable (Linux's
+    schedstat run_delay, summed over its threads); None where that cannot be read.
+
+    Every thread counts, not only the loop's: the loop also stalls waiting for the GIL
+    held by one of its own threads (the console's, a store builder's) that is itself
+    waiting for a CPU, and that is starvation too.
+    """
     try:
         with open("/proc/thread-self/schedstat") as stat:
-            return int(stat.read().split()[1]) / 1e9
+            if int(stat.read().split()[0]) == 0:
+                return None  # running, yet it has run 0 ns: this kernel keeps no counts
+        tasks = os.listdir("/proc/self/task")
     except (OSError, ValueError, IndexError):
         return None
+    total = 0.0
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/schedstat") as stat:
+                total += int(stat.read().split()[1]) / 1e9
+        except FileNotFoundError:
+            continue  # that thread has just ended
+        except (OSError, ValueError, IndexError):
+            return None
+    return total
 
 
 class AwakeClock:

@@ -138,7 +138,7 @@ class Processes:
         awake, stalled = self.clock.read(self.host.now())
         if stalled:
             starved = self.clock.starved
-            why = f"starved: it waited {starved:.1f}s for a CPU" \
+            why = f"starved: its threads waited {starved:.1f}s for a CPU" \
                 if starved is not None and starved >= stalled / 2 else "stopped or busy"
             self.say(f"the supervisor itself was not running for {stalled:.1f}s ({why});"
                      " that silence counts against no process")
