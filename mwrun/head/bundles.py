@@ -2,7 +2,8 @@
 it). Each member as ``stacks.txt`` shows it, its two readings merged (py-spy's threads
 from outside, with each thread's world call from its library, matched by thread id;
 else the library's own), the culprit line over them (culprit.py), and the files:
-``bundle.json``, ``stacks.txt``, ``logs/NAME.log``; ``fault.json`` once its fault closes.
+``bundle.json``, ``stacks.txt``, ``logs/NAME.log``, ``flight_recorder/NAME.json`` where
+torch's Flight Recorder was read (worlds/flight.py); ``fault.json`` once its fault closes.
 """
 
 from __future__ import annotations
@@ -80,14 +81,36 @@ def tail(logs: Path, name: str) -> str:
     return "\n".join(text.splitlines()[-LOG_LINES:]) + "\n"
 
 
-def seen(world: str, member: dict) -> culprit.Seen:
+def seen(world: str, generation: int, member: dict) -> culprit.Seen:
     threads = member.get("threads") or []
     call, for_s = culprit.call_in(threads, world)
     if call is None and member.get("inside") is None:
         call = culprit.call_in_frames(threads)  # from outside only: the frames say it
+    seq = culprit.flight_seq((member.get("inside") or {}).get("flight_recorder"),
+                             f"{world}-g{generation}")
     return culprit.Seen(member["process"], call, for_s, bool(member.get("answered")),
                         None if member.get("answered") else member.get("reason"),
-                        str(member.get("state")))
+                        str(member.get("state")), seq)
+
+
+def recorded(folder: Path, members: list[dict]) -> None:
+    """Each member's Flight Recorder dump to ``flight_recorder/NAME.json``; in its
+    place in the member, that path, or why there is none."""
+    for shown in members:
+        dump = shown.pop("flight_recorder", None)
+        if shown.get("inside"):  # the ask's own answer: copied, never changed
+            shown["inside"] = {k: v for k, v in shown["inside"].items()
+                               if k != "flight_recorder"}
+        if dump is None:
+            continue
+        if "off" in dump:
+            shown["flight_recorder"] = {"off": dump["off"]}
+            continue
+        (folder / "flight_recorder").mkdir(parents=True, exist_ok=True)
+        path = f"flight_recorder/{shown['process']}.json"
+        write_json(folder / path, dump)
+        shown["flight_recorder"] = {"path": path, "entries": len(dump.get("entries", [])),
+                                    "dropped": dump.get("dropped", 0)}
 
 
 def write_json(path: Path, doc: dict) -> None:
@@ -99,7 +122,9 @@ def write(folder: Path, logs: Path, bundle: Bundle, took: float) -> str:
     """The bundle's files under ``folder``; its culprit line. Raises OSError."""
     members = [member(bundle, name) for name in bundle.ask.members]
     line = culprit.line(bundle.world, bundle.generation,
-                        [seen(bundle.world, m) for m in members], bundle.hung, bundle.why)
+                        [seen(bundle.world, bundle.generation, m) for m in members],
+                        bundle.hung, bundle.why)
+    recorded(folder, members)
     doc = {"world": bundle.world, "generation": bundle.generation, "hung": bundle.hung,
            "why": bundle.why, "broke": bundle.broke, "declared_at": round(bundle.at, 4),
            "took_s": took, "culprit": line, "members": members}

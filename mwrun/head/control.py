@@ -171,7 +171,7 @@ def handle_stacks_result(loop: Run, request: dict) -> dict:
 
 def handle_stacks_told(loop: Run, request: dict) -> None:
     loop.stacks.told(request["id"], request["process"], request["pid"], request["threads"],
-                     request.get("error"))
+                     request.get("error"), request.get("flight_recorder"))
 
 
 def handle_hello(loop: Run, request: dict, connection: Connection | None = None) -> None:

@@ -6,7 +6,9 @@ as a bundle records them (postmortem.py), so every case is tested without a run.
 Each member's world call comes from its library (the call it is in, in this world,
 and for how long); when its library could not answer (stopped, a thread holding the
 GIL) but py-spy read its frames from outside, a frame in mwrun's world methods says
-which call it was in (not for how long).
+which call it was in (not for how long). Where torch's Flight Recorder was read
+(worlds/flight.py), the call the others wait in gets its number in the world's group
+("all_reduce #812"), the number every member's dump can be matched on.
 """
 
 from __future__ import annotations
@@ -32,6 +34,23 @@ class Seen:
     known: bool = True  # its stacks were read (from inside or outside)
     why_unknown: str | None = None
     state: str = P.RUNNING.value  # its process state when captured
+    seq: int | None = None  # the Flight Recorder's number of the call it is in
+
+
+def flight_seq(recorder: object, group: str) -> int | None:
+    """The number of the newest call of ``group`` (``WORLD-gGEN``) a member's Flight
+    Recorder holds as not finished; None where it holds none (or was not read)."""
+    if not isinstance(recorder, dict) or not isinstance(recorder.get("entries"), list):
+        return None
+    for entry in reversed(recorder["entries"]):
+        if not isinstance(entry, dict) or entry.get("retired") or \
+                entry.get("state") == "completed":
+            continue
+        names = entry.get("process_group") or [None]
+        if isinstance(names, list) and names and names[0] == group:
+            seq = entry.get("p2p_seq_id" if entry.get("is_p2p") else "collective_seq_id")
+            return seq if isinstance(seq, int) else None
+    return None
 
 
 def call_in(threads: list[dict], world: str) -> tuple[str | None, float | None]:
@@ -65,6 +84,8 @@ def line(world: str, generation: int, members: list[Seen], hung: str | None,
     others = [m for m in members if m.process != hung]
     waiting = [m for m in others if m.call is not None]
     calls = sorted({m.call for m in waiting if m.call})
+    numbers = {m.seq for m in waiting if m.seq is not None}
+    number = f" #{next(iter(numbers))}" if len(numbers) == 1 else ""
     longest = max((m.for_s for m in waiting if m.for_s is not None), default=None)
     waited = "" if longest is None else f" for {longest:.1f}s"
     if hung is None:
@@ -72,16 +93,20 @@ def line(world: str, generation: int, members: list[Seen], hung: str | None,
     culprit = next((m for m in members if m.process == hung), Seen(hung, known=False))
     if len(calls) == 1:
         c = calls[0]
+        named = c + number
         if culprit.known and culprit.call is None:
-            return f"{head} {hung} never entered {c}; the others waited in it{waited} ({why})"
-        if culprit.call is not None and culprit.call != c:
-            return (f"{head} {hung} was in {culprit.call} while the others waited in"
-                    f" {c}{waited} ({why})")
+            return (f"{head} {hung} never entered {named}; the others waited in it"
+                    f"{waited} ({why})")
+        behind = culprit.seq is not None and number and culprit.seq not in numbers
+        if culprit.call is not None and (culprit.call != c or behind):
+            mine = culprit.call + (f" #{culprit.seq}" if behind else "")
+            return (f"{head} {hung} was in {mine} while the others waited in"
+                    f" {named}{waited} ({why})")
         if culprit.call == c:
-            return (f"{head} {hung} hung inside {c} with the others, who waited in it"
+            return (f"{head} {hung} hung inside {named} with the others, who waited in it"
                     f"{waited} ({why})")
         return (f"{head} {hung} hung ({why}); its stacks could not be read"
-                f" ({culprit.why_unknown}); the others waited in {c}{waited}")
+                f" ({culprit.why_unknown}); the others waited in {named}{waited}")
     doing = f"; the others were in {', '.join(calls)}" if calls else \
         "; the others were in no call of this world"
     if not culprit.known:

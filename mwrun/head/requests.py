@@ -119,6 +119,12 @@ def _threads(value) -> bool:
         isinstance(t, dict) for t in value)
 
 
+def _recorder(value) -> bool:
+    """torch's Flight Recorder as a library read it (worlds/flight.py), or why not:
+    written to the bundle as it came, so only the shape is checked here."""
+    return isinstance(value, dict)
+
+
 PROCESS = {"process": (_name, True), "pid": (_pid, True)}
 
 # verb -> field -> (check, required)
@@ -142,7 +148,7 @@ FIELDS = {
     "world": {**PROCESS, "world": (_name, True), "generation": (_count, True),
               "event": (_event, True), "reason": (_reason, False), "t": (_time, False)},
     "stacks_told": {**PROCESS, "id": (_id, True), "threads": (_threads, True),
-                    "error": (_reason, False)},
+                    "error": (_reason, False), "flight_recorder": (_recorder, False)},
 }
 
 

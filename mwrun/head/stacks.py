@@ -92,19 +92,21 @@ class Stacks:
 
     def start(self, recs: Iterable[ProcessRecord]) -> Ask:
         """The ask itself, for an asker that reads it as it fills (a bundle), kept
-        for its answers until ``done`` whatever the KEEP kept for ``result``."""
-        ask = self._ask(recs)
+        for its answers until ``done`` whatever the KEEP kept for ``result``; it asks
+        for torch's Flight Recorder too (worlds/flight.py)."""
+        ask = self._ask(recs, flight=True)
         self.live[ask.id] = ask
         return ask
 
-    def _ask(self, recs: Iterable[ProcessRecord]) -> Ask:
+    def _ask(self, recs: Iterable[ProcessRecord], flight: bool = False) -> Ask:
         ask = Ask(self.new_id(), self.now())
+        order = {"verb": "stacks", "id": ask.id, **({"flight": True} if flight else {})}
         for rec in recs:
             reason = unaskable(rec)
             ask.members[rec.plan.name] = Member(rec.plan.name, rec.pid, rec.plan.host,
                                                 rec.state.value, reason)
             if reason is None:
-                self.tell(rec.plan.name, {"verb": "stacks", "id": ask.id})
+                self.tell(rec.plan.name, order)
         self.asks[ask.id] = ask
         while len(self.asks) > KEEP:
             self.asks.popitem(last=False)
@@ -115,7 +117,7 @@ class Stacks:
         self.live.pop(ask.id, None)
 
     def told(self, rid: str, process: str, pid: int, threads: list,
-             error: str | None = None) -> None:
+             error: str | None = None, flight: dict | None = None) -> None:
         """A library's answer (``error``: why it could not read its stacks); one for an
         ask no longer kept, or from another start of the process than the one asked,
         is dropped."""
@@ -126,6 +128,8 @@ class Stacks:
         if member is not None and member.pid == pid and member.reason is None:
             member.told = {"threads": threads, "error": error,
                            "told_after_s": round(self.now() - ask.at, 3)}
+            if flight is not None:
+                member.told["flight_recorder"] = flight
 
     def result(self, rid: str) -> dict | None:
         ask = self.asks.get(rid)

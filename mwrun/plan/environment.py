@@ -119,7 +119,7 @@ def gpu_env(plan: Plan, proc: ProcessPlan) -> dict:
     timeouts = [plan.worlds[w].timeout for w in proc.worlds if plan.worlds[w].backend == "nccl"]
     if not timeouts:
         return {}
-    return {k: v for k, v in nccl.member_env(max(timeouts)).items() if k not in proc.env}
+    return nccl.unset(nccl.member_env(max(timeouts)), proc.env)
 
 
 def launch_spec(plan: Plan, name: str, **kwargs) -> LaunchSpec:

@@ -43,7 +43,16 @@ def member_env(call_timeout: float) -> dict[str, str]:
     return {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2",
             "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(heartbeat),
             "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",
-            "TORCH_NCCL_NONBLOCKING_TIMEOUT": str(max(1, math.ceil(call_timeout)))}
+            "TORCH_NCCL_NONBLOCKING_TIMEOUT": str(max(1, math.ceil(call_timeout))),
+            "TORCH_FR_BUFFER_SIZE": "2000"}
+
+
+def unset(wanted: dict[str, str], env: Collection[str]) -> dict[str, str]:
+    """What of ``wanted`` ``env`` does not set: the Flight Recorder's size counts as
+    set under its older name too (torch reads either)."""
+    taken = set(env) | ({"TORCH_FR_BUFFER_SIZE"} if "TORCH_NCCL_TRACE_BUFFER_SIZE" in env
+                        else set())
+    return {k: v for k, v in wanted.items() if k not in taken}
 
 
 def parse(version) -> tuple[int, int, int] | None:

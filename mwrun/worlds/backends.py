@@ -135,12 +135,22 @@ def gloo_device(cls, local_addr: str):
     return gloo_abort.device(cls.create_default_device)
 
 
-def gloo(store, rank: int, size: int, timeout: float, local_addr: str, c10d=None) -> Backend:
+def named(options, name: str) -> None:
+    """The group's name as torch's Flight Recorder shows it (its entries and
+    ``pg_config``), so a dump says which world and generation each call was in."""
+    if name:
+        with contextlib.suppress(AttributeError, TypeError):
+            options.group_name = name
+
+
+def gloo(store, rank: int, size: int, timeout: float, local_addr: str, c10d=None,
+         name: str = "") -> Backend:
     if c10d is None:
         import torch.distributed as c10d
     cls = c10d.ProcessGroupGloo
     options = cls._Options()
     options._timeout = timedelta(seconds=timeout)
+    named(options, name)
     device, sockets = gloo_device(cls, local_addr)
     options._devices = [device]
     try:
@@ -174,7 +184,7 @@ def nccl_device(torch_module, device_index: int | None = None):
 
 
 def nccl(store, rank: int, size: int, timeout: float, device, c10d=None,
-         torch_module=None) -> Backend:
+         torch_module=None, name: str = "") -> Backend:
     if c10d is None:
         import torch.distributed as c10d
     if torch_module is None:
@@ -189,6 +199,7 @@ def nccl(store, rank: int, size: int, timeout: float, device, c10d=None,
     options = cls.Options()
     options._timeout = timedelta(seconds=timeout)  # torch's watchdog judges calls by it
     options.is_high_priority_stream = False
+    named(options, name)
     if discipline.nonblocking_ok(discipline.version(torch_module)) and \
             hasattr(options, "config"):
         options.config.blocking = 0  # set-up and abort never block a thread of ours
@@ -201,7 +212,8 @@ def nccl(store, rank: int, size: int, timeout: float, device, c10d=None,
 
 
 def create(name: str, store, rank: int, size: int, timeout: float, *, local_addr: str,
-           device=None) -> Backend:
+           device=None, group: str = "") -> Backend:
+    """``group``: the group's name in torch's Flight Recorder ("WORLD-gGEN")."""
     if name == "gloo":
-        return gloo(store, rank, size, timeout, local_addr)
-    return nccl(store, rank, size, timeout, device)
+        return gloo(store, rank, size, timeout, local_addr, name=group)
+    return nccl(store, rank, size, timeout, device, name=group)

@@ -66,7 +66,8 @@ class Membership:
         try:
             group = backends.create(self.spec.backend, dist.PrefixStore(seat.prefix, store),
                                     seat.rank, seat.size, self.spec.timeout,
-                                    local_addr=self._local_addr, device=None)
+                                    local_addr=self._local_addr, device=None,
+                                    group=f"{self.name}-g{seat.generation}")
         except RuntimeError as exc:
             reason = f"rank {seat.rank} could not connect to its peers: {summarize(exc)}"
             raise BrokenWorldError(self.name, seat.generation, reason) from None

@@ -18,6 +18,10 @@ Read against torch 2.13's ``ProcessGroupNCCL`` (and NCCL's issues):
   nccl group then ends the whole process once it has dumped, whichever world failed.
   Members of nccl worlds run with it off, so a break ends the world, not its process
   (a user who wants the flight recorder sets it, and mwrun leaves it as set).
+* ``TORCH_FR_BUFFER_SIZE`` turns torch's Flight Recorder on (2000 calls kept, a ring
+  buffer: recording costs a lock and a copy per call): a post-mortem bundle then holds
+  each member's last calls with their numbers (worlds/flight.py). Off by default in
+  torch; a user who sets it (or ``TORCH_NCCL_TRACE_BUFFER_SIZE``) to 0 turns it off.
 * ``TORCH_NCCL_NONBLOCKING_TIMEOUT`` bounds how long a nonblocking communicator's
   set-up (and abort) may take: the world's timeout, not 30 minutes.
 
@@ -43,6 +47,9 @@ CLEAN_UP_ONLY = "2"  # torch's ErrorHandlingMode::CleanUpOnly
 HEARTBEAT = "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"
 DUMP_ON_TIMEOUT = "TORCH_NCCL_DUMP_ON_TIMEOUT"
 NONBLOCKING_TIMEOUT = "TORCH_NCCL_NONBLOCKING_TIMEOUT"
+FLIGHT_RECORDER = "TORCH_FR_BUFFER_SIZE"
+FLIGHT_RECORDER_OLD = "TORCH_NCCL_TRACE_BUFFER_SIZE"  # torch reads it where the above is unset
+FLIGHT_ENTRIES = 2000  # torch's suggested size: calls kept per process
 TORCH_HEARTBEAT = 480  # torch's default heartbeat timeout, seconds
 FLIGHT_RECORDER_WAIT = 60  # 4 x TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC (15 s): the watchdog's
 #                            sleep after a failure, before it cleans up
@@ -64,7 +71,8 @@ def member_env(call_timeout: float) -> dict[str, str]:
     return {ERROR_HANDLING: CLEAN_UP_ONLY,
             HEARTBEAT: str(heartbeat_timeout(call_timeout)),
             DUMP_ON_TIMEOUT: "0",
-            NONBLOCKING_TIMEOUT: str(max(1, math.ceil(call_timeout)))}
+            NONBLOCKING_TIMEOUT: str(max(1, math.ceil(call_timeout))),
+            FLIGHT_RECORDER: str(FLIGHT_ENTRIES)}
 
 
 def ensure_env(call_timeout: float, environ: MutableMapping[str, str] | None = None) -> dict:
@@ -76,7 +84,8 @@ def ensure_env(call_timeout: float, environ: MutableMapping[str, str] | None = N
     """
     environ = os.environ if environ is None else environ
     wanted = member_env(call_timeout)
-    missing = {k: v for k, v in wanted.items() if k not in environ}
+    taken = set(environ) | ({FLIGHT_RECORDER} if FLIGHT_RECORDER_OLD in environ else set())
+    missing = {k: v for k, v in wanted.items() if k not in taken}
     environ.update(missing)
     return missing
 

@@ -6,7 +6,8 @@ job joins it in the background. ``{"verb": "drain", "world": NAME, "generation":
 "deadline": SECONDS}``: the world is being retired; its calls keep working until a
 member lets it go (``world.release()``) or the deadline passes. ``{"verb": "reply",
 "id": ID, "ok": BOOL, "error": TEXT, ...}``: the answer to a request this process sent
-(``job.scale``). ``{"verb": "stacks", "id": ID}``: what is every thread doing now?
+(``job.scale``). ``{"verb": "stacks", "id": ID, "flight": BOOL}``: what is every
+thread doing now (and, with ``flight``, what torch's Flight Recorder holds)?
 answered up by the link's own thread as ``stacks_told`` (stacks.py).
 
 A line that is not one of these (malformed, an unknown verb, a field of the wrong
@@ -47,6 +48,7 @@ class Reply:
 @dataclass(frozen=True)
 class Stacks:
     id: str
+    flight: bool = False  # for a post-mortem bundle: torch's Flight Recorder too
 
 
 Order = Add | Drain | Reply | Stacks
@@ -98,7 +100,7 @@ def _stacks(message: dict) -> Stacks:
     rid = message["id"]
     if not isinstance(rid, str) or not rid:
         raise TypeError("id")
-    return Stacks(rid)
+    return Stacks(rid, message.get("flight") is True)
 
 
 _PARSERS: dict[str, Callable[[dict], Order]] = {"add": _add, "drain": _drain,

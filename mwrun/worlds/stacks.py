@@ -19,6 +19,7 @@ import time
 import traceback
 from collections.abc import Callable
 
+from mwrun.worlds import flight as recorder
 from mwrun.worlds import inflight
 
 MAX_THREADS = 256
@@ -54,10 +55,13 @@ def dump(now: Callable[[], float] = time.monotonic) -> dict:
     return fit({"threads": threads})
 
 
-def told(process: str, rid: str) -> dict:
-    """The answer to the head's ask ``rid``, as one ``stacks_told`` line. It never
-    raises: it runs on the link's thread, whose heartbeats must go on."""
+def told(process: str, rid: str, flight: bool = False) -> dict:
+    """The answer to the head's ask ``rid``, as one ``stacks_told`` line (``flight``:
+    with torch's Flight Recorder, flight.py). It never raises: it runs on the link's
+    thread, whose heartbeats must go on."""
     message = {"verb": "stacks_told", "process": process, "pid": os.getpid(), "id": rid}
+    if flight:
+        message["flight_recorder"] = recorder.dump()
     try:
         return {**message, **dump()}
     except Exception as exc:  # a frame that cannot be read: said, never the link's end

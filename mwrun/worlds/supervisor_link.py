@@ -231,7 +231,7 @@ class SupervisorLink:
                 slot.reply = order
                 slot.done.set()
         elif isinstance(order, orders.Stacks):
-            self.send(stacks.told(self._process, order.id))
+            self.send(stacks.told(self._process, order.id, order.flight))
         elif order is not None and self._on_order is not None:
             try:
                 self._on_order(order)

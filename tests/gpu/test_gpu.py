@@ -6,9 +6,11 @@ also names what one GPU cannot cover: an nccl world of several ranks).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -113,6 +115,32 @@ def test_a_long_kernel_breaks_the_nccl_world_only(procs, home, tmp_path):
     assert "timed out" in broke["reason"], broke
     pace = line(job, "gpu", "pair_pace")
     assert pace["after"] >= 0.5 * pace["before"] > 0, pace
+    line(job, "gpu", "done")
+    assert job.wait(90) == 0, job.output()
+
+
+def test_a_broken_nccl_worlds_bundle_holds_the_flight_recorders_dump(procs, home, tmp_path):
+    """The launcher turns torch's Flight Recorder on for nccl members: the break's
+    post-mortem bundle holds the member's dump, its all_reduce numbered in solo-g0."""
+    job = launch(procs, home, topology(tmp_path, ISOLATED.replace("ENV", "")))
+    line(job, "gpu", "solo_broken")
+    (run,) = os.listdir(home / "runs")
+    history = home / "runs" / run / "history.jsonl"
+
+    def bundle():
+        for text in history.read_text().splitlines():
+            record = json.loads(text)
+            if record.get("event") == "postmortem" and record.get("world") == "solo":
+                return Path(record["path"])
+        return None
+
+    folder = wait_for(bundle, 60, "solo's bundle")
+    doc = json.loads((folder / "bundle.json").read_text())
+    gpu = next(m for m in doc["members"] if m["process"] == "gpu")
+    assert "path" in gpu["flight_recorder"], gpu.get("flight_recorder")
+    dump = json.loads((folder / gpu["flight_recorder"]["path"]).read_text())
+    ours = [e for e in dump["entries"] if e["process_group"][0] == "solo-g0"]
+    assert any(e["profiling_name"] == "nccl:all_reduce" for e in ours), dump
     line(job, "gpu", "done")
     assert job.wait(90) == 0, job.output()
 

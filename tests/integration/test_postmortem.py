@@ -24,14 +24,16 @@ SPY = spy.find()[0] is not None  # py-spy installed (the test extra has it)
 def topology(tmp_path: Path) -> Path:
     path = tmp_path / "pm.yaml"
     stuck = f"[{sys.executable}, {BIN / 'stuck.py'}"
+    # torch's Flight Recorder on (gloo records too): the bundle holds each one's dump
+    rest = "restart: on-failure, max_restarts: 5, env: {TORCH_FR_BUFFER_SIZE: '200'}"
     path.write_text(f"""\
 version: 1
 name: pm
 hang_timeout: 4
 processes:
-  a: {{cmd: {stuck}], restart: on-failure, max_restarts: 5}}
-  b: {{cmd: {stuck}, {tmp_path / 'cue'}], restart: on-failure, max_restarts: 5}}
-  c: {{cmd: {stuck}], restart: on-failure, max_restarts: 5}}
+  a: {{cmd: {stuck}], {rest}}}
+  b: {{cmd: {stuck}, {tmp_path / 'cue'}], {rest}}}
+  c: {{cmd: {stuck}], {rest}}}
 worlds:
   world1: {{members: [a, b, c]}}
 """)
@@ -100,6 +102,14 @@ def test_a_stopped_member_is_captured_with_its_peers_then_killed_and_a_killed_on
     assert hang["record"]["t"] <= kill["t"]
     text = (hang["folder"] / "stacks.txt").read_text()
     assert text.splitlines()[0] == hang["culprit"]
+    # The peers' Flight Recorder dumps, each call numbered in its world's group: by
+    # the hang (its peers' call timed out first: the world broke, and they wait in
+    # rejoin), g0's all_reduces.
+    dump = json.loads((hang["folder"] / a["flight_recorder"]["path"]).read_text())
+    calls = [e for e in dump["entries"] if e["process_group"][0] == "world1-g0"]
+    assert calls and {e["profiling_name"] for e in calls} == {"gloo:all_reduce"}, dump
+    assert "flight_recorder" not in (a.get("inside") or {})  # written once, to its file
+    assert "flight_recorder" not in b or "off" in b["flight_recorder"]  # it could not tell
     assert "a  pid " in text and "b  pid " in text and "c  pid " in text
     assert (hang["folder"] / "logs" / "b.log").exists()
 

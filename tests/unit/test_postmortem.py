@@ -32,6 +32,27 @@ def test_a_hung_member_outside_the_call_the_others_wait_in_is_named():
         " (stopped, no heartbeat for 30s)"
 
 
+def test_the_flight_recorders_number_of_the_call_the_others_wait_in():
+    def recorder(*entries):
+        return {"entries": [{"process_group": [group, ""], "collective_seq_id": seq,
+                             "is_p2p": False, "retired": retired, "state": "scheduled"}
+                            for group, seq, retired in entries]}
+
+    dump = recorder(("w-g2", 811, True), ("w-g3", 812, False), ("v-g0", 5, False))
+    assert culprit.flight_seq(dump, "w-g3") == 812  # the newest not finished, its world's
+    assert culprit.flight_seq(dump, "w-g2") is None  # finished: it waits in none
+    assert culprit.flight_seq({"off": "not set"}, "w-g3") is None
+    assert culprit.flight_seq(None, "w-g3") is None
+    waiting = [Seen("a", "all_reduce", 31.0, seq=812), Seen("c", "all_reduce", 30.0, seq=812)]
+    assert culprit.line("w", 3, [*waiting, Seen("b")], "b", "x") == \
+        "w g3: b never entered all_reduce #812; the others waited in it for 31.0s (x)"
+    assert culprit.line("w", 3, [*waiting, Seen("b", "all_reduce", seq=811)], "b", "x") == \
+        "w g3: b was in all_reduce #811 while the others waited in all_reduce #812" \
+        " for 31.0s (x)"
+    apart = [Seen("a", "all_reduce", 1.0, seq=812), Seen("c", "all_reduce", 1.0, seq=813)]
+    assert "never entered all_reduce;" in culprit.line("w", 3, [*apart, Seen("b")], "b", "x")
+
+
 def test_a_hung_member_in_another_call_or_the_same_or_unread():
     others = [Seen("a", "all_reduce", 5.0)]
     assert culprit.line("w", 0, [*others, Seen("b", "broadcast")], "b", "x") == \
@@ -165,11 +186,16 @@ def test_a_hang_opens_a_bundle_whose_kill_waits_for_every_answer(tmp_path):
         {("leader", False), ("worker-0", True)}  # native frames only of the hung one
     assert pm.step() == []  # nobody answered yet
     rid = told[0][1]["id"]
+    assert all(order["flight"] is True for _, order in told)  # the Flight Recorder too
     leader = sup.procs["leader"]
-    asks.told(rid, "leader", leader.pid, [{"id": 1, "name": "MainThread", "main": True,
+    recorder = {"pg_status": {}, "dropped": 0, "entries": [  # its recv #7 not finished
+        {"process_group": ["world1-g0", ""], "is_p2p": True, "p2p_seq_id": n,
+         "collective_seq_id": 0, "retired": n < 7, "state": "scheduled"} for n in (6, 7)]}
+    # thread 2: py-spy's reading of it below (matched by thread id) gets its call
+    asks.told(rid, "leader", leader.pid, [{"id": 2, "name": "MainThread", "main": True,
                                            "stack": [["/x/hub.py", 5, "serve", ""]],
                                            "call": {"world": "world1", "call": "recv",
-                                                    "for_s": 9.0}}])
+                                                    "for_s": 9.0}}], None, recorder)
     for key, pid, _ in spies.asked:
         spies.told(key, pid, {"threads": [{"id": 2, "name": "MainThread", "main": True,
                                            "stack": [["/x/spoke.py", 3, "<module>", ""]]}],
@@ -179,7 +205,15 @@ def test_a_hang_opens_a_bundle_whose_kill_waits_for_every_answer(tmp_path):
     assert ("worker-0", signal.SIGKILL) in host.of("signal")
     folder = tmp_path / "postmortem" / "world1-g0"
     doc = json.loads((folder / "bundle.json").read_text())
-    assert doc["hung"] == "worker-0" and doc["culprit"].startswith("world1 g0: worker-0")
+    assert doc["hung"] == "worker-0" and \
+        doc["culprit"].startswith("world1 g0: worker-0 never entered recv #7;"), doc
+    shown = {m["process"]: m for m in doc["members"]}
+    assert shown["leader"]["flight_recorder"] == \
+        {"path": "flight_recorder/leader.json", "entries": 2, "dropped": 0}
+    assert json.loads((folder / "flight_recorder" / "leader.json").read_text()) == recorder
+    assert "flight_recorder" not in shown["leader"]["inside"]  # once, in its own file
+    assert "flight_recorder" in asks.asks[rid].members["leader"].told  # never changed
+    assert "flight_recorder" not in shown["worker-0"]  # its library did not answer
     assert (folder / "stacks.txt").read_text().startswith(doc["culprit"] + "\n")
     assert records[-1]["event"] == "postmortem" and records[-1]["path"] == str(folder)
     sup.on_exit("worker-0", -9)  # the break that follows opens no second bundle

@@ -1,0 +1,65 @@
+"""torch's Flight Recorder, read for a post-mortem bundle: the last collectives of every
+group of this process, each with its sequence number and state (scheduled, started,
+completed), and each group's last enqueued, started and completed call. It is what
+shows that a member never *entered* call #812 while its peers wait in it.
+
+torch records only where ``TORCH_FR_BUFFER_SIZE`` (or its older name
+``TORCH_NCCL_TRACE_BUFFER_SIZE``) is above 0 when a group is made; the launcher sets it
+for members of nccl worlds (``nccl.member_env``), and a user may set it for any world
+(torch 2.13's gloo records too). mwrun names each group ``WORLD-gGEN`` (backends.py),
+so the dump says which world each call was in.
+
+The dump goes up the link in the ``stacks_told`` line, so it is bounded (``fit``): the
+last entries are what a hang shows, the older ones go first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+from mwrun.worlds.nccl import FLIGHT_RECORDER as BUFFER
+from mwrun.worlds.nccl import FLIGHT_RECORDER_OLD as BUFFER_OLD
+
+MAX_ENTRIES = 256  # sent up, the newest
+MAX_BYTES = 256 * 1024  # as JSON: beside the stacks (512 KiB), under the 1 MiB line
+
+
+def size(environ: Mapping[str, str] | None = None) -> int:
+    """The recorder's size as torch reads it (0: off)."""
+    environ = os.environ if environ is None else environ
+    try:
+        return max(int(environ.get(BUFFER, environ.get(BUFFER_OLD, "0"))), 0)
+    except ValueError:
+        return 0
+
+
+def dump(environ: Mapping[str, str] | None = None, reader=None) -> dict:
+    """``{"entries", "pg_config", "pg_status", "dropped"}``; or ``{"off": why}`` where
+    there is nothing to read. Never raises (it runs on the link's thread)."""
+    if not size(environ):
+        return {"off": f"torch's Flight Recorder is off ({BUFFER} is not set above 0)"}
+    try:
+        if reader is None:
+            from torch._C import _distributed_c10d
+            reader = getattr(_distributed_c10d, "_dump_fr_trace_json", None)
+        if reader is None:
+            return {"off": "this torch has no Flight Recorder"}
+        doc = json.loads(reader(includeCollectives=True, onlyActive=False))
+    except Exception as exc:  # a dump torch could not make: said, never the link's end
+        return {"off": f"the Flight Recorder could not be read: {type(exc).__name__}:"
+                       f" {exc}"[:500]}
+    entries = doc.get("entries") or []
+    kept = {"version": doc.get("version"), "pg_config": doc.get("pg_config") or {},
+            "pg_status": doc.get("pg_status") or {}, "entries": entries[-MAX_ENTRIES:],
+            "dropped": max(len(entries) - MAX_ENTRIES, 0)}
+    return fit(kept)
+
+
+def fit(doc: dict, limit: int = MAX_BYTES) -> dict:
+    """``doc`` with its oldest entries dropped until its JSON fits ``limit``."""
+    while len(json.dumps(doc)) > limit and doc["entries"]:
+        cut = max(len(doc["entries"]) // 2, 1)
+        doc = {**doc, "entries": doc["entries"][cut:], "dropped": doc["dropped"] + cut}
+    return doc

@@ -1,0 +1,86 @@
+"""torch's Flight Recorder as the library reads it for a bundle (worlds/flight.py): off
+unless its size is set, a real gloo group's calls read back under the group's name
+("WORLD-gGEN", as mwrun names it), bounded to fit the line up; and the launcher turning
+it on for nccl worlds unless the user set it, under either of its names."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from mwrun.plan import nccl as plan_nccl
+from mwrun.worlds import backends, flight
+from mwrun.worlds import nccl as discipline
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_it_is_off_unless_its_size_is_set_above_zero():
+    for environ in ({}, {flight.BUFFER: "0"}, {flight.BUFFER: "x"},
+                    {flight.BUFFER_OLD: "0"}, {flight.BUFFER: "0", flight.BUFFER_OLD: "9"}):
+        assert "off" in flight.dump(environ, reader=pytest.fail), environ
+    assert flight.size({flight.BUFFER_OLD: "9"}) == 9  # torch reads the older name too
+
+
+def test_a_dump_torch_cannot_make_is_said():
+    def broken(**_):
+        raise RuntimeError("no")
+
+    assert flight.dump({flight.BUFFER: "10"}, reader=broken) == \
+        {"off": "the Flight Recorder could not be read: RuntimeError: no"}
+
+
+def test_the_oldest_entries_go_first_to_fit():
+    entries = [{"collective_seq_id": n, "pad": "x" * 1000} for n in range(600)]
+    doc = flight.dump({flight.BUFFER: "2000"},
+                      reader=lambda **_: json.dumps({"entries": entries}).encode())
+    assert len(json.dumps(doc)) <= flight.MAX_BYTES
+    kept = [e["collective_seq_id"] for e in doc["entries"]]
+    assert kept == list(range(600 - len(kept), 600)) and kept  # the newest, in order
+    assert doc["dropped"] == 600 - len(kept)
+
+
+def test_a_real_groups_calls_are_read_under_its_name(monkeypatch):
+    monkeypatch.setenv(flight.BUFFER, "100")  # read by torch as each group is made
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    server = dist.TCPStore("127.0.0.1", port, None, True, wait_for_workers=False,
+                           master_listen_fd=listener.detach())
+    groups = {}
+
+    def member(rank):
+        store = dist.PrefixStore("fr/", dist.TCPStore("127.0.0.1", port, None, False))
+        groups[rank] = backends.create("gloo", store, rank, 2, 30.0,
+                                       local_addr="127.0.0.1", group="frworld-g4")
+        groups[rank].group.allreduce([torch.ones(2)]).wait()
+
+    threads = [threading.Thread(target=member, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    doc = flight.dump()
+    ours = [e for e in doc["entries"] if e["process_group"][0] == "frworld-g4"]
+    assert [e["profiling_name"] for e in ours] == ["gloo:all_reduce"] * 2, doc  # a rank each
+    assert "frworld-g4" in doc["pg_config"]
+    assert server.num_keys() > 0  # the store served the two ranks till now
+
+
+def test_nccl_members_record_unless_the_user_said_otherwise_by_either_name():
+    wanted = plan_nccl.member_env(30.0)
+    assert wanted[flight.BUFFER] == "2000"
+    assert flight.BUFFER in plan_nccl.unset(wanted, {})
+    assert flight.BUFFER not in plan_nccl.unset(wanted, {flight.BUFFER_OLD: "0"})
+    environ = {flight.BUFFER_OLD: "0"}
+    discipline.ensure_env(30.0, environ)
+    assert flight.BUFFER not in environ and flight.size(environ) == 0
+    environ = {}
+    discipline.ensure_env(30.0, environ)
+    assert flight.size(environ) == 2000
