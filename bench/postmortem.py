@@ -2,6 +2,7 @@
 
     python bench/postmortem.py                      # ~5 min: 10 drills of each kind
     python bench/postmortem.py --drills 100 --kills 20    # ~65 min
+    python bench/postmortem.py --ssh --skip onoff,stacks  # as root: b on an ssh host
 
 1. Declared -> complete bundle on disk, per drill kind, from the ``took_s`` the head
    writes in each ``postmortem`` record (its monotonic clock, from the event that
@@ -11,6 +12,9 @@
    holding the GIL: the same, its library cannot answer), ``sleep`` (asleep in
    Python while its peers' call times out: a break), ``kill`` (SIGKILL: a break whose
    survivors are captured beside the restart). Goal: <= 3 s in every drill.
+   ``--ssh``: the same drills with b on an ssh host (a network namespace of this
+   machine with a real sshd, tests/integration/testbed.py): its agent reads it with
+   py-spy and its library answers through the agent's relay.
 2. Kill -> survivors_told and kill -> reformed with bundles on and off
    (``MWRUN_POSTMORTEM=off``), from the head's own ``fault`` records, the two
    alternated in blocks in one invocation. Goal: unchanged.
@@ -33,6 +37,11 @@ from pathlib import Path
 
 PY = sys.executable
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.hosts import hosts_yaml  # noqa: E402
+from tests.integration import testbed  # noqa: E402
+
 STUCK = ROOT / "tests" / "bin" / "stuck.py"
 IDLE = Path(__file__).resolve().parent / "bin" / "sleeping_member.py"
 KINDS = ("stop", "gil", "sleep", "kill")
@@ -81,16 +90,18 @@ class Job:
         self.mwrun("stop", self.run, check=False)
 
 
-def world_of_three(cue: Path) -> str:
+def world_of_three(cue: Path, hosts: str = "") -> str:
+    """``hosts``: a hosts block naming node1, where b then runs (a and c on the head)."""
     stuck = f"[{PY}, {STUCK}"
+    where, here = (", host: node1", ", host: head") if hosts else ("", "")
     return f"""\
 version: 1
 name: pm
 hang_timeout: 4
-processes:
-  a: {{cmd: {stuck}], restart: on-failure, max_restarts: 1000}}
-  b: {{cmd: {stuck}, {cue}], restart: on-failure, max_restarts: 1000}}
-  c: {{cmd: {stuck}], restart: on-failure, max_restarts: 1000}}
+{hosts}processes:
+  a: {{cmd: {stuck}], restart: on-failure, max_restarts: 1000{here}}}
+  b: {{cmd: {stuck}, {cue}], restart: on-failure, max_restarts: 1000{where}}}
+  c: {{cmd: {stuck}], restart: on-failure, max_restarts: 1000{here}}}
 worlds:
   world1: {{members: [a, b, c]}}
 """
@@ -116,9 +127,10 @@ def drill(job: Job, kind: str, cue: Path) -> float:
     return found["took_s"]
 
 
-def bundles(work: Path, kinds: list[str], drills: int) -> dict[str, list[float]]:
-    cue = work / "cue"
-    job = Job(work, "bundles", world_of_three(cue))
+def bundles(work: Path, kinds: list[str], drills: int,
+            hosts: str = "") -> dict[str, list[float]]:
+    cue = work / "cue"  # the namespaces share this machine's files: b reads it there too
+    job = Job(work, "bundles", world_of_three(cue, hosts))
     took: dict[str, list[float]] = {k: [] for k in kinds}
     try:
         job.serving()
@@ -187,24 +199,37 @@ def spread(values: list[float], unit: float = 1.0, suffix: str = "s") -> str:
             f" max {max(values) * unit:.3f} {suffix} (n={len(values)})")
 
 
+def show(title: str, took: dict[str, list[float]]) -> None:
+    print(title)
+    for kind, values in took.items():
+        within = sum(v <= 3.0 for v in values)
+        print(f"  {kind:6} {spread(values)}; within 3 s: {within} of {len(values)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--drills", type=int, default=10, help="drills of each kind")
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--kills", type=int, default=10, help="kills per on/off block")
     parser.add_argument("--skip", default="", help="parts to skip: bundles,onoff,stacks")
+    parser.add_argument("--ssh", action="store_true",
+                        help="the bundle drills with b on an ssh host (as root)")
     args = parser.parse_args()
+    if args.ssh and testbed.missing():
+        raise SystemExit(f"cannot make an ssh host here: {testbed.missing()}")
     skip = set(filter(None, args.skip.split(",")))
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.node()};"
           f" {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}", flush=True)
     with tempfile.TemporaryDirectory(prefix="mwrun-bench-pm-") as tmp:
         work = Path(tmp)
-        if "bundles" not in skip:
+        if "bundles" not in skip and args.ssh:
+            with testbed.nodes(work, [True]) as nodes:
+                took = bundles(work, args.kinds.split(","), args.drills,
+                               hosts_yaml(nodes[0].head_addr, nodes))
+            show("declared -> complete bundle on disk, b on an ssh host (goal <= 3 s):", took)
+        elif "bundles" not in skip:
             took = bundles(work, args.kinds.split(","), args.drills)
-            print("declared -> complete bundle on disk (goal <= 3 s in every drill):")
-            for kind, values in took.items():
-                within = sum(v <= 3.0 for v in values)
-                print(f"  {kind:6} {spread(values)}; within 3 s: {within} of {len(values)}")
+            show("declared -> complete bundle on disk (goal <= 3 s in every drill):", took)
         if "onoff" not in skip:
             found = on_off(work, args.kills)
             print("with bundles on / off (MWRUN_POSTMORTEM=off), kill -> phase:")
