@@ -27,6 +27,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def store_server():
+    """A real TCPStore server on 127.0.0.1 and its port, bound here on port 0: a port
+    found free first can be taken by another test before the store binds it."""
+    import torch.distributed as dist
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    return dist.TCPStore("127.0.0.1", port, None, True, wait_for_workers=False,
+                         master_listen_fd=listener.detach()), port
+
+
 class Proc:
     """A child process whose stdout lines (JSON where they parse) arrive in a queue."""
 

@@ -1,7 +1,6 @@
 """Wrong arguments are refused before anything is sent; gloo's abort, in one process."""
 
 import inspect
-import socket
 import sys
 import threading
 
@@ -13,7 +12,7 @@ from mwrun.errors import MwrunError
 from mwrun.worlds import backends
 from mwrun.worlds.world import World
 from mwrun.worlds.worldspec import WorldSpec
-from tests.helpers import free_port
+from tests.helpers import free_port, store_server
 from tests.integration.jobs import wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -62,14 +61,7 @@ def test_good_arguments_reach_the_world_state(unformed):
 
 def gloo_pair(timeout=30.0):
     """Two real gloo groups (ranks 0 and 1) built by mwrun, over a real store."""
-    # Bound here, port 0: a port found free first can be taken by another test before
-    # the store binds it (EADDRINUSE).
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    port = listener.getsockname()[1]
-    server = dist.TCPStore("127.0.0.1", port, None, True, wait_for_workers=False,
-                           master_listen_fd=listener.detach())
+    server, port = store_server()
     groups = {}
 
     def build(rank):

@@ -6,7 +6,6 @@ it on for nccl worlds unless the user set it, under either of its names."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 
 import pytest
@@ -16,6 +15,7 @@ import torch.distributed as dist
 from mwrun.plan import nccl as plan_nccl
 from mwrun.worlds import backends, flight
 from mwrun.worlds import nccl as discipline
+from tests.helpers import store_server
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,12 +47,7 @@ def test_the_oldest_entries_go_first_to_fit():
 
 def test_a_real_groups_calls_are_read_under_its_name(monkeypatch):
     monkeypatch.setenv(flight.BUFFER, "100")  # read by torch as each group is made
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    port = listener.getsockname()[1]
-    server = dist.TCPStore("127.0.0.1", port, None, True, wait_for_workers=False,
-                           master_listen_fd=listener.detach())
+    server, port = store_server()
     groups = {}
 
     def member(rank):
