@@ -313,8 +313,9 @@ class Faults(Said):
         last, count = self.joins.pop((world, generation), (None, 0))
         # Each member's own time of joining, when all said it (a plain torch script's
         # member says nothing: then when the supervisor saw the group form).
-        fault.phases[Phase.REFORMED] = last if count >= len(self.members[world]) and \
+        reformed = last if count >= len(self.members[world]) and \
             last is not None else self.clock()
+        fault.phases[Phase.REFORMED] = _after(reformed, fault.phases[Phase.RESTARTED])
         fault.formed = generation
         self.changes += 1
         first = self.firsts.pop((world, generation), None)
@@ -323,7 +324,7 @@ class Faults(Said):
         return fault
 
     def _first(self, world: str, fault: Fault, at: float) -> None:
-        fault.phases[Phase.FIRST_CALL] = at
+        fault.phases[Phase.FIRST_CALL] = _after(at, fault.phases[Phase.REFORMED])
         self._close(world)
 
     def _close(self, world: str) -> None:
@@ -365,3 +366,12 @@ def _signal_name(code: int | None) -> str | None:
         return signal.Signals(-code).name
     except ValueError:
         return None
+
+
+def _after(at: float, cause: float | None) -> float:
+    """A phase's time, never before the phase that must come first (a world re-forms
+    only once its restarted member exists; its first call completes only once it has
+    re-formed). The two can come from two clocks, a remote member's corrected by its
+    host's measured offset, whose error (a millisecond or so) could otherwise put an
+    effect before its cause."""
+    return at if cause is None else max(at, cause)

@@ -208,6 +208,24 @@ def test_a_first_call_heard_before_the_re_form_waits_for_it():
     assert record["phases"]["first_call"] == round(host.wall() + 0.03, 4)
 
 
+def test_a_phase_told_on_another_clock_never_comes_before_its_cause():
+    sup, host, faults, written = tracked()
+    sup.on_exit("worker-0", -9)
+    sup.on_tick()  # restarted now, on the head's clock
+    restarted = host.wall()
+    generation = sup.worlds["world1"].generation
+    for name in ("leader", "worker-0"):  # joins stamped by a clock 3 ms behind
+        faults.joined("world1", generation, restarted - 0.003)
+        sup.members.on_world_event(name, sup.procs[name].pid, "world1", generation, "ready")
+    faults.first_call("world1", generation, restarted - 0.004)
+    [record] = written
+    phases = record["phases"]
+    assert phases["restarted"] == phases["reformed"] == phases["first_call"] == \
+        round(restarted, 4)
+    times = list(phases.values())
+    assert times == sorted(times)
+
+
 def test_the_clock_offset_keeps_the_shortest_round_trip():
     offset = Offset()
     offset.add(100.0, 105.2, 100.4)  # the agent 5 s ahead, measured in a 0.4 s trip
