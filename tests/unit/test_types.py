@@ -14,6 +14,8 @@ import pytest
 ROOT = Path(__file__).parents[2]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # 35 s of one core here; beside a full suite, minutes
 def test_mypy_holds_the_whole_package(tmp_path):
     """``mypy mwrun`` finds nothing: every module, not only the seams."""
     pytest.importorskip("mypy", reason="mypy comes with the test extras: pip install -e '.[test]'")
