@@ -18,8 +18,8 @@ Read against torch 2.13's ``ProcessGroupNCCL`` (and NCCL's issues):
   nccl group then ends the whole process once it has dumped, whichever world failed.
   Members of nccl worlds run with it off, so a break ends the world, not its process
   (a user who wants the flight recorder sets it, and mwrun leaves it as set).
-* ``TORCH_FR_BUFFER_SIZE`` turns torch's Flight Recorder on (2000 calls kept, a ring
-  buffer: recording costs a lock and a copy per call): a post-mortem bundle then holds
+* ``TORCH_FR_BUFFER_SIZE`` turns torch's Flight Recorder on (the last 2000 calls kept
+  in a ring buffer, torch's suggested size): a post-mortem bundle then holds
   each member's last calls with their numbers (worlds/flight.py). Off by default in
   torch; a user who sets it (or ``TORCH_NCCL_TRACE_BUFFER_SIZE``) to 0 turns it off.
 * ``TORCH_NCCL_NONBLOCKING_TIMEOUT`` bounds how long a nonblocking communicator's
