@@ -50,6 +50,9 @@ from mwrun.schema import Event as E
 from mwrun.schema import ProcessState as P
 
 FAULT_SIGNALS = (Why.DRILL, Why.HANG)  # a signal that starts a fault (a stop's do not)
+# A phase -> the one that must come before it: a world re-forms only once its restarted
+# member exists, and its first call completes only once it has re-formed.
+CAUSES = {Phase.REFORMED: Phase.RESTARTED, Phase.FIRST_CALL: Phase.REFORMED}
 
 
 @dataclass
@@ -83,6 +86,14 @@ class Fault:
                 "at": _ms(at), "open": open_,
                 "phases": {p.value: None if t is None or at is None else round(t - at, 4)
                            for p, t in self.phases.items()}}
+
+    def settle(self, phase: Phase, at: float) -> None:
+        """The phase's time, never before the phase that must come first (CAUSES). The
+        two can come from two clocks, a remote member's corrected by its host's
+        measured offset, whose error (a millisecond or so) could otherwise put an
+        effect before its cause."""
+        cause = self.phases.get(CAUSES[phase]) if phase in CAUSES else None
+        self.phases[phase] = at if cause is None else max(at, cause)
 
     def set(self, phase: Phase, at: float | None) -> bool:
         """The phase's time, if it has none yet (the first of each counts)."""
@@ -313,9 +324,8 @@ class Faults(Said):
         last, count = self.joins.pop((world, generation), (None, 0))
         # Each member's own time of joining, when all said it (a plain torch script's
         # member says nothing: then when the supervisor saw the group form).
-        reformed = last if count >= len(self.members[world]) and \
-            last is not None else self.clock()
-        fault.phases[Phase.REFORMED] = _after(reformed, fault.phases[Phase.RESTARTED])
+        fault.settle(Phase.REFORMED, last if count >= len(self.members[world]) and
+                     last is not None else self.clock())
         fault.formed = generation
         self.changes += 1
         first = self.firsts.pop((world, generation), None)
@@ -324,7 +334,7 @@ class Faults(Said):
         return fault
 
     def _first(self, world: str, fault: Fault, at: float) -> None:
-        fault.phases[Phase.FIRST_CALL] = _after(at, fault.phases[Phase.REFORMED])
+        fault.settle(Phase.FIRST_CALL, at)
         self._close(world)
 
     def _close(self, world: str) -> None:
@@ -367,11 +377,3 @@ def _signal_name(code: int | None) -> str | None:
     except ValueError:
         return None
 
-
-def _after(at: float, cause: float | None) -> float:
-    """A phase's time, never before the phase that must come first (a world re-forms
-    only once its restarted member exists; its first call completes only once it has
-    re-formed). The two can come from two clocks, a remote member's corrected by its
-    host's measured offset, whose error (a millisecond or so) could otherwise put an
-    effect before its cause."""
-    return at if cause is None else max(at, cause)
