@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping
 
 from mwrun.worlds.nccl import FLIGHT_RECORDER as BUFFER
@@ -24,6 +25,21 @@ from mwrun.worlds.nccl import FLIGHT_RECORDER_OLD as BUFFER_OLD
 
 MAX_ENTRIES = 256  # sent up, the newest
 MAX_BYTES = 256 * 1024  # as JSON: beside the stacks (512 KiB), under the 1 MiB line
+WITHIN = 0.5  # seconds the link's thread waits for a dump (``within``)
+
+
+def within(seconds: float = WITHIN, environ: Mapping[str, str] | None = None,
+           reader=None) -> dict:
+    """``dump``, waited for at most ``seconds``: the link's thread asks, and its beats
+    must go on whatever torch does (an nccl dump asks each communicator for its state,
+    and a hung one may never answer). The dump goes on in its own daemon thread."""
+    done: dict = {}
+    worker = threading.Thread(target=lambda: done.update(dump(environ, reader)),
+                              name="mwrun-flight-recorder", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return dict(done) if not worker.is_alive() else \
+        {"off": f"the Flight Recorder's dump did not come within {seconds:g}s"}
 
 
 def size(environ: Mapping[str, str] | None = None) -> int:

@@ -61,7 +61,7 @@ def told(process: str, rid: str, flight: bool = False) -> dict:
     thread, whose heartbeats must go on."""
     message = {"verb": "stacks_told", "process": process, "pid": os.getpid(), "id": rid}
     if flight:
-        message["flight_recorder"] = recorder.dump()
+        message["flight_recorder"] = recorder.within()
     try:
         return {**message, **dump()}
     except Exception as exc:  # a frame that cannot be read: said, never the link's end

@@ -35,6 +35,17 @@ def test_a_dump_torch_cannot_make_is_said():
         {"off": "the Flight Recorder could not be read: RuntimeError: no"}
 
 
+def test_a_dump_that_does_not_come_is_not_waited_for():
+    stuck = threading.Event()
+    try:
+        told = flight.within(0.05, {flight.BUFFER: "10"}, reader=lambda **_: stuck.wait())
+        assert told == {"off": "the Flight Recorder's dump did not come within 0.05s"}
+    finally:
+        stuck.set()
+    assert flight.within(5, {flight.BUFFER: "10"}, reader=lambda **_: b'{"entries": []}') \
+        == {"version": None, "pg_config": {}, "pg_status": {}, "entries": [], "dropped": 0}
+
+
 def test_the_oldest_entries_go_first_to_fit():
     entries = [{"collective_seq_id": n, "pad": "x" * 1000} for n in range(600)]
     doc = flight.dump({flight.BUFFER: "2000"},
