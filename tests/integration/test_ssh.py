@@ -334,6 +334,7 @@ def test_detach_places_remote_processes_with_what_their_host_reports(procs, home
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # two crashes, two restarts on an ssh host: minutes when loaded
 def test_a_short_agent_stall_during_a_restart_ends_in_a_started_shown_process(
         procs, home, tmp_path):
     """The agent stalls (under the silence limit) just as a restart is due: the start
