@@ -74,7 +74,9 @@ class Job:
             if value:
                 return value
             time.sleep(0.1)
-        raise SystemExit(f"{self.run}: {what} not seen in {timeout:g}s")
+        shown = self.mwrun("status", self.run, check=False)
+        raise SystemExit(f"{self.run}: {what} not seen in {timeout:g}s; status:\n"
+                         f"{shown.stdout}{shown.stderr}")
 
     def serving(self) -> None:
         def ok():
