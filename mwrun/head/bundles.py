@@ -81,13 +81,13 @@ def tail(logs: Path, name: str) -> str:
     return "\n".join(text.splitlines()[-LOG_LINES:]) + "\n"
 
 
-def seen(world: str, generation: int, member: dict) -> culprit.Seen:
+def seen(world: str, group: str, member: dict) -> culprit.Seen:
+    """``group``: the world's group in the Flight Recorder (``Bundle.name``)."""
     threads = member.get("threads") or []
     call, for_s = culprit.call_in(threads, world)
     if call is None and member.get("inside") is None:
         call = culprit.call_in_frames(threads)  # from outside only: the frames say it
-    seq = culprit.flight_seq((member.get("inside") or {}).get("flight_recorder"),
-                             f"{world}-g{generation}")
+    seq = culprit.flight_seq((member.get("inside") or {}).get("flight_recorder"), group)
     return culprit.Seen(member["process"], call, for_s, bool(member.get("answered")),
                         None if member.get("answered") else member.get("reason"),
                         str(member.get("state")), seq)
@@ -122,7 +122,7 @@ def write(folder: Path, logs: Path, bundle: Bundle, took: float) -> str:
     """The bundle's files under ``folder``; its culprit line. Raises OSError."""
     members = [member(bundle, name) for name in bundle.ask.members]
     line = culprit.line(bundle.world, bundle.generation,
-                        [seen(bundle.world, bundle.generation, m) for m in members],
+                        [seen(bundle.world, bundle.name, m) for m in members],
                         bundle.hung, bundle.why)
     recorded(folder, members)
     doc = {"world": bundle.world, "generation": bundle.generation, "hung": bundle.hung,
