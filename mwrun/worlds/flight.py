@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from mwrun.worlds.nccl import FLIGHT_RECORDER as BUFFER
 from mwrun.worlds.nccl import FLIGHT_RECORDER_OLD as BUFFER_OLD
@@ -29,12 +29,12 @@ WITHIN = 0.5  # seconds the link's thread waits for a dump (``within``)
 
 
 def within(seconds: float = WITHIN, environ: Mapping[str, str] | None = None,
-           reader=None) -> dict:
+           readers: Sequence[Callable[..., str | bytes]] | None = None) -> dict:
     """``dump``, waited for at most ``seconds``: the link's thread asks, and its beats
     must go on whatever torch does (an nccl dump asks each communicator for its state,
     and a hung one may never answer). The dump goes on in its own daemon thread."""
     done: dict = {}
-    worker = threading.Thread(target=lambda: done.update(dump(environ, reader)),
+    worker = threading.Thread(target=lambda: done.update(dump(environ, readers)),
                               name="mwrun-flight-recorder", daemon=True)
     worker.start()
     worker.join(seconds)
@@ -51,25 +51,49 @@ def size(environ: Mapping[str, str] | None = None) -> int:
         return 0
 
 
-def dump(environ: Mapping[str, str] | None = None, reader=None) -> dict:
-    """``{"entries", "pg_config", "pg_status", "dropped"}``; or ``{"off": why}`` where
-    there is nothing to read. Never raises (it runs on the link's thread)."""
+# torch keeps two recorders, read by two calls: ProcessGroupNCCL's own (CUDA events:
+# where nccl collectives go; only in builds with NCCL) and the generic one (gloo and
+# the CPU). Reading only the generic one gives an nccl member's dump with no nccl call.
+RECORDERS = ("_dump_nccl_trace_json", "_dump_fr_trace_json")
+
+
+def recorders() -> list[Callable[..., str | bytes]]:
+    """The dump calls of this torch's recorders, of ``RECORDERS``."""
+    from torch._C import _distributed_c10d
+    found = (getattr(_distributed_c10d, name, None) for name in RECORDERS)
+    return [read for read in found if read is not None]
+
+
+def dump(environ: Mapping[str, str] | None = None,
+         readers: Sequence[Callable[..., str | bytes]] | None = None) -> dict:
+    """``{"entries", "pg_config", "pg_status", "dropped"}`` of every recorder, the
+    entries in the order they were made; or ``{"off": why}`` where there is nothing
+    to read. Never raises (it runs on the link's thread)."""
     if not size(environ):
         return {"off": f"torch's Flight Recorder is off ({BUFFER} is not set above 0)"}
     try:
-        if reader is None:
-            from torch._C import _distributed_c10d
-            reader = getattr(_distributed_c10d, "_dump_fr_trace_json", None)
-        if reader is None:
-            return {"off": "this torch has no Flight Recorder"}
-        doc = json.loads(reader(includeCollectives=True, onlyActive=False))
-    except Exception as exc:  # a dump torch could not make: said, never the link's end
-        return {"off": f"the Flight Recorder could not be read: {type(exc).__name__}:"
-                       f" {exc}"[:500]}
-    entries = doc.get("entries") or []
-    kept = {"version": doc.get("version"), "pg_config": doc.get("pg_config") or {},
-            "pg_status": doc.get("pg_status") or {}, "entries": entries[-MAX_ENTRIES:],
-            "dropped": max(len(entries) - MAX_ENTRIES, 0)}
+        readers = recorders() if readers is None else readers
+    except Exception as exc:  # a torch without c10d: said, never the link's end
+        return {"off": f"this torch has no Flight Recorder ({type(exc).__name__})"}
+    if not readers:
+        return {"off": "this torch has no Flight Recorder"}
+    docs, failed = [], []
+    for read in readers:
+        try:
+            # positional: the two calls name their arguments alike only in some torches
+            docs.append(json.loads(read(True, False)))  # with collectives, not only active
+        except Exception as exc:  # a dump torch could not make: said, never the link's end
+            failed.append(f"{type(exc).__name__}: {exc}"[:240])
+    if not docs:
+        return {"off": f"the Flight Recorder could not be read: {'; '.join(failed)}"[:500]}
+    entries = sorted((e for d in docs for e in d.get("entries") or []),
+                     key=lambda e: e.get("time_created_ns") or 0)
+    kept = {"version": docs[0].get("version"),
+            "pg_config": {k: v for d in docs for k, v in (d.get("pg_config") or {}).items()},
+            "pg_status": {k: v for d in docs for k, v in (d.get("pg_status") or {}).items()},
+            "entries": entries[-MAX_ENTRIES:], "dropped": max(len(entries) - MAX_ENTRIES, 0)}
+    if failed:
+        kept["unread"] = failed
     return fit(kept)
 
 

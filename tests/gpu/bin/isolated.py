@@ -55,6 +55,20 @@ if args.hang_abort:
 calls, stop = [0], threading.Event()
 
 
+def cycles_per_second() -> float:
+    """The GPU's clock as ``torch.cuda._sleep`` counts it, timed here: the device's
+    ``clock_rate`` is 0 under CUDA 13, which dropped ``cudaDeviceProp.clockRate`` (the
+    suite's first run on an H100 slept no time at all, and nothing broke)."""
+    cycles = 50_000_000
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / (begin.elapsed_time(end) / 1000.0)
+
+
+
 def gloo_loop():
     while not stop.is_set():
         try:
@@ -69,15 +83,15 @@ if pair is not None:
     threading.Thread(target=gloo_loop, daemon=True).start()
 time.sleep(2.0)
 before = calls[0] / 2.0
-cycles = int(torch.cuda.get_device_properties(0).clock_rate * 1000 * args.kernel)
+cycles = int(cycles_per_second() * args.kernel)
 torch.cuda._sleep(cycles)  # the current stream is busy for args.kernel seconds
 t = torch.ones(1, device=solo.device)
 began = time.monotonic()
 solo.all_reduce(t)  # queued behind the kernel: it outlives the world's timeout
-while not solo.broken and time.monotonic() - began < 120:
+while not solo.broken and time.monotonic() - began < 60:  # the world's timeout is 3 s
     time.sleep(0.05)
 say(event="solo_broken" if solo.broken else "solo_not_broken",
-    after=round(time.monotonic() - began, 2), reason=solo.reason)
+    after=round(time.monotonic() - began, 2), reason=solo.reason, cycles=cycles)
 start = calls[0]
 time.sleep(3.0)
 say(event="pair_pace", before=before, after=(calls[0] - start) / 3.0, alive=True)
