@@ -122,6 +122,12 @@ def key(generation: int, name: str) -> str:
     return f"{PREFIX}g{generation}/{name}"
 
 
+def group_name(world: str, generation: int) -> str:
+    """A generation's process group as torch's Flight Recorder names it ("world1-g3"):
+    given by the library when it makes the group, read back by the head's bundles."""
+    return f"{world}-g{generation}"
+
+
 def pg_prefix(generation: int, incarnations: list[int] | None = None) -> str:
     if incarnations is None:
         return key(generation, "pg/")

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mwrun import protocol
 from mwrun.head import culprit
 from mwrun.head.stacks import Ask
 from mwrun.schema import log_name
@@ -42,7 +43,7 @@ class Bundle:
 
     @property
     def name(self) -> str:
-        return f"{self.world}-g{self.generation}"
+        return protocol.group_name(self.world, self.generation)
 
 
 

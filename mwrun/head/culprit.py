@@ -91,6 +91,14 @@ def line(world: str, generation: int, members: list[Seen], hung: str | None,
     if hung is None:
         return _broke(head, members, why)
     culprit = next((m for m in members if m.process == hung), Seen(hung, known=False))
+    if calls == ["rejoin"] and culprit.call != "rejoin":
+        # Declared hung after its world broke (a world's timeout is below hang_timeout):
+        # the others wait for it to re-form the world, and the break's bundle, one
+        # generation back, holds the calls that show what broke it.
+        before = f"; g{generation - 1}'s bundle says what broke the world" \
+            if generation > 0 else ""
+        return (f"{head} {hung} never came back to re-form the world; the others waited"
+                f" for it in rejoin{waited} ({why}){before}")
     if len(calls) == 1:
         c = calls[0]
         named = c + number

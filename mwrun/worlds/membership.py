@@ -67,7 +67,7 @@ class Membership:
             group = backends.create(self.spec.backend, dist.PrefixStore(seat.prefix, store),
                                     seat.rank, seat.size, self.spec.timeout,
                                     local_addr=self._local_addr, device=None,
-                                    group=f"{self.name}-g{seat.generation}")
+                                    group=protocol.group_name(self.name, seat.generation))
         except RuntimeError as exc:
             reason = f"rank {seat.rank} could not connect to its peers: {summarize(exc)}"
             raise BrokenWorldError(self.name, seat.generation, reason) from None

@@ -58,6 +58,11 @@ def test_readme_why_did_it_hang_as_written(home):
         report = mwrun(home, commands[3], ROOT)
         assert report.returncode == 0 and "post-mortem bundles:" in report.stdout, report
         assert record["culprit"] in report.stdout
+        # the break came first (timeout 1 s < hang_timeout 3 s): its bundle, one
+        # generation back, names rank-1 too, as the hang's line says it does
+        assert "'s bundle says what broke the world" in line, line
+        back = int(line.split("; g")[-1].split("'s bundle")[0])
+        assert re.search(rf"world1 g{back}: rank-1 .*broke", report.stdout), report.stdout
     finally:
         done = mwrun(home, commands[4], ROOT)
     assert done.returncode == 0, done.stderr

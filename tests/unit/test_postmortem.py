@@ -67,6 +67,20 @@ def test_a_hung_member_in_another_call_or_the_same_or_unread():
         "w g0: b hung in no call of this world (x); the others were in no call of this world"
 
 
+def test_a_member_hung_after_its_world_broke_points_at_the_breaks_bundle():
+    """The world's timeout is below hang_timeout, so the others' call times out first:
+    by the hang the world is broken and they wait in rejoin; the break's bundle, one
+    generation back, is where the calls are."""
+    seen = [Seen("a", "rejoin", 2.1), Seen("b", "all_reduce"), Seen("c", "rejoin", 1.9)]
+    assert culprit.line("world1", 1, seen, "b", "stopped") == \
+        "world1 g1: b never came back to re-form the world; the others waited for it in" \
+        " rejoin for 2.1s (stopped); g0's bundle says what broke the world"
+    unread = Seen("b", known=False, why_unknown="gone")
+    assert culprit.line("w", 0, [Seen("a", "rejoin", 1.0), unread], "b", "x") == \
+        "w g0: b never came back to re-form the world; the others waited for it in" \
+        " rejoin for 1.0s (x)"
+
+
 def test_a_break_names_the_member_unresponsive_or_outside_the_call_that_timed_out():
     why = "rank 0: its all_reduce timed out after 1.4s waiting for a peer (the world's timeout)"
     late = [Seen("a", "rejoin", 0.1), Seen("b", state=P.UNRESPONSIVE.value)]
