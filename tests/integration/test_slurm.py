@@ -4,11 +4,13 @@ Slurm cluster (slurmctld, two slurmds, munge), node two in a network namespace."
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -89,6 +91,10 @@ def test_a_lost_agent_is_started_again_by_a_new_srun_and_its_process_restarts(
                            str(topology)], env={**env, "MWRUN_HOME": str(home),
                                                 "NO_COLOR": "1"})
         expect(job, "leader", "recv", world="world1", timeout=90)
+        # the worker's library answers ``mwrun stacks`` through the agent srun started
+        answer = json.loads(cli(home, "stacks", "worker", "--json", check=True).stdout)
+        (worker_seen,) = answer["members"]
+        assert worker_seen["host"] == "second" and worker_seen["answered"], worker_seen
         doc = status(home)
         agent = next(h for h in doc["hosts"] if h["name"] == "second")["agent_pid"]
         worker = proc_state(doc, "worker")["pid"]
@@ -98,6 +104,17 @@ def test_a_lost_agent_is_started_again_by_a_new_srun_and_its_process_restarts(
                                     "worker was killed by SIGKILL")
         wait_for(lambda: not psutil.pid_exists(worker), timeout=10, what="the worker gone")
         expect(job, "leader", "rejoined", world="world1", timeout=90)
+        # the break's bundle: the leader read, the worker on the lost host said why not
+        (run,) = os.listdir(home / "runs")
+        folder = wait_for(lambda: next((Path(r["path"]) for r in map(
+            json.loads, (home / "runs" / run / "history.jsonl").read_text().splitlines())
+            if r.get("event") == "postmortem" and r.get("world") == "world1"), None),
+            timeout=60, what="world1's bundle")
+        members = {m["process"]: m for m in
+                   json.loads((folder / "bundle.json").read_text())["members"]}
+        assert members["leader"]["answered"], members["leader"]
+        assert not members["worker"]["answered"] and members["worker"]["reason"], \
+            members["worker"]
         doc = wait_status(home, lambda d: proc_state(d, "worker")["state"] == "running",
                           "the worker to run again")
         assert proc_state(doc, "worker")["restarts"] == 1
