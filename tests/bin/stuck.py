@@ -18,9 +18,11 @@ job = mwrun.init()
 world = job.world("world1")
 t = torch.ones(4)
 while True:
+    what = ""
     if cue is not None and os.path.exists(cue):
         with open(cue) as f:
             what = f.read().strip()
+    if what:  # empty: read between its writer's create and write; read again next time
         os.unlink(cue)
         print(f"on cue: {what}", flush=True)
         if what == "sleep":
