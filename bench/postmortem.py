@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -40,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.hosts import hosts_yaml  # noqa: E402
+from mwrun.host import spy  # noqa: E402
 from tests.integration import testbed  # noqa: E402
 
 STUCK = ROOT / "tests" / "bin" / "stuck.py"
@@ -76,7 +78,33 @@ class Job:
             time.sleep(0.1)
         shown = self.mwrun("status", self.run, check=False)
         raise SystemExit(f"{self.run}: {what} not seen in {timeout:g}s; status:\n"
-                         f"{shown.stdout}{shown.stderr}")
+                         f"{shown.stdout}{shown.stderr}{self.keep()}")
+
+    def keep(self) -> str:
+        """What a failed wait leaves to read: every process's stacks as py-spy sees
+        them now, and the run's folder, copied out of the bench's temporary one."""
+        kept = Path(tempfile.mkdtemp(prefix=f"mwrun-bench-pm-{self.run}-failed-"))
+        doc = self.mwrun("status", self.run, "--json", check=False)
+        status = json.loads(doc.stdout) if doc.returncode == 0 else {"processes": []}
+        pids = [(p["name"], p["pid"]) for p in status["processes"] if p.get("pid")]
+        pids += [("supervisor", status.get("supervisor_pid"))] + \
+            [(f"agent of {h['name']}", h.get("agent_pid")) for h in status.get("hosts", [])]
+        pids = [(name, pid) for name, pid in pids if pid]
+        with open(kept / "stacks.txt", "w") as out:
+            for name, pid in pids:
+                out.write(f"== {name} (pid {pid})\n")
+                out.flush()
+                subprocess.run([spy.find()[0] or "py-spy", "dump", "--native", "--pid",
+                                str(pid)],
+                               stdout=out, stderr=subprocess.STDOUT, timeout=60,
+                               check=False)
+
+        def special(folder, names):  # sockets and pipes: nothing to read after
+            return [n for n in names if not os.path.isdir(os.path.join(folder, n))
+                    and not os.path.isfile(os.path.join(folder, n))]
+        # the bench's folder whole: the run's, and each ssh host's agent's
+        shutil.copytree(self.home.parent, kept / "work", symlinks=True, ignore=special)
+        return f"\nkept: {kept} (py-spy's stacks of every process; the bench's folder)"
 
     def serving(self) -> None:
         def ok():
