@@ -45,6 +45,7 @@ from typing import Protocol
 from mwrun import protocol, runs
 from mwrun.head import requests
 from mwrun.head.downlink import Downlink
+from mwrun.head.early import Early
 from mwrun.head.elastic import Elastic
 from mwrun.head.faults import Faults
 from mwrun.head.history import History
@@ -75,6 +76,7 @@ class Run(Protocol):
     downlink: Downlink
     progress: Progress
     stacks: Stacks
+    early: Early
     agents: Remote | None
 
     def document(self, fresh_usage: bool = False) -> dict: ...
@@ -379,6 +381,10 @@ def dispatch(loop, request: dict, connection: Connection | None = None) -> dict 
     handler = HANDLERS.get(verb) if isinstance(verb, str) else None
     if handler is None:
         return {"ok": False, "error": f"unknown verb {verb!r}"}
+    if requests.library(request) and \
+            loop.supervisor.processes.awaits_pid(request.get("process")):
+        loop.early.hold(request, connection)  # served once its pid is told (early.py)
+        return None
     try:
         if handler is handle_hello:
             handle_hello(loop, request, connection)

@@ -26,6 +26,7 @@ from mwrun.head import control, document
 from mwrun.head.agents import Agents
 from mwrun.head.console import Printer
 from mwrun.head.downlink import Downlink
+from mwrun.head.early import Early
 from mwrun.head.elastic import Elastic
 from mwrun.head.events import Event, Events, Gone, Said, WorldRemoved, lines
 from mwrun.head.faults import Faults
@@ -96,6 +97,7 @@ class Loop:
         self.downlink = Downlink(self.clients.push, lambda process, message: (
             self.agents is not None and self.agents.tell(process, message)))
         self.stacks = Stacks(self.downlink.tell, time.monotonic)  # mwrun stacks: the asks
+        self.early = Early()  # what a start says before its pid is told
         self.hosts = hosts or []  # the status document's host entries (name, addr)
         self.writer = document.Writer(run_dir / STATE, lambda: document.build(self),
                                       lambda: document.outside(self))
@@ -147,6 +149,8 @@ class Loop:
         """``at``: when its host (a remote agent) made it, on the head's clock."""
         self.supervisor.on_spawned(name, pid, at)
         self.router.spawned(name, warm)
+        for request, connection in self.early.take(name, pid):  # said before its pid came
+            control.dispatch(self, request, connection)
 
     def failed(self, name: str, error: str) -> None:
         self.supervisor.on_spawn_failed(name, error)
@@ -234,16 +238,12 @@ class Loop:
             self.ops.tick()
             if now >= self.next_tick:
                 self.next_tick = now + TICK
-                self._look_into_stores()
+                self.supervisor.members.look_into_stores(self.stores.plain_ranks)
             if now >= self.next_sample:
                 self.next_sample = now + SAMPLE_EVERY
                 self.history.sample(document.rates(self, now, SAMPLE_EVERY),
                                     self.traffic.totals(now, time.time()))
         self.writer.save()
-
-    def _look_into_stores(self) -> None:
-        for world in self.supervisor.members.plain_forming():
-            self.supervisor.members.on_store_seen(world, self.stores.plain_ranks(world))
 
     def _finish(self, listener, wakeups: Wakeups) -> None:
         """Leave nothing behind, and never wait without limit: every host's hands

@@ -69,6 +69,12 @@ class Members:
             self.book.broke(world, reason, written=True)
         self.settle(rec, only=[world_name])  # what one world's news moved: that world
 
+    def look_into_stores(self, ranks: Callable[[str], set[int] | None]) -> None:
+        """What each forming world's store shows now of its plain members (``ranks``
+        of a world: the stores', ``on_store_seen``)."""
+        for world in self.plain_forming():
+            self.on_store_seen(world, ranks(world))
+
     def plain_forming(self) -> list[str]:
         """Worlds whose stores the loop looks into for a plain group (worldbook.py)."""
         return self.book.plain_forming()

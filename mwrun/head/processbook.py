@@ -113,6 +113,12 @@ class Processes:
 
     # -- what the library tells of one process -----------------------------------------
 
+    def awaits_pid(self, name: object) -> bool:
+        """Whether ``name``'s start is made and its pid not told yet (a warm start, here
+        or on an agent's host): what it says meanwhile is held (early.py)."""
+        rec = self.records.get(name) if isinstance(name, str) else None
+        return rec is not None and rec.state is P.STARTING and rec.pid is None
+
     def live(self, name: str, pid: int) -> ProcessRecord | None:
         """The record of process ``name`` if ``pid`` is its current start (a message from
         an earlier incarnation, or a forgotten process, is none)."""

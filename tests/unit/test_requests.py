@@ -27,12 +27,15 @@ class Recorder:
     def __init__(self):
         self.calls = []
         self.supervisor = self.faults = self.ops = self.elastic = self.downlink = self
-        self.members = self
+        self.members = self.processes = self
         self.history = self
         self.stopping = False  # the supervisor's: a stop asked for the first time
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: self.calls.append((name, args)) or []
+
+    def awaits_pid(self, name):
+        return False  # every process's pid is known (early.py: held otherwise)
 
     def document(self, fresh_usage=False):
         self.calls.append(("document", ()))

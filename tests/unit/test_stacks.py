@@ -320,7 +320,10 @@ def test_the_control_verbs_ask_keep_and_read_back_an_ask():
     down = []
     procs = {"leader": _rec("leader", pid=7), "worker-0": _rec("worker-0", pid=8)}
     worlds = {"world1": SimpleNamespace(plan=SimpleNamespace(members=["leader", "worker-0"]))}
-    loop = SimpleNamespace(supervisor=SimpleNamespace(procs=procs, worlds=worlds), agents=None,
+    loop = SimpleNamespace(supervisor=SimpleNamespace(
+                               procs=procs, worlds=worlds,
+                               processes=SimpleNamespace(awaits_pid=lambda name: False)),
+                           agents=None,
                            stacks=head_stacks.Stacks(lambda p, m: down.append((p, m)),
                                                      time.monotonic))
 
