@@ -89,8 +89,8 @@ def dump(environ: Mapping[str, str] | None = None,
     entries = sorted((e for d in docs for e in d.get("entries") or []),
                      key=lambda e: e.get("time_created_ns") or 0)
     kept = {"version": docs[0].get("version"),
-            "pg_config": {k: v for d in docs for k, v in (d.get("pg_config") or {}).items()},
-            "pg_status": {k: v for d in docs for k, v in (d.get("pg_status") or {}).items()},
+            **{key: {k: v for d in docs for k, v in (d.get(key) or {}).items()}
+               for key in ("pg_config", "pg_status")},  # per group: groups are apart
             "entries": entries[-MAX_ENTRIES:], "dropped": max(len(entries) - MAX_ENTRIES, 0)}
     if failed:
         kept["unread"] = failed
