@@ -188,9 +188,9 @@ def expect_where(job: Launched, match, timeout: float = 60.0) -> dict:
 def head_cost(processes: int, rounds: int = 200) -> float:
     """The head's CPU seconds per scale operation (+1 formed, -1 released and gone), on
     a scripted host: a frontend and ``processes - 1`` workers, one world each."""
-    from mwrun.head import events as ev
-    from mwrun.head.scaleops import Ops
-    from mwrun.head.supervisor import Supervisor
+    from mwrun.head.decide import events as ev
+    from mwrun.head.decide.supervisor import Supervisor
+    from mwrun.head.observe.scaleops import Ops
     from mwrun.membership.requests import parse_change
     from mwrun.membership.revision import Membership
     from mwrun.plan.inventory import HostInventory

@@ -34,7 +34,7 @@ STALLED = 10.0
 
 def request(path: str, message: dict) -> tuple[float, dict | None]:
     from mwrun.errors import RunError
-    from mwrun.head import control
+    from mwrun.head.serve import control
 
     start = time.monotonic()
     try:

@@ -1,7 +1,7 @@
 """A run folder read back, and its supervisor asked: what the command line needs, with
 no import of the head (so ``mwrun status``, ``logs``, ``report``, ``kill-world`` and
-``stop`` stay light). The head writes the folder (mwrun/head/rundir.py) and serves the
-control socket (mwrun/head/control.py) with the same names, from ``mwrun.schema``.
+``stop`` stay light). The head writes the folder (mwrun/head/observe/rundir.py) and serves the
+control socket (mwrun/head/serve/control.py) with the same names, from ``mwrun.schema``.
 
 ``state.json`` is replaced atomically by its writer, so a reader never sees half a
 document; what is read is checked (``problem``) before it is used: run folders outlive

@@ -118,7 +118,7 @@ class HostState(str, Enum):
 
 
 class Event(str, Enum):
-    """The ``event`` of a history record (see mwrun/head/history.py for their fields)."""
+    """The ``event`` of a history record (see mwrun/head/observe/history.py for their fields)."""
 
     START = "start"
     SPAWN = "spawn"

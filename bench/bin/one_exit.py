@@ -6,7 +6,7 @@ import json
 import statistics
 import time
 
-from mwrun.head.supervisor import TICK, Supervisor
+from mwrun.head.decide.supervisor import TICK, Supervisor
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import place
 from mwrun.plan.topology import parse

@@ -1,5 +1,5 @@
 """Pace over exact windows, from a world's own call counts (the history's ``calls``,
-see mwrun/head/traffic.py ``totals``). Pure: points in, numbers out.
+see mwrun/head/observe/traffic.py ``totals``). Pure: points in, numbers out.
 
 A world's counts are known at the moments its members' beats arrived, about once a
 second. Between two such points its calls are spread over the time the world was up

@@ -1,4 +1,4 @@
-"""A run's history (mwrun/head/history.py) read back as a timeline: lanes of per-world
+"""A run's history (mwrun/head/observe/history.py) read back as a timeline: lanes of per-world
 rates, the events, and each fault with its downtime. Pure: no files but ``load``'s,
 no drawing (report.py draws), no torch.
 

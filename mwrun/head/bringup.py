@@ -22,8 +22,9 @@ from dataclasses import asdict
 
 from mwrun import runs
 from mwrun.errors import RunError, TopologyError
-from mwrun.head import remote, rundir, slurm
-from mwrun.head.console import Printer, RotatedOutput
+from mwrun.head.hosts import remote, slurm
+from mwrun.head.observe import rundir
+from mwrun.head.observe.console import Printer, RotatedOutput
 from mwrun.plan import inventory, placement, ports, topology
 from mwrun.schema import FINAL, PLAN, SUPERVISOR_LOG, TOPOLOGY
 from mwrun.schema import ProcessState as P
@@ -207,8 +208,8 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         # Everything this thread imports, it imports before torch starts loading in
         # another: a Ctrl-C landing inside the import machinery while both import is
         # swallowed there and leaves a module lock held, and the launch hangs.
+        from mwrun.head.hosts.pending import PendingStores
         from mwrun.head.loop import Loop
-        from mwrun.head.pending import PendingStores
 
         # torch (for the stores) loads in the background while the processes start.
         stores = PendingStores(plan, listeners)

@@ -22,22 +22,23 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from mwrun.head import control, document
-from mwrun.head.agents import Agents
-from mwrun.head.console import Printer
-from mwrun.head.downlink import Downlink
-from mwrun.head.early import Early
-from mwrun.head.elastic import Elastic
-from mwrun.head.events import Event, Events, Gone, Said, WorldRemoved, lines
-from mwrun.head.faults import Faults
-from mwrun.head.history import SAMPLE_EVERY, History
-from mwrun.head.postmortem import Postmortems
-from mwrun.head.progress import Progress
-from mwrun.head.router import Router
-from mwrun.head.scaleops import Ops
-from mwrun.head.stacks import Stacks
-from mwrun.head.supervisor import TICK, Supervisor
-from mwrun.head.traffic import Traffic
+from mwrun.head.decide.events import Event, Events, Gone, Said, WorldRemoved, lines
+from mwrun.head.decide.supervisor import TICK, Supervisor
+from mwrun.head.hosts.agents import Agents
+from mwrun.head.hosts.downlink import Downlink
+from mwrun.head.hosts.router import Router
+from mwrun.head.observe import document
+from mwrun.head.observe.console import Printer
+from mwrun.head.observe.faults import Faults
+from mwrun.head.observe.history import SAMPLE_EVERY, History
+from mwrun.head.observe.progress import Progress
+from mwrun.head.observe.scaleops import Ops
+from mwrun.head.observe.traffic import Traffic
+from mwrun.head.postmortem.capture import Postmortems
+from mwrun.head.postmortem.stacks import Stacks
+from mwrun.head.serve import control
+from mwrun.head.serve.early import Early
+from mwrun.head.serve.elastic import Elastic
 from mwrun.head.wakeups import Wakeups
 from mwrun.host import sockets
 from mwrun.host.hands import Hands
@@ -92,7 +93,8 @@ class Loop:
             n: list(w.members) for n, w in plan.worlds.items()}})
         # The remote hosts' hands (their agents), if any; this host's own are ``hands``.
         self.agents = Agents(links, self, reach, lambda n: self.plan.processes[n].host,
-                             self.selector, lambda *told: self.postmortems.outside_told(*told)
+                             self.selector, lambda request: control.relayed(self, request),
+                             lambda *told: self.postmortems.outside_told(*told)
                              ) if links else None
         self.downlink = Downlink(self.clients.push, lambda process, message: (
             self.agents is not None and self.agents.tell(process, message)))

@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from mwrun.errors import RunError
-from mwrun.head import control, rundir
+from mwrun.head.observe import rundir
+from mwrun.head.serve import control
 
 pytestmark = pytest.mark.timeout(60)
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
@@ -93,7 +94,7 @@ def test_a_malformed_unauthenticated_hello_in_the_connect_window_changes_nothing
     """Under Slurm, agents connect back to the head; whatever a client that knows no
     secret sends there is dropped without a trace (no traceback, no aborted launch) and
     the real agent that follows is taken as usual."""
-    from mwrun.head import slurm
+    from mwrun.head.hosts import slurm
     from mwrun.plan.topology import parse
 
     srun = tmp_path / "srun"

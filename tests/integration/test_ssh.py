@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from mwrun.errors import RunError
-from mwrun.head import remote
-from mwrun.head.control import request
+from mwrun.head.hosts import remote
+from mwrun.head.serve.control import request
 from mwrun.schema import Phase
 from tests.helpers import BIN
 from tests.integration import testbed

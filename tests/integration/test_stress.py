@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mwrun.head import control
+from mwrun.head.serve import control
 from tests.helpers import BIN, wait_gone
 from tests.integration.jobs import proc_state, wait_for, wait_status
 

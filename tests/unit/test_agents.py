@@ -10,7 +10,7 @@ import pytest
 
 from mwrun import __version__
 from mwrun.errors import StartError
-from mwrun.head.agents import Agents
+from mwrun.head.hosts.agents import Agents
 from mwrun.host import frames
 from mwrun.host.relay import Relay
 from mwrun.launchspec import LaunchSpec
@@ -41,6 +41,7 @@ class FakeLink:
 class FakeLoop:
     def __init__(self):
         self.told: list[tuple] = []
+        self.relayed: list = []  # the library messages its agents relayed
         self.now = 1000.0
 
     def spawned(self, name, pid, warm, at=None):
@@ -80,7 +81,7 @@ def spec(name: str) -> LaunchSpec:
 def make():
     loop, node = FakeLoop(), FakeLink("node")
     agents = Agents({"node": node}, loop, NoReach(), lambda name: "node",
-                    selectors.DefaultSelector())
+                    selectors.DefaultSelector(), loop.relayed.append)
     return agents, loop, node
 
 

@@ -2,8 +2,8 @@
 command line's verdict on it (bringup.judge), on records and views made by hand."""
 
 from mwrun.head.bringup import judge
-from mwrun.head.progress import view
-from mwrun.head.records import ProcessRecord, WorldRecord
+from mwrun.head.decide.records import ProcessRecord, WorldRecord
+from mwrun.head.observe.progress import view
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import place
 from mwrun.plan.topology import parse

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from mwrun.head.control import Clients
+from mwrun.head.serve.control import Clients
 
 pytestmark = pytest.mark.timeout(30)
 

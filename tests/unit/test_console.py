@@ -2,8 +2,8 @@ import io
 import os
 import threading
 
-from mwrun.head import console
-from mwrun.head.console import Printer
+from mwrun.head.observe import console
+from mwrun.head.observe.console import Printer
 from mwrun.host import lines
 from mwrun.host.lines import LineBuffer
 

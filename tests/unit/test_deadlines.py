@@ -1,6 +1,6 @@
 """The supervisor's timers: one heap, moved and cleared deadlines skipped."""
 
-from mwrun.head.deadlines import Deadlines
+from mwrun.head.decide.deadlines import Deadlines
 
 
 def test_deadlines_come_due_in_order_once_and_moved_or_cleared_ones_are_skipped():

@@ -15,7 +15,7 @@ from mwrun.cli import drillrisk
 from mwrun.cli.commands import main
 from mwrun.cli.drilling import Drill
 from mwrun.errors import RunError
-from mwrun.head.policy import Exit, after_exit
+from mwrun.head.decide.policy import Exit, after_exit
 from mwrun.schema import ProcessState as P
 from mwrun.schema import WorldState as W
 from tests.unit.test_pace import history

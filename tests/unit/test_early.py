@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from mwrun.head import control
-from mwrun.head.early import MAX_HELD, Early
 from mwrun.head.loop import Loop
+from mwrun.head.serve import control
+from mwrun.head.serve.early import MAX_HELD, Early
 from mwrun.schema import ProcessState as P
 from mwrun.schema import WorldState as W
 from tests.unit.test_supervisor import FakeHost, make

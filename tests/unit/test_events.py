@@ -7,10 +7,10 @@ import json
 import signal
 from collections import Counter
 
-from mwrun.head import events as ev
-from mwrun.head.document import SAVE_GAP, Writer
-from mwrun.head.events import Why
-from mwrun.head.history import History
+from mwrun.head.decide import events as ev
+from mwrun.head.decide.events import Why
+from mwrun.head.observe.document import SAVE_GAP, Writer
+from mwrun.head.observe.history import History
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
 from mwrun.schema import WorldState as W

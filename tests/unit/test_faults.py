@@ -3,8 +3,8 @@ host and a fake clock, with what the library tells (joins, first calls) scripted
 
 import signal
 
-from mwrun.head.clocks import Offset
-from mwrun.head.faults import Faults
+from mwrun.head.hosts.clocks import Offset
+from mwrun.head.observe.faults import Faults
 from mwrun.schema import Event as E
 from mwrun.schema import Phase
 from mwrun.schema import WorldState as W
@@ -284,7 +284,7 @@ def test_a_remote_time_is_never_later_than_the_frame_that_told_it():
     arrived would land after the break the head wrote because of it."""
     from types import SimpleNamespace
 
-    from mwrun.head.hostclocks import Clocks
+    from mwrun.head.hosts.hostclocks import Clocks
 
     wall = [100.0]
     clocks = Clocks(lambda: wall[0])

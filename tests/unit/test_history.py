@@ -8,8 +8,8 @@ import pytest
 
 from mwrun.cli.timeline import build, load, mean_rate, summary
 from mwrun.errors import RunError
-from mwrun.head.faults import Faults
-from mwrun.head.history import History
+from mwrun.head.observe.faults import Faults
+from mwrun.head.observe.history import History
 from tests.unit.test_supervisor import FakeHost, join_all, make
 
 

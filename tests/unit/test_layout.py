@@ -74,7 +74,7 @@ def violations(part: str, files: list[Path]) -> list[str]:
 def part_files(part: str) -> list[Path]:
     if part == "shared":
         return [PACKAGE / name for name in SHARED]
-    return sorted((PACKAGE / part).glob("*.py"))
+    return sorted((PACKAGE / part).rglob("*.py"))
 
 
 @pytest.mark.parametrize("part", [*SUBPACKAGES, "shared"])
@@ -365,3 +365,59 @@ def test_the_library_keeps_its_objects_privates():
                     not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
                 reached.add((path.name, ast.unparse(node)))
     assert reached - FOREIGN_PRIVATES == set()
+
+
+# The head's folders, and the other folders of the head each may import: ``decide`` acts
+# through its own typed seams only; ``hosts`` and the listeners (``observe``,
+# ``postmortem``) know the decisions' records and events; ``serve`` translates requests
+# into calls on all of them. The head's root (``loop``, ``bringup``, ``wakeups``) builds
+# and drives the parts and may import any.
+HEAD_FOLDERS = {
+    "decide": set(),
+    "hosts": {"decide"},
+    "observe": {"decide"},
+    "postmortem": {"decide"},
+    "serve": {"decide", "hosts", "observe", "postmortem"},
+}
+HEAD_ROOT = {"__init__.py", "loop.py", "bringup.py", "wakeups.py"}
+
+
+def head_folder_violations(head: Path) -> list[str]:
+    """Imports across the head's folders that ``HEAD_FOLDERS`` does not allow (a folder
+    importing the head's root counts too: only the root builds)."""
+    found = []
+    for path in sorted(head.rglob("*.py")):
+        folder = path.parent.name
+        if path.parent == head:
+            continue
+        for name in sorted(imported_names(path)):
+            parts = name.split(".")
+            if parts[:2] != ["mwrun", "head"] or len(parts) < 3 or parts[2] == folder:
+                continue
+            if parts[2] not in HEAD_FOLDERS[folder]:
+                found.append(f"{folder}/{path.name} imports {name}")
+    return found
+
+
+def test_the_heads_folders_import_only_what_they_may():
+    head = PACKAGE / "head"
+    folders = {p.name for p in head.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(HEAD_FOLDERS)
+    assert {p.name for p in head.glob("*.py")} == HEAD_ROOT
+    for folder in HEAD_FOLDERS:
+        doc = ast.get_docstring(ast.parse((head / folder / "__init__.py").read_text()))
+        assert doc and "May import" in doc, f"mwrun/head/{folder}/__init__.py says what"
+    assert head_folder_violations(head) == []
+
+
+def test_the_folder_check_sees_a_forbidden_import(tmp_path):
+    head = tmp_path / "head"
+    for folder in HEAD_FOLDERS:
+        (head / folder).mkdir(parents=True)
+    (head / "hosts" / "agents.py").write_text("from mwrun.head.serve import control\n")
+    (head / "decide" / "x.py").write_text("def f():\n    from mwrun.head import loop\n")
+    (head / "serve" / "ok.py").write_text("from mwrun.head.decide import events\n")
+    assert head_folder_violations(head) == [
+        "decide/x.py imports mwrun.head.loop",
+        "hosts/agents.py imports mwrun.head.serve",
+        "hosts/agents.py imports mwrun.head.serve.control"]

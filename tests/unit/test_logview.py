@@ -3,7 +3,7 @@
 import logging
 
 from mwrun.cli import logview
-from mwrun.head import console
+from mwrun.head.observe import console
 
 
 def test_follow_prints_every_line_once_across_rotations(tmp_path, monkeypatch):

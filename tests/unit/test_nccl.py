@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from mwrun import protocol
-from mwrun.head import control, requests
+from mwrun.head.serve import control, requests
 from mwrun.plan import nccl as plan_nccl
 from mwrun.worlds import aborts, backends
 from mwrun.worlds import nccl as discipline

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from mwrun import protocol
-from mwrun.head import pending
-from mwrun.head.pending import PendingStores
+from mwrun.head.hosts import pending
+from mwrun.head.hosts.pending import PendingStores
 from mwrun.plan.placement import Plan, WorldPlan
 
 pytestmark = pytest.mark.timeout(60)

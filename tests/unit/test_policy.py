@@ -1,6 +1,6 @@
 import pytest
 
-from mwrun.head.policy import (
+from mwrun.head.decide.policy import (
     BACKOFF_CAP,
     STABLE_AFTER,
     Exit,

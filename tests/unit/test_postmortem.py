@@ -9,12 +9,12 @@ import json
 import signal
 from types import SimpleNamespace
 
-from mwrun.head import culprit
-from mwrun.head import events as ev
-from mwrun.head.culprit import Seen
-from mwrun.head.postmortem import Postmortems
-from mwrun.head.stacks import Stacks
-from mwrun.head.supervisor import Supervisor
+from mwrun.head.decide import events as ev
+from mwrun.head.decide.supervisor import Supervisor
+from mwrun.head.postmortem import culprit
+from mwrun.head.postmortem.capture import Postmortems
+from mwrun.head.postmortem.culprit import Seen
+from mwrun.head.postmortem.stacks import Stacks
 from mwrun.host import spy
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import place

@@ -5,7 +5,7 @@ import pytest
 
 from mwrun import __version__
 from mwrun.errors import TopologyError
-from mwrun.head import remote, slurm
+from mwrun.head.hosts import remote, slurm
 from mwrun.host import frames
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.topology import parse

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from mwrun.head import control, requests
+from mwrun.head.serve import control, requests
 
 GOOD = {
     "status": {},

@@ -4,11 +4,11 @@ membership (mwrun/membership/)."""
 
 import signal
 
-from mwrun.head import events as ev
-from mwrun.head.events import Why
-from mwrun.head.reshaping import LEAVE_WAIT
-from mwrun.head.scaleops import Ops
-from mwrun.head.supervisor import TICK, Supervisor
+from mwrun.head.decide import events as ev
+from mwrun.head.decide.events import Why
+from mwrun.head.decide.reshaping import LEAVE_WAIT
+from mwrun.head.decide.supervisor import TICK, Supervisor
+from mwrun.head.observe.scaleops import Ops
 from mwrun.membership.requests import parse_change
 from mwrun.membership.revision import Membership
 from mwrun.plan.inventory import HostInventory

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from mwrun.cli.commands import main
-from mwrun.head import rundir
+from mwrun.head.observe import rundir
 
 
 @pytest.fixture

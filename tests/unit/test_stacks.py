@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from mwrun import stacktext
 from mwrun.cli import main, stacksview
-from mwrun.head import control, requests
-from mwrun.head import stacks as head_stacks
-from mwrun.head.records import ProcessRecord
+from mwrun.head.decide.records import ProcessRecord
+from mwrun.head.postmortem import stacks as head_stacks
+from mwrun.head.serve import control, requests
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState, WorldState
 from mwrun.worlds import inflight, orders, stacks

@@ -5,10 +5,10 @@ import signal
 import pytest
 
 from mwrun.errors import StartError
-from mwrun.head import events as ev
-from mwrun.head.policy import STABLE_AFTER
-from mwrun.head.supervisor import TICK, Supervisor
-from mwrun.head.worldbook import Worlds
+from mwrun.head.decide import events as ev
+from mwrun.head.decide.policy import STABLE_AFTER
+from mwrun.head.decide.supervisor import TICK, Supervisor
+from mwrun.head.decide.worldbook import Worlds
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import place
 from mwrun.plan.topology import parse
@@ -630,7 +630,7 @@ def test_the_work_of_one_event_is_what_it_touches_not_the_whole_job(n, monkeypat
 
 
 def test_a_stall_spent_waiting_for_a_cpu_is_said_to_be_starvation():
-    from mwrun.head.hangs import AwakeClock
+    from mwrun.head.decide.hangs import AwakeClock
     waits = iter([1.0, 1.0, 5.5, 5.6, 5.6])  # seconds waited for a CPU, as schedstat says
     clock = AwakeClock(100.0, 0.05, lambda: next(waits))
     clock.read(100.6)  # a sample

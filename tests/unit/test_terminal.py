@@ -1,7 +1,7 @@
 import re
 
 from mwrun.cli.statusview import render
-from mwrun.head import rundir
+from mwrun.head.observe import rundir
 from mwrun.terminal import paint, table, width
 
 STRIP = re.compile(r"\033\[[0-9;]*m")

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from mwrun.head.stores import plain_ranks
-from mwrun.head.traffic import WINDOW, Traffic
+from mwrun.head.hosts.stores import plain_ranks
+from mwrun.head.observe.traffic import WINDOW, Traffic
 from mwrun.worlds import backends
 from mwrun.worlds.beats import TRAFFIC_TAIL, beat_due
 from mwrun.worlds.world import World

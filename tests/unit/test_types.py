@@ -25,9 +25,9 @@ def test_mypy_holds_the_whole_package(tmp_path):
 
 
 TRANSPORTS = """\
-from mwrun.head.agents import Reach
-from mwrun.head.remote import SshReach
-from mwrun.head.slurm import Steps
+from mwrun.head.hosts.agents import Reach
+from mwrun.head.hosts.remote import SshReach
+from mwrun.head.hosts.slurm import Steps
 
 
 def ssh() -> Reach:
@@ -53,7 +53,7 @@ def test_mypy_sees_a_broken_seam(tmp_path):
     """The check is no formality: a host without ``start`` is refused."""
     pytest.importorskip("mypy", reason="mypy comes with the test extras")
     bad = tmp_path / "bad.py"
-    bad.write_text("from mwrun.head.router import HostHands\n\n"
+    bad.write_text("from mwrun.head.hosts.router import HostHands\n\n"
                    "class NoStart:\n"
                    "    def prepare(self, spec) -> None: ...\n\n"
                    "hands: HostHands = NoStart()\n")

@@ -16,15 +16,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from mwrun.head import drills, policy
-from mwrun.head import events as ev
-from mwrun.head.events import Event, Events, Why
-from mwrun.head.members import Members
-from mwrun.head.processbook import TICK, Hands, Processes
-from mwrun.head.records import ProcessRecord
-from mwrun.head.reshaping import Reshaping
-from mwrun.head.stopping import Stopping
-from mwrun.head.worldbook import Stores, Worlds
+from mwrun.head.decide import drills, policy
+from mwrun.head.decide import events as ev
+from mwrun.head.decide.events import Event, Events, Why
+from mwrun.head.decide.members import Members
+from mwrun.head.decide.processbook import TICK, Hands, Processes
+from mwrun.head.decide.records import ProcessRecord
+from mwrun.head.decide.reshaping import Reshaping
+from mwrun.head.decide.stopping import Stopping
+from mwrun.head.decide.worldbook import Stores, Worlds
 from mwrun.membership.revision import Revision
 from mwrun.plan.placement import Plan
 from mwrun.schema import ProcessState as P

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mwrun.head.records import ProcessRecord
+    from mwrun.head.decide.records import ProcessRecord
 
 # A gap between two turns of the supervisor longer than this means it was not running.
 STALL = 2.0

@@ -43,8 +43,8 @@ import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from mwrun.head import events as ev
-from mwrun.head.events import Why
+from mwrun.head.decide import events as ev
+from mwrun.head.decide.events import Why
 from mwrun.schema import FAULT_ID, FAULT_IDS, Phase
 from mwrun.schema import Event as E
 from mwrun.schema import ProcessState as P

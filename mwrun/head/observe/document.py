@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mwrun.head import events as ev
-from mwrun.head import rundir
+from mwrun.head.decide import events as ev
+from mwrun.head.observe import rundir
 from mwrun.schema import TOPOLOGY, HostState
 from mwrun.schema import WorldState as W
 

@@ -24,12 +24,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
-from mwrun.head import events as ev
-from mwrun.head.deadlines import Deadlines
-from mwrun.head.events import Why
-from mwrun.head.processbook import Processes
-from mwrun.head.records import ProcessRecord, WorldRecord
-from mwrun.head.worldbook import Worlds
+from mwrun.head.decide import events as ev
+from mwrun.head.decide.deadlines import Deadlines
+from mwrun.head.decide.events import Why
+from mwrun.head.decide.processbook import Processes
+from mwrun.head.decide.records import ProcessRecord, WorldRecord
+from mwrun.head.decide.worldbook import Worlds
 from mwrun.membership.revision import Action, Revision
 from mwrun.plan.environment import world_spec
 from mwrun.plan.placement import WorldPlan

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mwrun.head.clocks import Offset
-from mwrun.head.remote import AgentLink
+from mwrun.head.hosts.clocks import Offset
+from mwrun.head.hosts.remote import AgentLink
 from mwrun.host.frames import Kind
 
 

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from mwrun.errors import StartError
-from mwrun.head import events as ev
-from mwrun.head import hangs
-from mwrun.head.deadlines import Deadlines
-from mwrun.head.events import Event, Why
-from mwrun.head.records import ProcessRecord
+from mwrun.head.decide import events as ev
+from mwrun.head.decide import hangs
+from mwrun.head.decide.deadlines import Deadlines
+from mwrun.head.decide.events import Event, Why
+from mwrun.head.decide.records import ProcessRecord
 from mwrun.plan import nccl as nccl_rules
 from mwrun.plan.placement import ProcessPlan
 from mwrun.schema import ProcessState as P

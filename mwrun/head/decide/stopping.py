@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import signal
 
-from mwrun.head import events as ev
-from mwrun.head.events import Why
-from mwrun.head.processbook import Processes
-from mwrun.head.records import ProcessRecord
+from mwrun.head.decide import events as ev
+from mwrun.head.decide.events import Why
+from mwrun.head.decide.processbook import Processes
+from mwrun.head.decide.records import ProcessRecord
 from mwrun.schema import ProcessState as P
 
 KILL_WAIT = 5.0  # after SIGKILL, how long to wait for processes stuck in the kernel

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from mwrun.head.events import Event, WorldFormed
-from mwrun.head.records import ProcessRecord, WorldRecord
+from mwrun.head.decide.events import Event, WorldFormed
+from mwrun.head.decide.records import ProcessRecord, WorldRecord
 from mwrun.schema import ProcessState as P
 from mwrun.schema import Start
 from mwrun.terminal import count

@@ -27,11 +27,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from mwrun.head import bundles
-from mwrun.head import events as ev
-from mwrun.head.bundles import Bundle
-from mwrun.head.records import ProcessRecord, WorldRecord
-from mwrun.head.stacks import Stacks
+from mwrun.head.decide import events as ev
+from mwrun.head.decide.records import ProcessRecord, WorldRecord
+from mwrun.head.postmortem import bundles
+from mwrun.head.postmortem.bundles import Bundle
+from mwrun.head.postmortem.stacks import Stacks
 from mwrun.schema import LOGS, POSTMORTEM
 from mwrun.schema import Event as E
 from mwrun.schema import ProcessState as P

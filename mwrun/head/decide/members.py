@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mwrun.head.processbook import Processes
-from mwrun.head.reshaping import Reshaping
-from mwrun.head.worldbook import Worlds
+from mwrun.head.decide.processbook import Processes
+from mwrun.head.decide.reshaping import Reshaping
+from mwrun.head.decide.worldbook import Worlds
 from mwrun.schema import WorldState as W
 
 

@@ -16,8 +16,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from mwrun.head import events as ev
-from mwrun.head.scaleops import Ops
+from mwrun.head.decide import events as ev
+from mwrun.head.observe.scaleops import Ops
 from mwrun.membership import requests
 from mwrun.membership.requests import Refused
 from mwrun.membership.revision import Membership, Revision

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from mwrun import protocol
-from mwrun.head.events import (
+from mwrun.head.decide.events import (
     Event,
     WorldAdded,
     WorldBroken,
@@ -24,7 +24,7 @@ from mwrun.head.events import (
     WorldRemoved,
     WorldResized,
 )
-from mwrun.head.records import ProcessRecord, WorldRecord
+from mwrun.head.decide.records import ProcessRecord, WorldRecord
 from mwrun.plan.placement import Plan, WorldPlan
 from mwrun.schema import ProcessState as P
 from mwrun.schema import WorldState as W

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from mwrun.head.stores import WorldStores  # no torch until one is built
+from mwrun.head.hosts.stores import WorldStores  # no torch until one is built
 from mwrun.plan.placement import WorldPlan
 
 # The store's server threads copy the mask of the thread that builds them: blocked

@@ -57,7 +57,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from mwrun.head import events as ev
+from mwrun.head.decide import events as ev
 from mwrun.schema import CALLS, HISTORY, HISTORY_ROTATED, RATES
 from mwrun.schema import Event as E
 from mwrun.schema import ProcessState as P

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from mwrun.head.records import ProcessRecord
+from mwrun.head.decide.records import ProcessRecord
 
 KEEP = 8  # asks kept for their askers to read (the oldest goes first)
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from mwrun import protocol
-from mwrun.head.downlink import Downlink
-from mwrun.head.events import Why
-from mwrun.head.worldbook import Stores  # the same seam: the worlds' stores
+from mwrun.head.decide.events import Why
+from mwrun.head.decide.worldbook import Stores  # the same seam: the worlds' stores
+from mwrun.head.hosts.downlink import Downlink
 from mwrun.launchspec import LaunchSpec
 from mwrun.plan import environment
 from mwrun.plan.placement import Plan, WorldPlan

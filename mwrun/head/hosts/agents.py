@@ -23,11 +23,10 @@ import selectors
 from collections.abc import Callable
 from typing import Protocol
 
-from mwrun.head import control
-from mwrun.head.hostclocks import Clocks
-from mwrun.head.links import Links, Reach
-from mwrun.head.remote import AgentLink
-from mwrun.head.remotebook import KINDS, RemoteProcesses, Told
+from mwrun.head.hosts.hostclocks import Clocks
+from mwrun.head.hosts.links import Links, Reach
+from mwrun.head.hosts.remote import AgentLink
+from mwrun.head.hosts.remotebook import KINDS, RemoteProcesses, Told
 from mwrun.host.frames import Kind
 from mwrun.launchspec import LaunchSpec
 from mwrun.schema import HostState as H
@@ -47,8 +46,12 @@ class Head(Told, Protocol):
 class Agents:
     def __init__(self, links: dict[str, AgentLink], loop: Head, reach: Reach,
                  host_of: Callable[[str], str], selector: selectors.BaseSelector,
+                 relayed: Callable[[object], None],
                  captured: Callable[[object, object, dict], None] = lambda *_: None):
-        self.loop = loop  # told what the agents tell (and relayed the library's messages)
+        self.loop = loop  # told what the agents tell
+        # The library's messages a host's agent relayed: served as the head's own
+        # socket serves them (serve/control.py), handed in so hosts never import serve.
+        self.relayed = relayed
         self.captured = captured  # an agent's reading of stacks, for a bundle (postmortem.py)
         self.host_of = host_of  # process -> its host (in the plan as it is now)
         self.clocks = Clocks(loop.wall)
@@ -152,7 +155,7 @@ class Agents:
         elif kind == Kind.CONTROL:  # the library's messages, one or held together
             requests = [msg.get("request")] if "request" in msg else msg.get("requests")
             for request in requests if isinstance(requests, list) else ():
-                control.relayed(self.loop, request)
+                self.relayed(request)
         elif kind == Kind.CAPTURED and isinstance(msg.get("result"), dict):
             self.captured(msg.get("key"), msg.get("pid"), msg["result"])
         elif kind == Kind.CLOCK:

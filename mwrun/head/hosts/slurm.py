@@ -22,7 +22,7 @@ import threading
 import time
 
 from mwrun.errors import RunError, TopologyError, UsageError
-from mwrun.head.remote import CONNECT_TIMEOUT, AgentLink, check_hello, control_path
+from mwrun.head.hosts.remote import CONNECT_TIMEOUT, AgentLink, check_hello, control_path
 from mwrun.host import frames
 from mwrun.host.frames import Kind
 from mwrun.schema import HostState as H

@@ -43,18 +43,18 @@ import socket
 from typing import Protocol
 
 from mwrun import protocol, runs
-from mwrun.head import requests
-from mwrun.head.downlink import Downlink
-from mwrun.head.early import Early
-from mwrun.head.elastic import Elastic
-from mwrun.head.faults import Faults
-from mwrun.head.history import History
-from mwrun.head.progress import Progress, view
-from mwrun.head.router import Remote
-from mwrun.head.scaleops import Ops
-from mwrun.head.stacks import Stacks, select
-from mwrun.head.supervisor import Supervisor
-from mwrun.head.traffic import Traffic
+from mwrun.head.decide.supervisor import Supervisor
+from mwrun.head.hosts.downlink import Downlink
+from mwrun.head.hosts.router import Remote
+from mwrun.head.observe.faults import Faults
+from mwrun.head.observe.history import History
+from mwrun.head.observe.progress import Progress, view
+from mwrun.head.observe.scaleops import Ops
+from mwrun.head.observe.traffic import Traffic
+from mwrun.head.postmortem.stacks import Stacks, select
+from mwrun.head.serve import requests
+from mwrun.head.serve.early import Early
+from mwrun.head.serve.elastic import Elastic
 from mwrun.host import sockets
 from mwrun.runs import peer_uid, same_user, signal_number  # noqa: F401 - shared with the client
 
@@ -188,7 +188,7 @@ def handle_hello(loop: Run, request: dict, connection: Connection | None = None)
 def handle_heartbeat(loop, request: dict) -> None:
     loop.supervisor.members.on_heartbeat(request.get("process"), request.get("pid"),
                                  request.get("next"))
-    if isinstance(request.get("traffic"), dict):  # see mwrun/head/traffic.py
+    if isinstance(request.get("traffic"), dict):  # see mwrun/head/observe/traffic.py
         loop.traffic.beat(request.get("process"), request.get("pid"), float(request["t"]),
                           request["traffic"], loop.now())
     for world, (generation, t) in request.get("first_calls", {}).items():  # faults.py

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mwrun import protocol
-from mwrun.head import culprit
-from mwrun.head.stacks import Ask
+from mwrun.head.postmortem import culprit
+from mwrun.head.postmortem.stacks import Ask
 from mwrun.schema import log_name
 from mwrun.stacktext import render
 

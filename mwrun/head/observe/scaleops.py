@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mwrun.head import events as ev
+from mwrun.head.decide import events as ev
 from mwrun.membership.revision import Action, Revision
 from mwrun.schema import Event as E
 from mwrun.schema import OpState

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from mwrun.head.remote import AgentLink, check_hello
+from mwrun.head.hosts.remote import AgentLink, check_hello
 from mwrun.host import frames
 from mwrun.host.frames import Kind
 from mwrun.schema import HostState as H

@@ -1,0 +1,14 @@
+"""What the head decides: the records of every process and world, the only code that
+moves their states, the restart and failure policy, and the head's timers.
+
+``supervisor`` takes what happened (an exit, a hello, a tick, a request) and decides;
+``processbook`` and ``worldbook`` keep each process's and each world's record and
+state machine (``records``); ``reshaping`` applies a membership that changes (scale,
+drain); ``stopping`` ends the job; ``members`` reads what the library tells;
+``policy`` (restarts, crash loops), ``hangs`` (hang detection a stalled head cannot
+fool) and ``drills`` are pure; ``deadlines`` holds the timers; ``events`` are what the
+supervisor tells, as typed records, to every subscriber.
+
+Acts only through the typed seams it defines (``supervisor.Host``): it imports no other
+folder of the head. May import the head's ``decide`` alone.
+"""

@@ -1,0 +1,8 @@
+"""Why a world hung or broke, captured while the evidence lives: ``capture`` asks every
+member of the world at once (its library through ``stacks``, the same ask as ``mwrun
+stacks``, and py-spy from outside), ``bundles`` writes what came back, ``culprit``
+says who in one line (pure).
+
+May import the head's ``decide`` (events, records), never ``hosts``, ``serve`` or
+``observe``.
+"""
