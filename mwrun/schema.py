@@ -103,6 +103,39 @@ class RunState(str, Enum):
 FINAL = tuple(s.value for s in RunState if s.final)  # run states a document ends in
 
 
+# The moves each machine above draws, as tables: the state a record is in -> the states
+# it may move to. The head's one mover per kind of record checks every move against its
+# table (a move not drawn here is a bug in the head, raised where it happens).
+_P, _W, _R = ProcessState, WorldState, RunState
+_ENDS = (_P.EXITED, _P.FAILED, _P.STOPPED)  # an exit (or giving up), per its policy
+PROCESS_MOVES: dict[ProcessState, frozenset[ProcessState]] = {
+    # a start that cannot be made is STARTING again (spawn) before it ends
+    _P.STARTING: frozenset((_P.STARTING, _P.RUNNING, _P.HUNG, _P.DRAINING, _P.RESTARTING,
+                            *_ENDS)),
+    _P.RUNNING: frozenset((_P.UNRESPONSIVE, _P.HUNG, _P.DRAINING, _P.RESTARTING, *_ENDS)),
+    _P.UNRESPONSIVE: frozenset((_P.RUNNING, _P.HUNG, _P.DRAINING, _P.RESTARTING, *_ENDS)),
+    _P.HUNG: frozenset((_P.RESTARTING, *_ENDS)),
+    _P.DRAINING: frozenset(_ENDS),  # retired: never restarted
+    _P.RESTARTING: frozenset((_P.STARTING, *_ENDS)),  # ends: its worlds closed, or a stop
+    _P.EXITED: frozenset(), _P.FAILED: frozenset(), _P.STOPPED: frozenset(),
+}
+WORLD_MOVES: dict[WorldState, frozenset[WorldState]] = {
+    _W.FORMING: frozenset((_W.FORMING, _W.HEALTHY, _W.BROKEN, _W.CLOSED)),
+    _W.HEALTHY: frozenset((_W.FORMING, _W.BROKEN, _W.DRAINING, _W.CLOSED)),
+    _W.BROKEN: frozenset((_W.FORMING, _W.CLOSED)),
+    _W.DRAINING: frozenset((_W.FORMING, _W.CLOSED)),
+    _W.CLOSED: frozenset((_W.CLOSED,)),  # a closed world may still be removed from the job
+    _W.UNKNOWN: frozenset(),  # only in the document, never a record's state
+}
+RUN_MOVES: dict[RunState, frozenset[RunState]] = {
+    _R.STARTING: frozenset((_R.RUNNING, _R.STOPPING, _R.FINISHED, _R.FAILED)),
+    _R.RUNNING: frozenset((_R.STOPPING, _R.FINISHED, _R.FAILED)),
+    _R.STOPPING: frozenset((_R.FINISHED, _R.FAILED)),
+    _R.UNRESPONSIVE: frozenset(), _R.FINISHED: frozenset(), _R.FAILED: frozenset(),
+    _R.LOST: frozenset(),  # never written by a head (mwrun.runs reads it so)
+}
+
+
 class Start(str, Enum):
     """How a process was last started (the status document's per-process ``start``)."""
 

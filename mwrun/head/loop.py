@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from mwrun.head.decide.deadlines import Timer, Timers
 from mwrun.head.decide.events import Event, Events, Gone, Said, WorldRemoved, lines
 from mwrun.head.decide.supervisor import TICK, Supervisor
 from mwrun.head.hosts.agents import Agents
@@ -84,7 +85,7 @@ class Loop:
         self.selector = selectors.DefaultSelector()
         self.clients = control.Clients(self.selector, lambda line, connection: control.serve(
             self, line, connection))
-        self.next_tick = self.next_sample = 0.0
+        self.timers = Timers()  # every timer of the head, in one heap (decide/deadlines.py)
         self.traffic = Traffic()
         # What the job should be made of: the plan as launched, then each revision.
         self.membership = Membership(topology, plan, inventory, sys.executable,
@@ -124,11 +125,13 @@ class Loop:
                            lambda: self.supervisor.stopping)
         self.router = Router(lambda: self.plan, self.hands, self.agents, stores,
                              self.downlink, run_id, control_path, self.progress.started)
-        self.supervisor = Supervisor(plan, self.router, self.events, grace, self.postmortems.wait)
+        self.supervisor = Supervisor(plan, self.router, self.events, grace, self.postmortems.wait,
+                                     self.timers)
         self.usage = document.Usage(self.router.usage_of, self.agents.refresh_usage
                                     if self.agents is not None else lambda: None)
         self.elastic = Elastic(self.membership, self.supervisor, self.ops,
                                self.router.host_up, run_dir)
+        self._handle_timers()
 
     @property
     def plan(self) -> Plan:
@@ -207,12 +210,35 @@ class Loop:
             self._finish(listener, wakeups)
         return self.supervisor.exit_code
 
+    def _handle_timers(self) -> None:
+        """The loop's own timers in the head's one heap (the supervisor's are its own):
+        its periodic turn, the history's samples, state.json written behind, and a
+        bundle's capture running out (a wakeup: ``postmortems.step`` runs every turn)."""
+        self.timers.handle(Timer.TICK, self._tick)
+        self.timers.handle(Timer.SAMPLE, self._sample)
+        self.timers.handle(Timer.SAVE, lambda name, now: self.writer.save())
+        self.timers.handle(Timer.CAPTURE, lambda name, now: None)
+        self.timers.set((Timer.TICK, ""), 0.0)
+        self.timers.set((Timer.SAMPLE, ""), 0.0)
+
+    def _tick(self, name: str, now: float) -> None:
+        """Once a TICK, whatever else is due: the agents' links beaten, the reaper, scale
+        operations waited for no longer, plain worlds' stores looked into."""
+        if self.agents is not None:
+            self.agents.tick(now)
+        self.hands.tick()
+        self.ops.tick()
+        self.supervisor.members.look_into_stores(self.stores.plain_ranks)
+        self.timers.set((Timer.TICK, name), now + TICK)
+
+    def _sample(self, name: str, now: float) -> None:
+        self.history.sample(document.rates(self, now, SAMPLE_EVERY),
+                            self.traffic.totals(now, time.time()))
+        self.timers.set((Timer.SAMPLE, name), now + SAMPLE_EVERY)
+
     def _step(self) -> None:
-        due = self.next_tick
-        for deadline in (self.supervisor.deadline(), self.writer.due, self.postmortems.earliest()):
-            if deadline is not None:
-                due = min(due, deadline)
-        wait = 0.0 if self.clients.backlog else max(due - time.monotonic(), 0.0)
+        due = self.timers.earliest()  # never None: TICK is always set
+        wait = 0.0 if self.clients.backlog or due is None else max(due - time.monotonic(), 0.0)
         output = []
         for key, _ in self.selector.select(wait):
             callback, arg = key.data
@@ -231,21 +257,19 @@ class Loop:
         self.stores.ready()  # what waited for the stores is written once they exist
         for name in self.postmortems.step():  # captured: a hung member's kill goes now
             self.supervisor.processes.kill_hung(name)
-        now = time.monotonic()
-        if now >= due:
-            if self.agents is not None:
-                self.agents.tick(now)
-            self.hands.tick()
-            self.supervisor.on_tick()
-            self.ops.tick()
-            if now >= self.next_tick:
-                self.next_tick = now + TICK
-                self.supervisor.members.look_into_stores(self.stores.plain_ranks)
-            if now >= self.next_sample:
-                self.next_sample = now + SAMPLE_EVERY
-                self.history.sample(document.rates(self, now, SAMPLE_EVERY),
-                                    self.traffic.totals(now, time.time()))
+        self.timers.fire(time.monotonic())
         self.writer.save()
+        self._behind(Timer.SAVE, self.writer.due)
+        self._behind(Timer.CAPTURE, self.postmortems.earliest())
+
+    def _behind(self, kind: Timer, when: float | None) -> None:
+        """A part that keeps its own time (state.json's writer, the bundles) wakes the
+        loop through the heap: its next moment set, or moved, only when it changed."""
+        key = (kind, "")
+        if when is None:
+            self.timers.clear(key)
+        elif self.timers.when(key) != when:
+            self.timers.set(key, when)
 
     def _finish(self, listener, wakeups: Wakeups) -> None:
         """Leave nothing behind, and never wait without limit: every host's hands

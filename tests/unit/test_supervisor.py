@@ -251,6 +251,12 @@ def test_clean_finish_exit_code_zero():
 HANGS = STAR.replace("timeout: 10\n", "timeout: 5\nhang_timeout: 10\n")
 
 
+def next_tick(sup, host):
+    """The loop's next tick: TICK later (what is due is due by then, not before)."""
+    host.t += TICK
+    sup.on_tick()
+
+
 def run_for(sup, host, seconds, beating=()):
     """Let ``seconds`` pass as the loop does: a tick every TICK, with a heartbeat from
     each process in ``beating`` every tick."""
@@ -279,7 +285,7 @@ def test_stopped_process_is_declared_hung_after_its_hang_timeout_and_killed():
 def test_a_stopped_plain_process_is_found_through_proc():
     sup, host = make(HANGS)  # no hello: plain torch.distributed scripts never beat
     host.status["worker-1"] = "stopped"
-    sup.on_tick()
+    next_tick(sup, host)
     run_for(sup, host, 9.5)
     assert sup.procs["worker-1"].state is not P.HUNG
     run_for(sup, host, 0.5)
@@ -586,7 +592,7 @@ def test_a_lost_host_fails_its_process_breaks_its_world_and_restarts_once_back()
     sup.on_tick()
     assert sup.procs["worker-0"].state is P.RESTARTING  # not while the host is away
     host.unreachable.clear()
-    sup.on_tick()
+    next_tick(sup, host)
     assert sup.procs["worker-0"].state is P.STARTING
     assert [c for c in host.of("spawn") if c[0] == "worker-0"][-1][2] == 1
 

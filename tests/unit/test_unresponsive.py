@@ -3,7 +3,7 @@
 import signal
 
 from mwrun.schema import ProcessState as P
-from tests.unit.test_supervisor import HANGS, FakeHost, join_all, make, run_for
+from tests.unit.test_supervisor import HANGS, FakeHost, join_all, make, next_tick, run_for
 
 
 def test_late_heartbeats_show_unresponsive_then_running_again():
@@ -36,10 +36,10 @@ def test_a_stopped_plain_process_is_unresponsive_as_soon_as_proc_says_so():
         sup.members.on_store_seen(world, {0, 1})  # their groups met in the stores
     assert sup.procs["worker-1"].state is P.RUNNING
     host.status["worker-1"] = "stopped"
-    sup.on_tick()
+    next_tick(sup, host)
     assert sup.procs["worker-1"].state is P.UNRESPONSIVE
     host.status["worker-1"] = "sleeping"
-    sup.on_tick()
+    next_tick(sup, host)
     assert sup.procs["worker-1"].state is P.RUNNING
 
 
@@ -96,7 +96,7 @@ def test_a_drill_stop_shows_unresponsive_at_the_next_tick_and_cont_running_again
     assert host.probed == []  # processes that beat on time cost no /proc read
     sup.kill_world("world1", None, signal.SIGSTOP)
     host.status["worker-0"] = "stopped"
-    sup.on_tick()
+    next_tick(sup, host)
     rec = sup.procs["worker-0"]
     assert (rec.state, rec.why) == (P.UNRESPONSIVE, "worker-0 is unresponsive (stopped)")
     assert set(host.probed) == {"worker-0"}

@@ -152,3 +152,22 @@ def judge(rec: ProcessRecord, awake: float, stopped: Callable[[], bool],
     if rec.stopped_since is None:
         rec.stopped_since = awake
     return STOPPED, f"stopped for {limit:g}s" if awake - rec.stopped_since >= limit else None
+
+
+LOOK_SLACK = 0.05  # past a beat's gap, so a beat on time is in before the look
+
+
+def next_look(rec: ProcessRecord, awake: float, tick: float) -> float:
+    """Awake seconds until a live process's silence may next mean something (a look
+    then costs what ``judge`` costs): a process that beats on time is looked at once
+    per beat, just after its next beat is due, never on every tick. One not beating
+    (no hello yet, a plain script: only /proc can tell), silent past its gap, suspect,
+    or sent a STOP is looked at every ``tick``, as before."""
+    if rec.beat_every is None or rec.suspect_since is not None:
+        return tick
+    silent = awake - rec.last_beat
+    gap = min(rec.beat_gap or rec.beat_every, rec.plan.hang_timeout)
+    stop_sent = rec.stop_sent_at is not None and rec.stop_sent_at >= rec.last_beat
+    if stop_sent or silent > gap:
+        return tick
+    return gap - silent + LOOK_SLACK

@@ -77,7 +77,7 @@ class Members:
 
     def plain_forming(self) -> list[str]:
         """Worlds whose stores the loop looks into for a plain group (worldbook.py)."""
-        return self.book.plain_forming()
+        return self.book.plain_forming(self.processes.unheard)
 
     def on_store_seen(self, world_name: str, ranks: set[int] | None) -> None:
         """What a forming world's store shows of a plain torch.distributed group: the

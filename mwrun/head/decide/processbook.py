@@ -19,14 +19,17 @@ from typing import Protocol
 from mwrun.errors import StartError
 from mwrun.head.decide import events as ev
 from mwrun.head.decide import hangs
-from mwrun.head.decide.deadlines import Deadlines
+from mwrun.head.decide.deadlines import Timer, Timers
 from mwrun.head.decide.events import Event, Why
+from mwrun.head.decide.moves import checked
 from mwrun.head.decide.records import ProcessRecord
 from mwrun.plan import nccl as nccl_rules
 from mwrun.plan.placement import ProcessPlan
+from mwrun.schema import PROCESS_MOVES
 from mwrun.schema import ProcessState as P
 
-TICK = 0.5  # seconds between checks for hung processes and due restarts
+TICK = 0.5  # seconds between the awake clock's readings, and looks at a silent process
+LOOKED = (P.STARTING, P.RUNNING, P.UNRESPONSIVE)  # whose silence is judged (hangs.py)
 
 
 class Hands(Protocol):
@@ -42,29 +45,37 @@ class Hands(Protocol):
 
 class Processes:
     def __init__(self, plans: dict[str, ProcessPlan], host: Hands,
-                 emit: Callable[[Event], None], capture_wait: float = 0.0):
+                 emit: Callable[[Event], None], timers: Timers, capture_wait: float = 0.0):
         self.host, self.emit = host, emit
         # A member declared hung is killed once its world's stacks are captured
         # (postmortem.py says so: ``kill_hung``), or this long after at the latest.
         self.capture_wait = capture_wait
-        self.kills_due = Deadlines()  # process -> when its hang kill is due
+        # The head's one heap: (RESTART, name) its restart, (LOOK, name) when its
+        # silence is next judged, (HANG_KILL, name) its hang kill; AWAKE, the clock.
+        self.timers = timers
+        timers.handle(Timer.HANG_KILL, lambda name, now: self._hang_kill(name))
         self.records = {name: ProcessRecord(p) for name, p in plans.items()}
         # Processes per state, kept by move: "is anything left?" costs the same at 10
         # processes as at 1,000.
         self.tally: Counter = Counter({P.STARTING: len(self.records)})
-        self.restarts_due = Deadlines()  # process -> when its restart is due
         self.incarnations: dict[str, int] = {}  # name -> starts made, across its records
         self.nccl_warned: set[str] = set()  # known-bad NCCL versions warned of once
+        # Started and not heard from yet (no hello): whose worlds' stores the loop looks
+        # into for a plain group, without a look at every world on every tick.
+        self.unheard: set[str] = set(self.records)
         self.clock = hangs.AwakeClock(host.now(), TICK)  # what heartbeats are judged on
+        timers.set((Timer.AWAKE, ""), host.now() + TICK)
 
     def say(self, text: str) -> None:
         self.emit(ev.Said(text))
 
     def move(self, rec: ProcessRecord, state: P) -> None:
-        """Every change of a process's state goes here: the tally follows it."""
-        self.tally[rec.state] -= 1
+        """Every change of a process's state goes here, checked against its machine;
+        the tally follows it."""
+        old = rec.state
+        rec.state = checked(PROCESS_MOVES, f"process {rec.plan.name}", old, state)
+        self.tally[old] -= 1
         self.tally[state] += 1
-        rec.state = state
 
     def add(self, plan: ProcessPlan) -> ProcessRecord:
         """A process that joins the job: to be started (RESTARTING is expected and not
@@ -78,8 +89,9 @@ class Processes:
     def forget(self, name: str) -> None:
         rec = self.records.pop(name)
         self.tally[rec.state] -= 1
-        self.restarts_due.clear(name)
-        self.kills_due.clear(name)
+        self.unheard.discard(name)
+        for kind in (Timer.RESTART, Timer.LOOK, Timer.HANG_KILL):
+            self.timers.clear((kind, name))
 
     def spawn(self, rec: ProcessRecord, generations: dict[str, int]) -> str | None:
         """Start ``rec`` (again); why it could not, or None."""
@@ -98,8 +110,10 @@ class Processes:
         rec.said_hello, rec.beat_every, rec.stopped_since, rec.hung = False, None, None, None
         rec.restart_at = rec.suspect_since = rec.joined_at = rec.beat_gap = rec.stop_sent_at = None
         rec.drilled = False
-        self.restarts_due.clear(name)
-        self.kills_due.clear(name)
+        self.unheard.add(name)
+        self.timers.clear((Timer.RESTART, name))
+        self.timers.clear((Timer.HANG_KILL, name))
+        self.timers.set((Timer.LOOK, name), now + TICK)
         self.emit(ev.Spawned(name, pid, rec.restarts) if pid is not None else
                   ev.ProcessChanged(name, P.STARTING, rec.why))  # its pid comes later
         return None
@@ -109,6 +123,9 @@ class Processes:
         self.records[name].drilled |= why is Why.DRILL
         if sig in hangs.STOPS:  # /proc is read at the next tick, not beats later
             self.records[name].stop_sent_at = self.awake()
+            look, soon = (Timer.LOOK, name), self.host.now() + TICK
+            if look in self.timers and soon < (self.timers.when(look) or soon):
+                self.timers.set(look, soon)
         self.emit(ev.Signalled(name, signal.Signals(sig), why))
 
     # -- what the library tells of one process -----------------------------------------
@@ -127,6 +144,7 @@ class Processes:
 
     def hello(self, rec: ProcessRecord, interval: float, nccl: str | None) -> None:
         rec.said_hello, rec.beat_every, rec.last_beat = True, interval, self.awake()
+        self.unheard.discard(rec.plan.name)
         rec.nccl, warning = nccl, nccl_rules.warning(rec.plan.name, nccl, self.nccl_warned)
         if warning is not None:  # once per known-bad version, at its first hello
             self.nccl_warned.add(str(nccl))
@@ -138,6 +156,21 @@ class Processes:
         self.responsive(rec, None)
 
     # -- hangs ------------------------------------------------------------------------
+
+    def tick(self, name: str, now: float) -> None:
+        """The awake clock is read at least once a TICK: a longer gap is a stall."""
+        self.awake()
+        self.timers.set((Timer.AWAKE, name), now + TICK)
+
+    def look(self, name: str, now: float) -> None:
+        """Its silence judged now (LOOK came due), and the next look set."""
+        rec = self.records.get(name)
+        if rec is None or rec.state not in LOOKED:
+            return  # hung, draining or ended: looked at again from its next start
+        awake = self.awake()
+        self.check_hung(rec, awake)
+        if rec.state in LOOKED:
+            self.timers.set((Timer.LOOK, name), now + hangs.next_look(rec, awake, TICK))
 
     def awake(self) -> float:
         """The awake clock (see hangs.py); says so when the supervisor finds it stalled."""
@@ -183,23 +216,15 @@ class Processes:
         self.emit(ev.Hung(name, why))
         self.say(rec.why)
         if wait:
-            self.kills_due.set(name, self.host.now() + wait)
+            self.timers.set((Timer.HANG_KILL, name), self.host.now() + wait)
         else:
             self.signal(name, signal.SIGKILL, Why.HANG)
 
     def kill_hung(self, name: str) -> None:
         """The hang kill a capture held back: now (captured, or its wait is over); none
         for one that ended meanwhile (a restart clears its deadline)."""
-        if name in self.kills_due:
-            self.kills_due.clear(name)
-            self._hang_kill(name)
-
-    def deadlines(self) -> tuple[float | None, float | None]:
-        """When the next restart is due, and the next hang kill."""
-        return self.restarts_due.earliest(), self.kills_due.earliest()
-
-    def kill_hung_due(self, now: float) -> None:
-        for name in self.kills_due.due(now):
+        if (Timer.HANG_KILL, name) in self.timers:
+            self.timers.clear((Timer.HANG_KILL, name))
             self._hang_kill(name)
 
     def _hang_kill(self, name: str) -> None:

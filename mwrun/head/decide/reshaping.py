@@ -20,12 +20,11 @@ drain, never a fault: no break, nothing in the fault records.
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
 from mwrun.head.decide import events as ev
-from mwrun.head.decide.deadlines import Deadlines
+from mwrun.head.decide.deadlines import Timer
 from mwrun.head.decide.events import Why
 from mwrun.head.decide.processbook import Processes
 from mwrun.head.decide.records import ProcessRecord, WorldRecord
@@ -47,16 +46,16 @@ class Down(Protocol):
 
 
 class Reshaping:
-    def __init__(self, processes: Processes, book: Worlds, down: Down, grace: float,
-                 spawn: Callable[[ProcessRecord], None]):
+    def __init__(self, processes: Processes, book: Worlds, down: Down, grace: float):
         self.processes, self.book, self.down, self.grace = processes, book, down, grace
-        self.spawn = spawn
-        self.drains = Deadlines()  # draining world -> when its drain ends at the latest
-        self.leaves = Deadlines()  # retired process with no world -> when SIGTERM is due
-        self.kills = Deadlines()  # retired process sent SIGTERM -> when SIGKILL is due
+        # The head's one heap: (DRAIN, world) when a drain ends at the latest, (LEAVE,
+        # process) when a retired process with no world gets SIGTERM, (RETIRE_KILL,
+        # process) when it gets SIGKILL; the supervisor says what each calls.
+        self.timers = processes.timers
 
     def apply(self, rev: Revision, now: float) -> None:
-        """Apply ``rev`` (see the module's docstring)."""
+        """Apply ``rev`` up to its new processes' start (see the module's docstring):
+        the supervisor starts them (restarts.py), then ``retire``s."""
         procs, plan = self.processes.records, rev.plan
         for name in rev.changed:
             rec, proc = procs.get(name), plan.processes[name]
@@ -77,10 +76,11 @@ class Reshaping:
                 self.resize(world, plan.worlds[name])
             elif world is not None:
                 self._drain(world, plan.worlds.get(name), rev.drains[name], now)
-        for name in rev.started:
-            self.spawn(procs[name])
+
+    def retire(self, rev: Revision, now: float) -> None:
+        """The processes ``rev`` retires turn DRAINING (their new peers have started)."""
         for name in rev.retired:
-            self._retire(procs[name], rev.op, now)
+            self._retire(self.processes.records[name], rev.op, now)
 
     # -- worlds -----------------------------------------------------------------------
 
@@ -96,7 +96,7 @@ class Reshaping:
         """Re-form at once with ``plan``'s members (a member joins; a drain that such a
         resize meets ends with it)."""
         before = world.plan.members
-        self.drains.clear(world.plan.name)
+        self.timers.clear((Timer.DRAIN, world.plan.name))
         self.book.resize(world, plan)
         self._left(world.plan.name, [m for m in before if m not in plan.members])
 
@@ -105,7 +105,7 @@ class Reshaping:
         if not self.book.drain(world, target, now + seconds, seconds):
             self.finish(world, "it was not healthy, so nothing was left to drain")
             return
-        self.drains.set(world.plan.name, world.drain_until or now)
+        self.timers.set((Timer.DRAIN, world.plan.name), world.drain_until or now)
         self.processes.say(f"{world.plan.name} drains: its calls work until a member"
                            f" releases it, {seconds:g}s at most")
         for member in world.plan.members:
@@ -115,7 +115,7 @@ class Reshaping:
     def finish(self, world: WorldRecord, why: str) -> None:
         """A drain is over (released, its deadline, a member ended)."""
         before = world.plan.members
-        self.drains.clear(world.plan.name)
+        self.timers.clear((Timer.DRAIN, world.plan.name))
         target = world.target
         leaving = [m for m in before if target is None or m not in target.members]
         self.book.finish(world, f"drained: {why}")
@@ -158,20 +158,21 @@ class Reshaping:
     def _stop(self, rec: ProcessRecord) -> None:
         """Its worlds are gone: it may end by itself for LEAVE_WAIT, then SIGTERM."""
         name = rec.plan.name
-        if rec.state.alive and name not in self.kills and name not in self.leaves:
-            self.leaves.set(name, self.processes.host.now() + LEAVE_WAIT)
+        if rec.state.alive and (Timer.RETIRE_KILL, name) not in self.timers \
+                and (Timer.LEAVE, name) not in self.timers:
+            self.timers.set((Timer.LEAVE, name), self.processes.host.now() + LEAVE_WAIT)
 
     def _terminate(self, name: str, now: float) -> None:
         self.processes.signal(name, signal.SIGTERM, Why.RETIRE)
         self.processes.signal(name, signal.SIGCONT, Why.RETIRE)  # a stopped one must wake
-        self.kills.set(name, now + self.grace)
+        self.timers.set((Timer.RETIRE_KILL, name), now + self.grace)
 
     def gone(self, rec: ProcessRecord) -> None:
         """A retired process ended: it leaves the job (its worlds that still wait for it
         end now)."""
         name = rec.plan.name
-        self.kills.clear(name)
-        self.leaves.clear(name)
+        self.timers.clear((Timer.RETIRE_KILL, name))
+        self.timers.clear((Timer.LEAVE, name))
         for world_name in list(rec.plan.worlds):
             world = self.book.records.get(world_name)
             if world is not None and world.state is W.DRAINING:
@@ -179,27 +180,24 @@ class Reshaping:
         self.processes.forget(name)
         self.processes.emit(ev.Gone(name))
 
-    def tick(self, now: float, stopping: bool) -> list[ProcessRecord]:
-        """Drains whose deadline passed end; retired processes past their grace get
-        SIGKILL. What it touched."""
-        touched = []
-        for name in self.drains.due(now):
-            world = self.book.records.get(name)
-            if world is not None and world.state is W.DRAINING:
-                touched += [self.processes.records[m] for m in world.plan.members
-                            if m in self.processes.records]
-                self.finish(world, "its drain_timeout passed")
-        for name in self.leaves.due(now):
-            rec = self.processes.records.get(name)
-            if rec is not None and rec.state.alive and not stopping:
-                self._terminate(name, now)
-        for name in self.kills.due(now):
-            rec = self.processes.records.get(name)
-            if rec is not None and rec.state.alive and not stopping:
-                self.processes.signal(name, signal.SIGKILL, Why.RETIRE)
+    def drain_over(self, name: str) -> list[ProcessRecord]:
+        """A drain's deadline passed (DRAIN): it ends now. What it touched."""
+        world = self.book.records.get(name)
+        if world is None or world.state is not W.DRAINING:
+            return []
+        touched = [self.processes.records[m] for m in world.plan.members
+                   if m in self.processes.records]
+        self.finish(world, "its drain_timeout passed")
         return touched
 
-    def earliest(self) -> float | None:
-        times = [t for t in (self.drains.earliest(), self.leaves.earliest(),
-                             self.kills.earliest()) if t is not None]
-        return min(times, default=None)
+    def leave_over(self, name: str, now: float) -> None:
+        """A retired process did not end by itself (LEAVE): SIGTERM, then its grace."""
+        rec = self.processes.records.get(name)
+        if rec is not None and rec.state.alive:
+            self._terminate(name, now)
+
+    def grace_over(self, name: str) -> None:
+        """A retired process outlived its grace (RETIRE_KILL): SIGKILL."""
+        rec = self.processes.records.get(name)
+        if rec is not None and rec.state.alive:
+            self.processes.signal(name, signal.SIGKILL, Why.RETIRE)

@@ -8,33 +8,34 @@ from __future__ import annotations
 import signal
 
 from mwrun.head.decide import events as ev
+from mwrun.head.decide.deadlines import Timer
 from mwrun.head.decide.events import Why
 from mwrun.head.decide.processbook import Processes
 from mwrun.head.decide.records import ProcessRecord
 from mwrun.schema import ProcessState as P
 
 KILL_WAIT = 5.0  # after SIGKILL, how long to wait for processes stuck in the kernel
+KILL = (Timer.STOP, "kill")  # the grace is over: SIGKILL to every live process
+GIVE_UP = (Timer.STOP, "give_up")  # KILL_WAIT after that: what lives on is left
 
 
 class Stopping:
     def __init__(self, processes: Processes, grace: float):
         self.processes, self.grace = processes, grace
+        self.timers = processes.timers  # the head's one heap: KILL, then GIVE_UP
         self.asked = False
-        self.kill_at: float | None = None
-        self.give_up_at: float | None = None
 
     def ask(self, reason: str, now: float) -> list[ProcessRecord]:
         """Begin the stop (or, asked again, kill at once); what it moved."""
         procs = self.processes
         if self.asked:
             procs.say("stopping now: SIGKILL to every process")
-            self.kill_at = now
-            return self.escalate(now)
+            return self.due("kill", now)
         self.asked = True
         procs.emit(ev.Stopping(reason))
         procs.say(f"{reason}: stopping every process (SIGTERM, then SIGKILL after"
                   f" {self.grace:g}s)")
-        self.kill_at = now + self.grace
+        self.timers.set(KILL, now + self.grace)
         for rec in list(procs.records.values()):
             if rec.state.alive:
                 procs.signal(rec.plan.name, signal.SIGTERM, Why.STOP)
@@ -42,20 +43,21 @@ class Stopping:
             elif rec.state is P.RESTARTING:
                 procs.move(rec, P.STOPPED)
                 rec.why = "its restart was cancelled by the stop"
-                procs.restarts_due.clear(rec.plan.name)
+                self.timers.clear((Timer.RESTART, rec.plan.name))
                 procs.emit(ev.ProcessChanged(rec.plan.name, P.STOPPED, rec.why))
         return list(procs.records.values())
 
-    def escalate(self, now: float) -> list[ProcessRecord]:
-        """SIGKILL once the grace is over, give up once KILL_WAIT is: what it moved."""
+    def due(self, which: str, now: float) -> list[ProcessRecord]:
+        """``kill``: the grace is over (or the stop was asked again), SIGKILL;
+        ``give_up``: KILL_WAIT after that. What it moved."""
         procs, given_up = self.processes, []
-        if self.kill_at is not None and now >= self.kill_at:
-            self.kill_at = None
-            self.give_up_at = now + KILL_WAIT
+        if which == KILL[1]:
+            self.timers.clear(KILL)
+            self.timers.set(GIVE_UP, now + KILL_WAIT)
             for rec in list(procs.records.values()):
                 if rec.state.alive:
                     procs.signal(rec.plan.name, signal.SIGKILL, Why.STOP)
-        elif self.give_up_at is not None and now >= self.give_up_at:
+        elif which == GIVE_UP[1]:
             # Processes stuck in the kernel (D state) ignore even SIGKILL; leave them
             # rather than hang the supervisor forever, and say so.
             for rec in list(procs.records.values()):
@@ -66,12 +68,9 @@ class Stopping:
                     rec.why = "did not die after SIGKILL"
                     procs.emit(ev.Abandoned(rec.plan.name, rec.pid, rec.why))
                     given_up.append(rec)
-            self.give_up_at = None
         return given_up
 
     def grace_left(self, now: float) -> float | None:
         """Seconds until SIGKILL while the stop's grace runs; None once it was sent."""
-        return None if self.kill_at is None else max(self.kill_at - now, 0.0)
-
-    def deadlines(self) -> tuple[float | None, float | None]:
-        return self.kill_at, self.give_up_at
+        kill_at = self.timers.when(KILL)
+        return None if kill_at is None else max(kill_at - now, 0.0)

@@ -18,18 +18,21 @@ from typing import Protocol
 
 from mwrun.head.decide import drills, policy
 from mwrun.head.decide import events as ev
+from mwrun.head.decide.deadlines import Timer, Timers
 from mwrun.head.decide.events import Event, Events, Why
 from mwrun.head.decide.members import Members
+from mwrun.head.decide.moves import checked
 from mwrun.head.decide.processbook import TICK, Hands, Processes
 from mwrun.head.decide.records import ProcessRecord
 from mwrun.head.decide.reshaping import Reshaping
+from mwrun.head.decide.restarts import Restarts
 from mwrun.head.decide.stopping import Stopping
 from mwrun.head.decide.worldbook import Stores, Worlds
 from mwrun.membership.revision import Revision
 from mwrun.plan.placement import Plan
+from mwrun.schema import RUN_MOVES
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
-from mwrun.schema import WorldState as W
 
 __all__ = ["TICK", "Host", "Supervisor"]
 
@@ -43,31 +46,64 @@ class Host(Hands, Stores, Protocol):
 
 class Supervisor:
     def __init__(self, plan: Plan, host: Host, events: Events | None = None,
-                 grace: float = 10.0, capture_wait: float = 0.0):
+                 grace: float = 10.0, capture_wait: float = 0.0,
+                 timers: Timers | None = None):
         self.plan = plan
         self.host = host
         self.events = events if events is not None else Events()
         self.state = R.STARTING
-        self.processes = Processes(plan.processes, host, self.events.emit, capture_wait)
+        # The head's one heap of timers (the loop's, shared with its other parts).
+        self.timers = timers if timers is not None else Timers()
+        self.processes = Processes(plan.processes, host, self.events.emit, self.timers,
+                                   capture_wait)
         self.procs = self.processes.records  # read: the status document, the loop, tests
         self.book = Worlds(plan, self.procs, host, self.events.emit)
         self.worlds = self.book.records  # read: the status document, the loop, tests
         self.failed_stop = False  # the job was stopped because a world said on_failure: stop
         self.stop = Stopping(self.processes, grace)
-        self.reshaping = Reshaping(self.processes, self.book, host, grace, self._spawn)
+        self.reshaping = Reshaping(self.processes, self.book, host, grace)
+        self.restarts = Restarts(self.processes, self.book, self.reshaping, self.stop, host)
         # What the library inside each process tells (its hello, beats, worlds).
         self.members = Members(self.processes, self.book, self.reshaping, self._settle)
+        self._handle_timers()
+
+    def _handle_timers(self) -> None:
+        """What each of the decisions' timers calls when it is due: every timer of the
+        supervisor in one table. While the job stops, only the stop's own act."""
+        def unless_stopping(act):
+            return lambda name, now: None if self.stopping else act(name, now)
+        handle = self.timers.handle
+        # The awake clock's reading once a TICK (a stall is a longer gap), and the run's
+        # end looked for, as every settle does (a check of counts, not of processes).
+        handle(Timer.AWAKE, self._awake)
+        handle(Timer.RESTART, unless_stopping(
+            lambda name, now: self._settle(*self._then(self.restarts.due(name, now),
+                                                       self.procs.get(name)))))
+        handle(Timer.LOOK, unless_stopping(self.processes.look))
+        handle(Timer.DRAIN, lambda name, now: self._settle(*self.reshaping.drain_over(name)))
+        handle(Timer.LEAVE, unless_stopping(self.reshaping.leave_over))
+        handle(Timer.RETIRE_KILL, unless_stopping(
+            lambda name, now: self.reshaping.grace_over(name)))
+        handle(Timer.STOP, lambda name, now: self._settle(*self.stop.due(name, now)))
 
     # -- life cycle -----------------------------------------------------------------------
 
     def start(self) -> None:
-        for rec in self.procs.values():
-            self._spawn(rec)
+        for rec in list(self.procs.values()):
+            self._then(self.restarts.start(rec))
         self.processes.clock.read(self.host.now())  # spawning many is no stall
         if self.state is R.STARTING:  # STARTING -> RUNNING
-            self.state = R.RUNNING
+            self._move(R.RUNNING)
             self._emit(ev.Running())
         self._settle(*self.procs.values())
+
+    def _move(self, state: R) -> None:
+        """Every change of the run's state goes here, checked against its machine."""
+        self.state = checked(RUN_MOVES, "the run", self.state, state)
+
+    def _awake(self, name: str, now: float) -> None:
+        self.processes.tick(name, now)
+        self._settle()
 
     @property
     def stopping(self) -> bool:
@@ -76,11 +112,14 @@ class Supervisor:
     def _emit(self, event: Event) -> None:
         self.events.emit(event)
 
-    def _spawn(self, rec: ProcessRecord) -> None:
-        generations = {w: self.worlds[w].generation for w in rec.plan.worlds}
-        error = self.processes.spawn(rec, generations)
-        if error is not None:
-            self._ended(rec, policy.Exit(None, start_error=error))
+    def _then(self, stop_why: str | None, *touched: ProcessRecord | None
+              ) -> list[ProcessRecord]:
+        """What restarts said: the job stops when a world with on_failure: stop lost a
+        member (``stop_why``); the records to settle."""
+        if stop_why is not None and not self.stopping:
+            self.failed_stop = True
+            self.request_stop(stop_why)
+        return [rec for rec in touched if rec is not None]
 
     @property
     def finished(self) -> bool:
@@ -108,12 +147,14 @@ class Supervisor:
                     self.processes.move(rec, P.RUNNING)  # STARTING -> RUNNING
                     rec.joined_at = now
                     self._emit(ev.ProcessChanged(rec.plan.name, P.RUNNING, rec.why))
+                elif rec.state is P.RESTARTING and self.book.nothing_to_join(rec):
+                    self.restarts.not_restarted(rec)
         tally = self.processes.tally
         if self.finished or any(tally[state] for state in P if state.expected):
             return
         failed = self.failed_stop or tally[P.FAILED] > 0
         self.book.close_all()
-        self.state = R.FAILED if failed else R.FINISHED  # RUNNING|STOPPING -> FINISHED|FAILED
+        self._move(R.FAILED if failed else R.FINISHED)  # RUNNING|STOPPING -> FINISHED|FAILED
         self._emit(ev.RunEnded(self.state))
 
     # -- events ----------------------------------------------------------------------------
@@ -124,8 +165,7 @@ class Supervisor:
         rec = self.procs.get(name)
         if rec is not None and rec.state.alive:
             exit = policy.Exit(code, hung=rec.hung, lost=lost, drilled=rec.drilled)
-            self._ended(rec, exit, at)
-            self._settle(rec)
+            self._settle(*self._then(self.restarts.ended(rec, exit, at), rec))
 
     def on_spawned(self, name: str, pid: int, at: float | None = None) -> None:
         """A start its host answered later (a remote host's agent): its pid, made ``at``."""
@@ -138,95 +178,27 @@ class Supervisor:
         """A start its host answered later could not be made: as a start error."""
         rec = self.procs.get(name)
         if rec is not None and rec.state is P.STARTING and rec.pid is None:
-            self._ended(rec, policy.Exit(None, start_error=error))
-            self._settle(rec)
-
-    def _ended(self, rec: ProcessRecord, exit: policy.Exit, at: float | None = None) -> None:
-        name, pid = rec.plan.name, rec.pid
-        rec.pid, rec.exit_code = None, exit.code
-        what = exit.describe(name)
-        if self.stopping or rec.retired:
-            self.processes.move(rec, P.EXITED if exit.code == 0 or rec.retired
-                                else P.STOPPED)  # live -> EXITED|STOPPED
-            rec.why = f"{what} (retired)" if rec.retired and not self.stopping else what
-            self._emit(ev.Exited(name, pid, exit.code, rec.state, rec.why, at,
-                                 bool(exit.lost)))
-            if rec.retired:
-                self.reshaping.gone(rec)
-            return
-        rec.loop = policy.crash_loop(rec.loop, rec.joined_at, self.host.now(), rec.drilled)
-        decision = policy.after_exit(rec.plan.restart, rec.plan.max_restarts,
-                                     rec.plan.restart_backoff, rec.spent, exit, rec.loop)
-        if decision.restart:
-            rec.loop += 1
-            self.processes.move(rec, P.RESTARTING)
-            rec.restart_at = self.host.now() + decision.delay
-            self.processes.restarts_due.set(name, rec.restart_at)
-            when = f"in {decision.delay:g}s" if decision.delay else "at once"
-            rec.why = f"{what}; {decision.why} {when}"
-        else:
-            self.processes.move(rec, P.EXITED if exit.clean else P.FAILED)  # live -> EXITED|FAILED
-            rec.why = what if exit.clean else f"{what}; {decision.why}"
-        self._emit(ev.Exited(name, pid, exit.code, rec.state, rec.why, at, bool(exit.lost)))
-        self.processes.say(rec.why)
-        for world_name in list(rec.plan.worlds):
-            world = self.worlds.get(world_name)
-            if world is None:
-                continue
-            if world.state is W.DRAINING:  # going anyway: its end comes now, no break
-                self.reshaping.finish(world, what)
-                continue
-            # A member that finished for good closes its worlds; anything else breaks them.
-            finished = exit.clean and not decision.restart
-            if not finished and self.book.in_play(world, rec):
-                self.book.lost_member(world, what)
-            if policy.stops_the_job(world.plan.on_failure, exit) and not self.stopping:
-                self.failed_stop = True
-                self.request_stop(f"world {world_name} has on_failure: stop, and {what}")
-                return
-            self.book.close_if_hopeless(world)
+            exit = policy.Exit(None, start_error=error)
+            self._settle(*self._then(self.restarts.ended(rec, exit), rec))
 
     def on_tick(self) -> None:
-        now = self.host.now()
-        awake = self.processes.awake()
-        touched = self.reshaping.tick(now, self.stopping)  # drains over, retired ones stopped
-        self.processes.kill_hung_due(now)  # hung members whose capture ran out of time
-        for rec in list(self.procs.values()):
-            if rec.state is P.RESTARTING and self.book.nothing_to_join(rec):
-                touched.append(rec)
-                # RESTARTING -> FAILED|EXITED: every world it would join has closed for
-                # good; a failure that is never repaired fails the job.
-                self.processes.move(rec, P.EXITED if rec.exit_code == 0 else P.FAILED)
-                self.processes.restarts_due.clear(rec.plan.name)
-                rec.why = f"{rec.why}; not restarted: its worlds closed"
-                self._emit(ev.ProcessChanged(rec.plan.name, rec.state, rec.why))
-                self.processes.say(rec.why)
-            elif rec.state is P.RESTARTING and not self.stopping \
-                    and rec.restart_at is not None and rec.restart_at <= now \
-                    and self.host.reachable(rec.plan.name):  # its host is there (again)
-                rec.restarts += 1
-                rec.spent += not rec.drilled  # a drill's fault spends none (spawn unmarks)
-                which = policy.restart_text(rec.restarts, rec.spent, rec.plan.max_restarts,
-                                            rec.drilled)
-                self.processes.say(f"restarting {rec.plan.name} ({which})")
-                self._spawn(rec)
-                touched.append(rec)
-            elif rec.state in (P.STARTING, P.RUNNING, P.UNRESPONSIVE) and not self.stopping:
-                self.processes.check_hung(rec, awake)
-        if self.stopping:
-            touched += self.stop.escalate(now)
-        self._settle(*touched)
+        """Whatever of the head's timers is due now (the loop fires them the same way)."""
+        self.timers.fire(self.host.now())
 
     # -- requests --------------------------------------------------------------------------
 
     def request_stop(self, reason: str = "stop requested") -> None:
         if not self.stopping:
-            self.state = R.STOPPING  # STARTING|RUNNING -> STOPPING
+            self._move(R.STOPPING)  # STARTING|RUNNING -> STOPPING
         self._settle(*self.stop.ask(reason, self.host.now()))
 
     def revise(self, revision: Revision) -> None:
         """Move the running job to a new membership (a scale, a drain): see reshaping.py."""
-        self.reshaping.apply(revision, self.host.now())
+        now = self.host.now()
+        self.reshaping.apply(revision, now)
+        for name in revision.started:  # every world they join is at its generation now
+            self._then(self.restarts.start(self.procs[name]))
+        self.reshaping.retire(revision, now)
         self._settle(only=revision.worlds)  # the worlds it changed, and their members
 
     def kill_world(self, world_name: str, rank: int | None, sig: int) -> list[dict]:
@@ -237,8 +209,6 @@ class Supervisor:
         return hit
 
     def deadline(self) -> float | None:
-        """The next moment a restart, a drain's end or a kill is due (hang checks keep
-        TICK); or None."""
-        times = (*self.processes.deadlines(), self.reshaping.earliest(), *self.stop.deadlines())
-        return min((t for t in times if t is not None), default=None)
+        """The next moment any of the head's timers is due; or None."""
+        return self.timers.earliest()
 

@@ -24,8 +24,10 @@ from mwrun.head.decide.events import (
     WorldRemoved,
     WorldResized,
 )
+from mwrun.head.decide.moves import checked
 from mwrun.head.decide.records import ProcessRecord, WorldRecord
 from mwrun.plan.placement import Plan, WorldPlan
+from mwrun.schema import WORLD_MOVES
 from mwrun.schema import ProcessState as P
 from mwrun.schema import WorldState as W
 
@@ -53,6 +55,10 @@ class Worlds:
         self.stores = stores
         self.emit = emit
 
+    def move(self, world: WorldRecord, state: W) -> None:
+        """Every change of a world's state goes here, checked against its machine."""
+        world.state = checked(WORLD_MOVES, f"world {world.plan.name}", world.state, state)
+
     def joined(self, rec: ProcessRecord, world: str) -> bool:
         if not rec.state.alive:
             return False
@@ -64,10 +70,11 @@ class Worlds:
     def progress(self, world: WorldRecord, now: float) -> None:
         members = [self.procs[m] for m in world.plan.members]
         if world.state is W.BROKEN and all(m.state.alive for m in members):
-            world.state = W.FORMING  # BROKEN -> FORMING: everyone is back
+            self.move(world, W.FORMING)  # BROKEN -> FORMING: everyone is back
             self.emit(WorldChanged(world.plan.name, W.FORMING, world.reason))
         if world.state is W.FORMING and all(self.joined(m, world.plan.name) for m in members):
-            world.state, world.reason = W.HEALTHY, None  # FORMING -> HEALTHY
+            self.move(world, W.HEALTHY)  # FORMING -> HEALTHY
+            world.reason = None
             world.healthy_since, world.opaque = now, None
             self.emit(WorldFormed(world.plan.name, world.generation))
 
@@ -86,7 +93,8 @@ class Worlds:
     def broke(self, world: WorldRecord, reason: str, written: bool = False) -> None:
         """``written``: a member wrote the break to the world's store itself."""
         generation = world.generation
-        world.state, world.reason = W.BROKEN, reason  # FORMING|HEALTHY -> BROKEN
+        self.move(world, W.BROKEN)  # FORMING|HEALTHY -> BROKEN
+        world.reason = reason
         world.breaks += 1
         if not written:
             self.stores.mark_broken(world.plan.name, generation, reason)
@@ -131,7 +139,8 @@ class Worlds:
             return
         world.admitted = self._admits(plan.members)
         world.generation = generation + 1
-        world.state, world.reason = W.FORMING, None  # any -> FORMING, resized
+        self.move(world, W.FORMING)  # any -> FORMING, resized
+        world.reason = None
         self.stores.resize(plan.name, generation, world.admitted, list(plan.members),
                            protocol.resized(old, plan.size))
         self.emit(WorldResized(plan.name, world.generation, plan.members))
@@ -147,7 +156,8 @@ class Worlds:
         if world.state is not W.HEALTHY:
             world.target = target
             return False
-        world.state, world.target, world.drain_until = W.DRAINING, target, until
+        self.move(world, W.DRAINING)  # HEALTHY -> DRAINING
+        world.target, world.drain_until = target, until
         self.emit(WorldDraining(world.plan.name, world.generation, seconds))  # HEALTHY -> DRAINING
         return True
 
@@ -165,7 +175,8 @@ class Worlds:
         name = world.plan.name
         if world.state is not W.CLOSED:
             self.stores.remove(name, world.generation, reason)
-        world.state, world.reason = W.CLOSED, reason  # any -> CLOSED, removed
+        self.move(world, W.CLOSED)  # any -> CLOSED, removed
+        world.reason = reason
         del self.records[name]
         self.emit(WorldRemoved(name, reason))
 
@@ -188,7 +199,8 @@ class Worlds:
             return
         gone = next(self.procs[m] for m in world.plan.members if not self.procs[m].state.expected)
         reason = gone.why if gone.state is P.FAILED else f"{gone.why} and will not restart"
-        world.state, world.reason = W.CLOSED, reason  # any -> CLOSED
+        self.move(world, W.CLOSED)  # any -> CLOSED
+        world.reason = reason
         # A member that finished (exited 0, not restarted) ends the world: no break
         # (the run's summary counts none), and its members are told it ended.
         self.stores.close_world(world.plan.name, world.generation, reason,
@@ -199,15 +211,25 @@ class Worlds:
         """The job is over: every world closes (those not closed yet)."""
         for name, world in self.records.items():
             if world.state is not W.CLOSED:
-                world.state = W.CLOSED  # any -> CLOSED
+                self.move(world, W.CLOSED)  # any -> CLOSED
                 self.emit(WorldClosed(name, world.reason))
 
-    def plain_forming(self) -> list[str]:
+    def plain_forming(self, unheard: set[str]) -> list[str]:
         """Worlds forming with a live member that has not spoken the mwrun protocol
-        (yet): the loop looks into their stores for a plain group's rendezvous."""
-        return [name for name, world in self.records.items() if world.state is W.FORMING
-                and any(self.procs[m].state.alive and not self.procs[m].said_hello
-                        for m in world.plan.members)]
+        (yet): the loop looks into their stores for a plain group's rendezvous. Found
+        from the members not heard from (``unheard``, pruned of those no longer alive
+        here), so a job whose members all said hello costs nothing here."""
+        found: dict[str, None] = {}
+        for name in list(unheard):
+            rec = self.procs.get(name)
+            if rec is None or not rec.state.alive or rec.said_hello:
+                unheard.discard(name)
+                continue
+            for world in rec.plan.worlds:
+                record = self.records.get(world)
+                if record is not None and record.state is W.FORMING:
+                    found[world] = None
+        return sorted(found)
 
     def seen(self, world: WorldRecord, ranks: set[int] | None) -> bool:
         """What a forming world's store shows of a plain group (see
