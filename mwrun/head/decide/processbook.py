@@ -145,6 +145,7 @@ class Processes:
     def hello(self, rec: ProcessRecord, interval: float, nccl: str | None) -> None:
         rec.said_hello, rec.beat_every, rec.last_beat = True, interval, self.awake()
         self.unheard.discard(rec.plan.name)
+        self._look_after(rec, rec.last_beat)
         rec.nccl, warning = nccl, nccl_rules.warning(rec.plan.name, nccl, self.nccl_warned)
         if warning is not None:  # once per known-bad version, at its first hello
             self.nccl_warned.add(str(nccl))
@@ -154,6 +155,15 @@ class Processes:
         """A beat, and the most seconds to its next one, as it says (hangs.beat_gap)."""
         rec.last_beat, rec.beat_gap = self.awake(), hangs.beat_gap(next_in, rec.beat_every)
         self.responsive(rec, None)
+        self._look_after(rec, rec.last_beat)
+
+    def _look_after(self, rec: ProcessRecord, awake: float) -> None:
+        """A beat (or a hello) moves the next look at its silence to when the next beat
+        is overdue: a process that beats on time is never looked at, and no tick costs
+        anything per process (one heap entry per beat, as the beat itself costs)."""
+        if rec.state in LOOKED:
+            self.timers.set((Timer.LOOK, rec.plan.name),
+                            self.host.now() + hangs.next_look(rec, awake, TICK))
 
     # -- hangs ------------------------------------------------------------------------
 
@@ -169,8 +179,7 @@ class Processes:
             return  # hung, draining or ended: looked at again from its next start
         awake = self.awake()
         self.check_hung(rec, awake)
-        if rec.state in LOOKED:
-            self.timers.set((Timer.LOOK, name), now + hangs.next_look(rec, awake, TICK))
+        self._look_after(rec, awake)
 
     def awake(self) -> float:
         """The awake clock (see hangs.py); says so when the supervisor finds it stalled."""
