@@ -2,8 +2,9 @@
 counts, events and faults (``timeline``, ``faults``), pace over exact windows
 (``counts``), what each fault cost (``impact``), scale operations (``scaleops``), and
 what a drill comes to (``drills``; ``ledger`` for what it counts from the status
-documents while it runs). ``mwrun report``, ``drill`` and ``status`` read through it;
-what it gives is numbers and records, never text on a terminal.
+documents while it runs). ``mwrun report`` and ``mwrun drill`` read through it (``status``
+shows the status document, which the head keeps: it needs no history); what it gives
+is numbers and records, never text on a terminal.
 
 The command line uses only the names below (test_layout holds it): the modules are
 this part's own, free to change.

@@ -24,6 +24,8 @@ Pace = tuple[float, float | None]  # (calls/s, bytes/s or None when unknown): se
 
 @dataclass
 class Timeline:
+    """A run as its history tells it, from its first record to its last (``build``)."""
+
     run_id: str
     name: str
     worlds: dict[str, list[str]]  # name -> members
