@@ -9,10 +9,10 @@ import warnings
 import click
 
 from mwrun import __version__
-from mwrun.cli import acting, inspecting, scaling
+from mwrun.cli import acting, inspecting, reading, scaling
 from mwrun.cli.common import SECONDS, run_arg, topology_arg, warn
 from mwrun.errors import MwrunError, RunError, TopologyError
-from mwrun.schema import FINAL, LOGS, log_name
+from mwrun.schema import FINAL
 
 EPILOG = """\b
 Examples:
@@ -69,7 +69,7 @@ def main():
 
 
 for _command in (acting.kill_world, acting.drill, acting.stop, scaling.scale,
-                 scaling.drain, inspecting.stacks):
+                 scaling.drain, inspecting.stacks, reading.logs, reading.report):
     main.add_command(_command)
 
 
@@ -242,54 +242,6 @@ def status(run, as_json, watch):
             return
         run = run_id
         time.sleep(1.0)
-
-
-@main.command()
-@click.argument("process")
-@run_arg
-@click.option("--follow", "-f", is_flag=True, help="Keep printing as the log grows.")
-def logs(process, run, follow):
-    """The output of PROCESS in RUN (default: the newest run, live or not).
-
-    \b
-    Examples:
-      mwrun logs leader
-      mwrun logs worker-0 star-20261122-101500 -f
-    """
-    from mwrun import runs
-    from mwrun.cli import logview
-
-    run_id, state = runs.find(run, live_only=False, warn=warn)
-    names = [p["name"] for p in state["processes"]]
-    if process not in names:
-        raise RunError(f"run {run_id} has no process {process!r}; it has: {', '.join(names)}")
-    path = runs.run_path(run_id) / LOGS / log_name(process)
-    logview.show(path, follow, lambda: runs.is_live(runs.read_state(run_id) or {}),
-                 click.echo)
-
-
-@main.command()
-@run_arg
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=str),
-              help="The picture: .png (default: report.png in the run's folder), .svg, .pdf.")
-def report(run, output):
-    """A picture of RUN's history and a summary of its faults (default: the newest run).
-
-    One lane per world with its calls/s over time; kills, breaks, restarts and
-    re-forms marked; each broken world's downtime shaded and measured. The summary
-    (printed, and under the picture) gives per world its breaks, its downtime, and
-    its pace before, during and after each fault, and each drill's summary. Works on
-    a live run too. Needs matplotlib: pip install 'mwrun[report]'.
-
-    \b
-    Examples:
-      mwrun report
-      mwrun report star-20261122-101500 -o drill.png
-    """
-    from mwrun.cli import report as drawing
-
-    for line in drawing.report(run, output):
-        click.echo(line)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,18 +8,18 @@ ids of the drill's own), never waited for: the loop goes on, following each with
 ``op`` requests until it ended, and faults pick their target when they are due, from
 the status document then (drillscale.py).
 
-Everything it measures of the faults it reads back from the run's history
-(timeline.py), the same records ``mwrun report`` reads: the drill keeps no clock of
+Everything it measures of the faults it reads back from the run's history through
+mwrun.records, the same records ``mwrun report`` reads: the drill keeps no clock of
 its own on the faults. What the history does not hold (each member's failed calls)
-it reads from the status document about once a second (drillscale.Ledger). Ctrl-C
-ends the drill, never the job: the summary so far is still given.
+it reads from the status document about once a second (drillwatch.Watch, counted by
+records.Ledger). Ctrl-C ends the drill, never the job: the summary so far is still
+given.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
 import sys
 import time
@@ -28,19 +28,30 @@ from pathlib import Path
 
 from mwrun import runs
 from mwrun.cli import drill as d
-from mwrun.cli import drillrisk, timeline
+from mwrun.cli import drillrisk, drillsave, drillview
 from mwrun.cli import drillscale as ds
+from mwrun.cli.drillops import Operations
+from mwrun.cli.drillwatch import Display, Watch
 from mwrun.errors import RunError, UsageError
-from mwrun.schema import HISTORY, PLAN, OpState
-from mwrun.schema import Event as E
+from mwrun.records import (
+    BASELINE_MAX,
+    BASELINE_MIN,
+    Sent,
+    Shot,
+    Timeline,
+    Window,
+    baseline,
+    exit_status,
+    match,
+    pace_of,
+    read,
+    summarize,
+)
+from mwrun.schema import PLAN
 
 POLL = 0.1  # seconds between looks at the clock while waiting for the next fault
-SHOW_EVERY = 1.0  # seconds between progress updates (each reads the history)
 BASELINE_WAIT = 60.0  # seconds the drill waits for BASELINE_MIN of fault-free pace
 RECOVER_WAIT = 30.0  # seconds after the drill for its last faults to recover
-LOOK_EVERY = 1.0  # seconds between readings of the status document (about a beat)
-OP_POLL = 0.2  # seconds between looks at a scale operation under way
-OP_WAIT = 120.0  # seconds a scale operation may take (a drain waits drain_timeout)
 SETTLE = 2.0  # seconds of beats after the last change, for the last counts to arrive
 
 
@@ -94,168 +105,8 @@ def _hang_wait(run_id: str, sig: str) -> float:
         return 90.0  # the default hang_timeout (3 x the default timeout)
 
 
-class Display:
-    """The drill's progress line: in place on a terminal; elsewhere a line only when
-    what it says changed (not one per second)."""
-
-    def __init__(self, say: Callable[[str], None], tty: bool):
-        self.say, self.tty = say, tty
-        self.shown, self.shown_at = "", float("-inf")
-        self.in_place = False  # a line drawn in place, not ended yet
-
-    def due(self, now: float, force: bool = False) -> bool:
-        if now - self.shown_at < SHOW_EVERY and not force:
-            return False
-        self.shown_at = now
-        return True
-
-    def show(self, text: str, key: str | None = None) -> None:
-        """``key``: what changed (a plain line is said only when it did)."""
-        if self.tty:
-            self.say(f"\r{text}\x1b[K")
-            self.in_place = True
-        elif (key or text) != self.shown:
-            self.say(text + "\n")
-        self.shown = key or text
-
-    def end_line(self) -> None:
-        """Below a line drawn in place, before anything else is said."""
-        if self.in_place:
-            self.say("\n")
-            self.in_place = False
-
-
-class Watch:
-    """The run as the drill last read it: its status document (at most every
-    LOOK_EVERY, unless forced), which the ledger reads each of, and the faults sent
-    whose break no document has shown yet."""
-
-    def __init__(self, run_id: str, control: str, ask, clock):
-        self.run_id, self.control, self.ask, self.clock = run_id, control, ask, clock
-        self.ledger = ds.Ledger()
-        self.doc: dict | None = None  # the latest status document read
-        self.looked_at = float("-inf")
-        # faults sent whose break is not in a document yet: (world, process, breaks, t)
-        self.struck: list[tuple[str, str, int | None, float]] = []
-
-    def still_live(self) -> None:  # or RunError
-        if not runs.is_live(runs.read_state(self.run_id) or {}):
-            raise RunError(f"run {self.run_id} ended during the drill") from None
-
-    def look(self, force: bool = False) -> dict:
-        """The status document (read at most every LOOK_EVERY unless ``force``)."""
-        now = self.clock()
-        if self.doc is not None and not force and now - self.looked_at < LOOK_EVERY:
-            return self.doc
-        try:
-            doc = self.ask(self.control, {"verb": "status"})["status"]
-        except RunError:
-            self.still_live()
-            if self.doc is None:
-                raise
-            return self.doc  # a busy head: the last one will do
-        self.doc, self.looked_at = doc, now
-        self.ledger.see(doc, now)
-        return doc
-
-    def worlds_now(self) -> set[str] | None:
-        """The worlds the run has now, those being removed aside (None: not known)."""
-        try:
-            doc = self.ask(self.control, {"verb": "status"})["status"]
-        except RunError:
-            self.still_live()
-            return None
-        return {w["name"] for w in doc["worlds"] if w["state"] not in ds.GOING}
-
-    def pending(self) -> list[tuple[str, str, int | None, float]]:
-        """The faults sent whose break no document has shown yet (for at most
-        KILL_LEADS): the status may still show their world healthy, their member
-        serving (as the ledger read the latest document)."""
-        now = self.clock()
-        self.struck = [(w, p, breaks, t) for w, p, breaks, t in self.struck
-                       if now - t < d.KILL_LEADS and (life := self.ledger.now.get(w))
-                       is not None and (breaks is None or life.breaks <= breaks)]
-        return self.struck
-
-
-class Operations:
-    """The drill's scale operations: each asked of the head (never waited for), then
-    followed, every OP_POLL, until it ends; as the head last told them."""
-
-    def __init__(self, prefix: str, ask, control: str, clock, still_live):
-        self.prefix = prefix  # the drill's op ids: PREFIX-1, PREFIX-2, ...
-        self.ask, self.control, self.clock, self.still_live = ask, control, clock, still_live
-        self.records: list[dict] = []  # every operation asked
-        self.running: dict[str, dict] = {}  # op id -> its record, while under way
-        self.skipped: list[str] = []  # operations not asked, and why
-        self.polled_at = float("-inf")
-
-    def _record(self, move: ds.Move, count: int, desired: int, at: float) -> dict:
-        op = f"{self.prefix}-{len(self.records) + 1}"
-        record = {"op": op, "process": move.process, "asked": round(at, 4),
-                  "from": desired, "to": count, "state": OpState.RUNNING.value,
-                  "error": None, "changes": []}
-        self.records.append(record)
-        return record
-
-    def move(self, move: ds.Move, doc: dict, hit: set[str]) -> bool:
-        """Ask the head for ``move`` as the run is now (``hit``: replicas just faulted);
-        whether it ended at once (refused, or nothing to change)."""
-        at = self.clock()
-        under_way = [op["op"] for op in self.running.values() if op["process"] == move.process]
-        found = ds.move_count(doc, move, under_way, hit)
-        if isinstance(found, str):
-            self.skipped.append(f"{ds.clock_text(at)} {move.process}: {found}")
-            return False
-        record = self._record(move, *found, at)
-        op = record["op"]
-        try:
-            reply = self.ask(self.control, {"verb": "scale", "op": op,
-                                            "changes": [f"{move.process}={found[0]}"]})
-        except RunError as exc:
-            self.still_live()
-            record.update(state="refused", error=str(exc))
-            return False
-        if reply.get("repeated"):  # another drill used this id: nothing was changed
-            record.update(state="refused", error=f"op id {op} was used already")
-            return False
-        record.update(state=reply["state"], changes=reply["changes"])
-        if record["state"] == OpState.RUNNING.value:
-            self.running[op] = record
-            self.polled_at = self.clock()  # asked again OP_POLL from now
-            return False
-        return True
-
-    def follow(self) -> bool:
-        """Each operation under way, as the head tells it now; whether one ended."""
-        now = self.clock()
-        if not self.running or now - self.polled_at < OP_POLL:
-            return False
-        self.polled_at, ended = now, False
-        for op, record in list(self.running.items()):
-            try:
-                reply = self.ask(self.control, {"verb": "op", "op": op})
-            except RunError as exc:
-                self.still_live()
-                record["error"] = str(exc)  # asked again next time
-                continue
-            record.update(state=reply["state"], changes=reply["changes"], error=None)
-            if record["state"] != OpState.RUNNING.value:
-                del self.running[op]
-                ended = True
-        return ended
-
-    def busy(self) -> set[str]:
-        """The replicas an operation of the drill's is adding or retiring now."""
-        return {c["process"] for op in self.running.values() for c in op["changes"]}
-
-    def late(self) -> float:
-        """When the last operation under way has had its time (OP_WAIT)."""
-        return max((op["asked"] + OP_WAIT for op in self.running.values()), default=0.0)
-
-
 class Drill:
-    def __init__(self, run_id: str, control: str, shots: Iterable[d.Shot | ds.Move],
+    def __init__(self, run_id: str, control: str, shots: Iterable[Shot | ds.Move],
                  settings: dict, *, say: Callable[[str], None], tty: bool, clock=time.time,
                  sleep=time.sleep, ask=runs.request, run_dir: Path | None = None,
                  recover_wait: float = RECOVER_WAIT, scales: list[ds.Scaling] | None = None,
@@ -274,8 +125,8 @@ class Drill:
         self.ask = ask
         self.run_dir = run_dir or runs.run_path(run_id)
         self.recover_wait = recover_wait
-        self.sent: list[d.Sent] = []
-        self.window = d.Window(clock(), clock())
+        self.sent: list[Sent] = []
+        self.window = Window(clock(), clock())
         self.problem: str | None = None  # why the drill ended early
         self.display = Display(say, tty)
         self.watch = Watch(run_id, control, ask, clock)
@@ -299,8 +150,8 @@ class Drill:
             self.window.ended = min(self.window.ended, self.clock())
         return self._finish(interrupted)
 
-    def timeline(self) -> timeline.Timeline:
-        return timeline.build(*timeline.load(self.run_dir, self.run_id), self.run_id)
+    def timeline(self) -> Timeline:
+        return read(self.run_dir, self.run_id)
 
     def _measure(self) -> None:
         """Wait for BASELINE_MIN of fault-free pace in every world with traffic (every
@@ -311,31 +162,31 @@ class Drill:
             tl = self.timeline()
             there = self.watch.worlds_now()
             worlds = [w for w in tl.worlds if there is None or w in there]
-            bases = {w: b for w in worlds if (b := d.baseline(tl, w, now)) is not None}
+            bases = {w: b for w in worlds if (b := baseline(tl, w, now)) is not None}
             waiting = [w for w in worlds if w not in bases]
             if not waiting or now >= deadline:
                 break
             self.display.show(f"drill: measuring each world's fault-free pace ({len(bases)}"
-                              f" of {len(worlds)} worlds steady for {d.BASELINE_MIN:.0f} s)")
+                              f" of {len(worlds)} worlds steady for {BASELINE_MIN:.0f} s)")
             self.sleep(0.5)
         self.display.end_line()
         if waiting:
             self.say(f"drill: no fault-free pace for {', '.join(waiting)} (no steady traffic"
-                     f" for {d.BASELINE_MIN:.0f} s): its pace kept is not measured\n")
+                     f" for {BASELINE_MIN:.0f} s): its pace kept is not measured\n")
         faults, moves = d.expected(self.settings["every"], self.settings["for"], self.scales)
         planned = f"about {faults:.0f} fault(s)" + (f" and {moves:.0f} scale operation(s)"
                                                     if self.scales else "")
         if bases:
             paces = ", ".join(f"{w} {p:.2f}" for w, (a, b) in bases.items()
-                              if (p := d.pace_of(tl, w, a, b)) is not None)
-            self.say(f"drill: fault-free pace (calls/s, over up to {d.BASELINE_MAX:.0f} s"
+                              if (p := pace_of(tl, w, a, b)) is not None)
+            self.say(f"drill: fault-free pace (calls/s, over up to {BASELINE_MAX:.0f} s"
                      f" before the drill): {paces}; {planned} over"
                      f" {self.settings['for']:g} s\n")
         if self.scales:
             self.say(f"drill: scale operations of {', '.join(map(str, self.scales))};"
                      " worlds that appear meanwhile have no fault-free pace: they are left"
                      " out of the pace figures\n")
-        self.window = d.Window(now, now + self.settings["for"], bases)
+        self.window = Window(now, now + self.settings["for"], bases)
         doc = self.watch.look(force=True)  # the counts the drill's are measured from
         for line in drillrisk.risks(doc, self.hit, faults):  # with the members' traffic
             self.warn(f"drill: warning: {line}")
@@ -349,27 +200,27 @@ class Drill:
                 self._fault(shot)
         self._wait_until(self.window.ended)
 
-    def _fault(self, shot: d.Shot) -> None:
+    def _fault(self, shot: Shot) -> None:
         if self.scales:  # the membership moves: whom to hit is read now
             doc = self.watch.look(force=True)
             down = {w for w, _, _, _ in self.watch.pending()}
             chosen = ds.choose(shot.draw, ds.live_targets(doc, self.settings["targets"],
                                                           self.operations.busy(), down))
             if chosen is None:
-                self.sent.append(d.Sent(shot, self.clock(), skipped="no member may be hit"
+                self.sent.append(Sent(shot, self.clock(), skipped="no member may be hit"
                                         " now (none in a healthy world of its own that no"
                                         " scale operation is changing)"))
                 return
-            shot = d.Shot(shot.at, *chosen, shot.draw)
+            shot = Shot(shot.at, *chosen, shot.draw)
         t = self.clock()
         try:
             self.ask(self.control, {"verb": "kill_world", "world": shot.world,
                                     "rank": shot.rank, "signal": self.settings["signal"]})
         except RunError as exc:
             self.watch.still_live()
-            self.sent.append(d.Sent(shot, t, skipped=str(exc)))  # e.g. still restarting
+            self.sent.append(Sent(shot, t, skipped=str(exc)))  # e.g. still restarting
             return
-        self.sent.append(d.Sent(shot, t))
+        self.sent.append(Sent(shot, t))
         self.watch.struck.append((shot.world, shot.process,
                                   self.watch.ledger.fault(shot.world), t))
         self.changed_at = t
@@ -406,7 +257,7 @@ class Drill:
             self._tick()
             tl = self.timeline()
             covered = all(p[-1][0] >= self.window.ended for p in tl.counts.values() if p)
-            outcomes = d.match(tl, self.sent)
+            outcomes = match(tl, self.sent)
             last = max([self.changed_at, *(o.fault.back for o in outcomes
                                            if o.fault is not None and o.fault.back is not None)])
             if covered and not self.operations.running and now >= last + SETTLE and \
@@ -419,63 +270,26 @@ class Drill:
         now = self.clock()
         if not self.display.due(now, force):
             return
-        window = d.Window(self.window.started, now, self.window.bases)
-        record = d.summarize(self.timeline(), self.sent, window, self.settings)
+        window = Window(self.window.started, now, self.window.bases)
+        record = summarize(self.timeline(), self.sent, window, self.settings)
         done = min(now, self.window.ended) - self.window.started
-        faults = sum(w["faults"] for w in record["worlds"].values())
-        downs = [(f["sent"], f["downtime"]) for w in record["worlds"].values()
-                 for f in w["list"] if f["downtime"] is not None]
-        last = d._secs(max(downs)[1]) if downs else "-"
-        ops, running = self.operations.records, self.operations.running
-        shown = f", {len(ops)} scale op(s) ({len(running)} under way)" if self.scales else ""
-        self.display.show(
-            f"drill {done:.0f}/{self.settings['for']:.0f} s: {faults} fault(s){shown},"
-            f" last down {last}, pace kept {d._pct(record['kept_faulted'])} (faulted)"
-            f" {d._pct(record['kept_others'])} (others)",
-            key=f"{faults} {last} {len(ops)} {len(running)}")
+        self.display.show(*drillview.progress(
+            record, done, self.settings["for"], len(self.operations.records),
+            len(self.operations.running), bool(self.scales)))
 
     def _finish(self, interrupted: bool) -> tuple[dict, int]:
         self.display.end_line()
         if self.problem is None and self.watch.ledger.looks:
             with contextlib.suppress(RunError, KeyboardInterrupt):
                 self.watch.look(force=True)  # the latest counts
-        record = d.summarize(self.timeline(), self.sent, self.window,
+        record = summarize(self.timeline(), self.sent, self.window,
                              {**self.settings, "interrupted": interrupted},
                              ops=self.operations.records if self.scales else None,
                              watch=self.watch.ledger.result(), skipped_ops=self.operations.skipped)
-        self.problem = deliver(record, self.problem, self.ask, self.control, self.run_id,
+        self.problem = drillsave.deliver(record, self.problem, self.ask, self.control, self.run_id,
                                self.run_dir, self.clock)
-        for line in d.lines(record):
+        for line in drillview.lines(record):
             self.say(line + "\n")
         if self.problem is not None:
             self.say(f"drill: {self.problem}\n")
-        return record, max(d.exit_status(record), self.problem is not None)
-
-
-def deliver(record: dict, problem: str | None, ask, control: str, run_id: str,
-            run_dir: Path, clock) -> str | None:
-    """The drill's record into the run's history: through the head, or, when the run
-    ended under the drill (``problem``) or before it could be asked, appended by the
-    drill itself, saying so (``run_ended``), so that the history and ``report`` hold
-    every drill. The drill's problem then, if any."""
-    if problem is not None:
-        record["run_ended"] = problem
-    try:
-        ask(control, {"verb": "drill", "summary": record})
-        return problem
-    except RunError as exc:
-        if runs.is_live(runs.read_state(run_id) or {}):
-            return f"the summary was not recorded in the history: {exc}"
-    record["run_ended"] = problem = problem or f"run {run_id} ended before the drill did"
-    # No head writes there any more; one write, appended, is whole even beside a
-    # head's last lines.
-    line = json.dumps({"t": round(clock(), 4), "event": E.DRILL, **record}) + "\n"
-    try:
-        fd = os.open(run_dir / HISTORY, os.O_WRONLY | os.O_APPEND)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        return f"{problem}; the summary was not recorded in the history: {exc}"
-    return problem
+        return record, max(exit_status(record), self.problem is not None)

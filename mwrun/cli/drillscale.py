@@ -1,6 +1,6 @@
-"""``mwrun drill --scale``, its pure parts: the drill against an elastic job, whose
-worlds and members come and go under it (drill.py has the drill itself: schedule,
-matching, summary; drilling.py runs it).
+"""``mwrun drill --scale``, its plan: the drill against an elastic job, whose worlds
+and members come and go under it (drill.py has the schedule; drilling.py runs it;
+mwrun.records reads what it came to). Pure: the status document in, choices out.
 
 - Whom a fault may hit (``live_targets``), read from the status document when the
   fault is due: a member in no other world, in a healthy world, never a leader (a
@@ -10,30 +10,20 @@ matching, summary; drilling.py runs it).
 - What count a scale operation asks (``pick_count``): by its draw, among MIN..MAX
   other than the desired count, and never one that would retire a replica that is
   not serving now (down from a fault: its recovery could never be seen).
-- What the drill counts outside its faults (``Ledger``): per world *life* (a world
-  name made again after a removal is another world), whether the drill faulted it;
-  for those it did not, their members' failed calls and their breaks.
-- The scale operations in the record (``scale_summary``, ``scale_lines``), and the
-  worlds whose membership changed (``reshaped``: left out of the pace figures).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from mwrun.cli import pace as pc
-from mwrun.cli.timeline import Timeline, scale_text
 from mwrun.errors import UsageError
-from mwrun.schema import Event as E
-from mwrun.schema import OpState, ProcessState, ScalePhase, WorldState
+from mwrun.schema import ProcessState, WorldState
 
 MIX = 0.5  # with --scale: the share of the schedule's events that are scale operations
 # States in which a process is never hit: on its way out (a drain), or gone.
 LEAVING = (ProcessState.DRAINING.value, ProcessState.EXITED.value, ProcessState.STOPPED.value)
-STALE = 0.5  # seconds of slack on a last call's age (the document is built a little later)
 GOING = (WorldState.DRAINING.value, WorldState.CLOSED.value)  # worlds on their way out
-RESHAPED = (E.ADD, E.RESIZE, E.DRAIN, E.REMOVE)  # a world's membership changed
 
 
 @dataclass(frozen=True)
@@ -200,201 +190,5 @@ def move_count(doc: dict, move: Move, under_way: list[str],
     return count, entry["desired"]
 
 
-@dataclass
-class Life:
-    """One world as the drill saw it: a name made again after a removal (a scale-down
-    then up) is another life, with its own counts."""
-
-    world: str
-    number: int  # 0: the first life of this name the drill saw; 1 the next...
-    since: float | None  # when the drill first saw it; None: there when the drill began
-    port: int | None
-    generation: int
-    breaks_before: int  # its breaks when the drill began (0 for a life made during it)
-    breaks: int  # as last seen
-    after: float | None = None  # made after this (the look before, where it was not)
-    faulted: bool = False
-    # (process, pid) -> [failures before, failures as last seen, failures carried]
-    members: dict[tuple[str, int | None], list[int]] = field(default_factory=dict)
-
-    @property
-    def failed_calls(self) -> int:
-        return sum(m[2] + m[1] - m[0] for m in self.members.values())
-
-    @property
-    def name(self) -> str:
-        if self.since is None or self.number == 0:
-            return self.world
-        return f"{self.world} (made again at {clock_text(self.since)})"
-
-
-class Ledger:
-    """The drill's reading of the status documents while it runs: each world's lives,
-    which of them it faulted, and per life its breaks and its members' failed calls
-    since the drill began (``failures`` in each process's ``traffic``: counted by the
-    members themselves, reported with their heartbeats).
-
-    A life is new when its name was not in the document before, or comes back with
-    another port (a new world gets its own store), a lower generation or fewer breaks.
-    A member's count that goes back is a new world object of the same name in the same
-    process: what it had counted stays, the new one counts from 0. A member first seen
-    after the first look (a restart, a new replica) counts from 0: it began during the
-    drill. One exception: a process that had a world of the same name before (the
-    same pid) shows that one's counts in the new life until its next heartbeat
-    (head/traffic.py keeps them per process and world name): a count whose last call
-    is older than the life itself is that, and counts from where it stands."""
-
-    def __init__(self):
-        self.lives: list[Life] = []
-        self.now: dict[str, Life] = {}  # world -> its life in the latest document
-        self.at: float | None = None  # when the latest document was read
-        self.looks = 0
-
-    def see(self, doc: dict, t: float) -> None:
-        first = self.looks == 0
-        self.looks += 1
-        seen: dict[str, Life] = {}
-        for w in doc["worlds"]:
-            name, breaks, generation = w["name"], int(w["breaks"]), int(w["generation"])
-            life = self.now.get(name)
-            if life is None or life.port != w.get("port") or generation < life.generation \
-                    or breaks < life.breaks:
-                life = Life(name, sum(1 for x in self.lives if x.world == name),
-                            None if first else t, w.get("port"), generation,
-                            breaks if first else 0, breaks, None if first else self.at)
-                self.lives.append(life)
-            life.generation, life.breaks = generation, breaks
-            seen[name] = life
-        self.now, self.at = seen, t
-        for p in doc["processes"]:
-            for world, traffic in (p.get("traffic") or {}).items():
-                life = seen.get(world)
-                failures = traffic.get("failures") if isinstance(traffic, dict) else None
-                if life is None or not isinstance(failures, int):
-                    continue
-                counts = life.members.get((p["name"], p.get("pid")))
-                if counts is None:
-                    age = traffic.get("last_call_age_s")
-                    stale = life.after is not None and isinstance(age, int | float) \
-                        and age > t - life.after + STALE
-                    life.members[(p["name"], p.get("pid"))] = [
-                        failures if first or stale else 0, failures, 0]
-                    continue
-                if failures < counts[1]:  # another world object of this name: from 0
-                    counts[2] += counts[1] - counts[0]
-                    counts[0] = 0
-                counts[1] = failures
-
-    def fault(self, world: str) -> int | None:
-        """The drill signalled a member of ``world``: its life now is faulted. Its
-        breaks so far (a break after them is the fault's), None if not seen."""
-        life = self.now.get(world)
-        if life is None:
-            return None
-        life.faulted = True
-        return life.breaks
-
-    def result(self) -> dict:
-        """What the record keeps: over the lives the drill did not fault, their failed
-        calls and breaks (and where there were any)."""
-        quiet = [x for x in self.lives if not x.faulted]
-        where = [f"{x.name}: {x.failed_calls} failed call(s), {x.breaks - x.breaks_before}"
-                 " break(s)" for x in quiet if x.failed_calls or x.breaks > x.breaks_before]
-        return {"looks": self.looks, "worlds": len(quiet),
-                "faulted_worlds": len(self.lives) - len(quiet),
-                "failed_calls": sum(x.failed_calls for x in quiet) if self.looks else None,
-                "breaks": sum(x.breaks - x.breaks_before for x in quiet)
-                if self.looks else None, "where": where}
-
-
-def scale_summary(ops: list[dict], skipped: list[str]) -> dict:
-    """The drill's scale operations: how many, how they ended, and per replica change
-    the time from the request to its peers told (additions) or to its exit (removals),
-    from each operation's phases as the head answered them."""
-    failed = [op for op in ops if op["state"] != OpState.DONE.value]
-    stats = {}
-    for kind, last in (("add", ScalePhase.TOLD), ("remove", ScalePhase.EXITED)):
-        took = [c["phases"][last.value] - c["phases"][ScalePhase.REQUESTED.value]
-                for op in ops for c in op.get("changes") or [] if c["change"] == kind
-                and isinstance(c["phases"].get(last.value), int | float)
-                and isinstance(c["phases"].get(ScalePhase.REQUESTED.value), int | float)]
-        count = sum(1 for op in ops for c in op.get("changes") or [] if c["change"] == kind)
-        stats[kind] = {"count": count, "median": _r(pc.median(took)),
-                       "max": _r(max(took, default=None))}
-    return {"count": len(ops), "done": len(ops) - len(failed),
-            "failed": [_op_named(op) for op in failed], "skipped": list(skipped),
-            **stats, "ops": ops}
-
-
-def _op_named(op: dict) -> str:
-    at = time.strftime("%H:%M:%S", time.localtime(op["asked"]))
-    text = f"{op['op']} {op['process']}={op['to']} asked at {at}: {op['state']}"
-    bad = [c for c in op.get("changes") or [] if c.get("outcome") not in (None, "done")]
-    if bad:
-        text += "; " + ", ".join(f"{c['process']} {c['change']} {c['outcome']}"
-                                 + (f" ({c['error']})" if c.get("error") else "") for c in bad)
-    elif op.get("error"):
-        text += f" ({op['error']})"
-    return text
-
-
-
-def reshaped(tl: Timeline, since: float) -> dict[str, str]:
-    """The worlds whose membership changed since ``since`` (a scale operation made,
-    resized, drained or removed them): world -> why its pace is left out (no
-    fault-free pace of the same world to compare with)."""
-    kinds: dict[str, list[str]] = {}
-    for e in tl.events:
-        if e["event"] in RESHAPED and e["t"] >= since and isinstance(e.get("world"), str):
-            kinds.setdefault(e["world"], []).append(e["event"])
-    found = {}
-    for world, seen in kinds.items():
-        before = any(x["event"] in (E.FORM, E.ADD) and x.get("world") == world
-                     and x["t"] < since for x in tl.events)
-        if not before:
-            found[world] = "appeared during the drill"
-        elif E.ADD in seen:
-            found[world] = "removed and made again during the drill"
-        elif E.REMOVE in seen:
-            found[world] = "removed during the drill"
-        else:
-            found[world] = "resized or drained during the drill"
-    return found
-
-
-
-def scale_lines(scale: dict, brief: bool) -> list[str]:
-    out = [f"  scale: {scale['count']} operation(s), {scale['done']} done,"
-           f" {len(scale['failed'])} not done"]
-    for kind, verb, last in (("add", "added", "told"), ("remove", "retired", "exited")):
-        s = scale[kind]
-        if s["count"]:
-            out.append(f"    {s['count']} replica(s) {verb}: requested -> {last} median"
-                       f" {_secs(s['median'])}, max {_secs(s['max'])}")
-    for op in [] if brief else scale["ops"]:
-        at = time.strftime("%H:%M:%S", time.localtime(op["asked"]))
-        out.append(f"    {at} {op['op']} {op['process']} {op['from']} -> {op['to']}:"
-                   f" {op['state']}" + (f" ({op['error']})" if op.get("error") else ""))
-        out += [f"      {c['process']} {c['change']}: {scale_text(c['phases'])}"
-                for c in op.get("changes") or []]
-    out += [f"    skipped: {s}" for s in scale["skipped"]]
-    return out
-
-
-
-def count_text(value: int | None) -> str:
-    return "-" if value is None else str(value)
-
-
 def clock_text(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
-
-
-def _r(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
-
-
-def _secs(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"

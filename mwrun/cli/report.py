@@ -1,4 +1,4 @@
-"""``mwrun report``: a run's timeline (timeline.py) drawn as one picture.
+"""``mwrun report``: a run's timeline (mwrun.records) drawn as one picture.
 
 One lane per world with its calls/s over time; kills, breaks, restarts and re-forms
 marked; each fault's downtime shaded and measured on the lane; the text summary under
@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from mwrun import runs
-from mwrun.cli import pace, timeline
-from mwrun.cli.timeline import DRILL, Timeline, summary
+from mwrun.cli.drillview import lines
+from mwrun.cli.summaryview import summary
 from mwrun.errors import MwrunError, RunError, UsageError
+from mwrun.records import DRILL, Timeline, read, steps
 from mwrun.schema import REPORT
 from mwrun.schema import Event as E
 
@@ -36,7 +37,7 @@ def report(run: str | None, output: str | None) -> list[str]:
             raise RunError(f"no runs under {runs.runs_root()}")
         run = found[0][0]
     runs.find(run)  # a clear error for a run that is not there
-    tl = timeline.build(*timeline.load(runs.run_path(run), run), run)
+    tl = read(runs.run_path(run), run)
     out = Path(output) if output else runs.run_path(run) / REPORT
     return [*draw(tl, out), f"picture: {out}"]
 
@@ -96,8 +97,6 @@ def draw(tl: Timeline, out: Path) -> list[str]:
 
 def drills(tl: Timeline, brief: bool = False) -> list[str]:
     """The summary of each ``mwrun drill`` the history recorded."""
-    from mwrun.cli.drill import lines
-
     found = []
     for e in tl.events:
         if e["event"] == E.DRILL:
@@ -112,7 +111,7 @@ def drills(tl: Timeline, brief: bool = False) -> list[str]:
 def _lane(ax, tl: Timeline, world: str) -> None:
     t0 = tl.start
     if tl.counts.get(world):  # calls/s from the counts: 0 inside every down span
-        edges, ys = pace.steps(tl.counts[world], tl.downs(world))
+        edges, ys = steps(tl.counts[world], tl.downs(world))
         xs = [t - t0 for t in edges]
         # The scale is the pace held for half a second or more: a blip (a beat's calls
         # over the sliver of up time after a re-form) is drawn clipped, not as the scale.

@@ -8,10 +8,12 @@ import pytest
 from click.testing import CliRunner
 
 from mwrun.cli import drill as d
+from mwrun.cli import drillview
 from mwrun.cli.commands import main
 from mwrun.cli.drilling import Drill
-from mwrun.cli.timeline import build
 from mwrun.errors import UsageError
+from mwrun.records import build
+from mwrun.records import drills as rd
 from tests.unit.test_pace import FIRST_CALL, KILL, PACE, history
 
 DOC = {"run_id": "r", "worlds": [
@@ -47,13 +49,13 @@ def test_a_seed_makes_the_schedule_repeatable():
 
 
 def sent_at_kill():
-    return [d.Sent(d.Shot(4.5, "world1", "worker-0", 1), KILL - 0.01)]
+    return [rd.Sent(rd.Shot(4.5, "world1", "worker-0", 1), KILL - 0.01)]
 
 
 def test_the_summary_of_a_drill_from_its_history():
     tl = build(history(with_phases=True), [], "r")
-    window = d.Window(6.0, 21.0, {"world1": (1.0, 6.0), "world2": (1.0, 6.0)})
-    record = d.summarize(tl, sent_at_kill(), window, {"every": 10.0, "for": 15.0})
+    window = rd.Window(6.0, 21.0, {"world1": (1.0, 6.0), "world2": (1.0, 6.0)})
+    record = rd.summarize(tl, sent_at_kill(), window, {"every": 10.0, "for": 15.0})
     w1, w2 = record["worlds"]["world1"], record["worlds"]["world2"]
     assert w1["faults"] == 1 and w2["faults"] == 0
     assert w1["downtime_median"] == w1["downtime_max"] == pytest.approx(FIRST_CALL - KILL)
@@ -63,8 +65,8 @@ def test_the_summary_of_a_drill_from_its_history():
     assert record["kept_faulted"] == w1["kept"]
     [fault] = w1["list"]
     assert fault["recovered"] and fault["phases"]["first_call"] == FIRST_CALL
-    assert record["not_recovered"] == [] and d.exit_status(record) == 0
-    text = "\n".join(d.lines(record))
+    assert record["not_recovered"] == [] and rd.exit_status(record) == 0
+    text = "\n".join(drillview.lines(record))
     assert "world1: 1 fault(s), down median 2.10 s max 2.10 s; kept 86.0 % of its pace" in text
     assert "world2: no faults; kept 100.0 % of its pace" in text
     assert json.loads(json.dumps(record)) == record  # it goes into the history as is
@@ -72,7 +74,7 @@ def test_the_summary_of_a_drill_from_its_history():
 
 def test_without_fault_records_the_phases_are_what_the_history_has():
     tl = build(history(), [], "r")
-    record = d.summarize(tl, sent_at_kill(), d.Window(6.0, 21.0, {}), {})
+    record = rd.summarize(tl, sent_at_kill(), rd.Window(6.0, 21.0, {}), {})
     [fault] = record["worlds"]["world1"]["list"]
     assert fault["phases"] == {"t_fault": KILL, "exit_seen": None, "survivors_told": None,
                                "restarted": 11.0, "reformed": 12.5, "first_call": None}
@@ -83,18 +85,18 @@ def test_a_fault_that_never_recovered_is_named_and_fails_the_drill():
     records = [r for r in history(with_phases=True) if r.get("event") not in ("form", "fault")
                or r.get("t") < 1.0]
     tl = build(records, [], "r")
-    late = d.Sent(d.Shot(20.0, "world2", "worker-1", 1), 22.0)  # world2 never broke
-    record = d.summarize(tl, [*sent_at_kill(), late], d.Window(6.0, 25.0, {}), {})
-    assert len(record["not_recovered"]) == 2 and d.exit_status(record) == 1
+    late = rd.Sent(rd.Shot(20.0, "world2", "worker-1", 1), 22.0)  # world2 never broke
+    record = rd.summarize(tl, [*sent_at_kill(), late], rd.Window(6.0, 25.0, {}), {})
+    assert len(record["not_recovered"]) == 2 and rd.exit_status(record) == 1
     assert record["not_recovered"][0].startswith("world1: worker-0 signalled at ")
     assert record["not_recovered"][1].endswith(": never broke")
 
 
 def test_the_fault_free_pace_comes_from_the_window_before_the_drill():
     tl = build(history(), [], "r")
-    assert d.baseline(tl, "world1", 9.0) == (0.7, 9.0)  # from its first count
-    assert d.baseline(tl, "world1", 11.0) is None  # down then
-    assert d.baseline(tl, "world1", 4.0) is None  # not BASELINE_MIN of it yet
+    assert rd.baseline(tl, "world1", 9.0) == (0.7, 9.0)  # from its first count
+    assert rd.baseline(tl, "world1", 11.0) is None  # down then
+    assert rd.baseline(tl, "world1", 4.0) is None  # not BASELINE_MIN of it yet
 
 
 class FakeRun:
@@ -126,7 +128,7 @@ def test_ctrl_c_ends_the_drill_with_the_summary_so_far(tmp_path, tty):
         raise KeyboardInterrupt
 
     said = []
-    drill = Drill("r", "sock", [d.Shot(5.0, "world1", "worker-0", 1)],
+    drill = Drill("r", "sock", [rd.Shot(5.0, "world1", "worker-0", 1)],
                   {"every": 5.0, "for": 10.0, "signal": "KILL", "seed": 1, "targets": None},
                   say=said.append, tty=tty, clock=lambda: next(clock, 10.0),
                   sleep=sleep, ask=run.ask, run_dir=tmp_path)
@@ -161,12 +163,12 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path):
 
 def test_a_fault_on_a_world_still_down_joins_that_outage():
     tl = build(history(with_phases=True), [], "r")
-    again = d.Sent(d.Shot(6.0, "world1", "worker-0", 1), 11.5)  # the restarted one, again
-    record = d.summarize(tl, [*sent_at_kill(), again], d.Window(6.0, 21.0, {}), {})
+    again = rd.Sent(rd.Shot(6.0, "world1", "worker-0", 1), 11.5)  # the restarted one, again
+    record = rd.summarize(tl, [*sent_at_kill(), again], rd.Window(6.0, 21.0, {}), {})
     w1 = record["worlds"]["world1"]
     assert w1["faults"] == 2 and [f["again"] for f in w1["list"]] == [False, True]
     assert w1["downtime_median"] == w1["downtime_max"] == pytest.approx(FIRST_CALL - KILL)
-    assert "(hit again while down: the same outage)" in "\n".join(d.lines(record))
+    assert "(hit again while down: the same outage)" in "\n".join(drillview.lines(record))
 
 
 def test_two_faults_a_moment_apart_are_two_outages():
@@ -179,8 +181,8 @@ def test_two_faults_a_moment_apart_are_two_outages():
          "reason": "worker-0 was killed by SIGKILL"},
         {"t": second + 1.2, "event": "form", "world": "world1", "generation": 2}]
     tl = build(sorted(records, key=lambda r: r["t"]), [], "r")
-    shots = [*sent_at_kill(), d.Sent(d.Shot(6.0, "world1", "worker-0", 1), second - 0.001)]
-    record = d.summarize(tl, shots, d.Window(6.0, 21.0, {}), {})
+    shots = [*sent_at_kill(), rd.Sent(rd.Shot(6.0, "world1", "worker-0", 1), second - 0.001)]
+    record = rd.summarize(tl, shots, rd.Window(6.0, 21.0, {}), {})
     w1 = record["worlds"]["world1"]
     assert [f["downtime"] for f in w1["list"]] == [pytest.approx(FIRST_CALL - KILL),
                                                   pytest.approx(1.2, abs=1e-3)]
@@ -197,12 +199,12 @@ def test_each_fault_sent_is_joined_on_its_signals_fault_id():
     records.append({"t": 27.0, "event": "form", "world": "world1", "generation": 4,
                     "fault": 2})
     tl = build(records, [], "r")
-    shots = [d.Sent(d.Shot(t, "world1", "worker-0", 1), t - 0.001) for t in (10.0, 10.8, 15.0)]
-    record = d.summarize(tl, shots, d.Window(9.0, 28.0, {}), {})
+    shots = [rd.Sent(rd.Shot(t, "world1", "worker-0", 1), t - 0.001) for t in (10.0, 10.8, 15.0)]
+    record = rd.summarize(tl, shots, rd.Window(9.0, 28.0, {}), {})
     w1 = record["worlds"]["world1"]
     assert [f["again"] for f in w1["list"]] == [False, True, False]
     assert [f["recovered"] for f in w1["list"]] == [True, True, True]
     assert [f["downtime"] for f in w1["list"]] == [pytest.approx(2.0), pytest.approx(2.0),
                                                   pytest.approx(12.0)]
     assert w1["list"][0]["phases"]["first_call"] == 12.0
-    assert record["not_recovered"] == [] and d.exit_status(record) == 0
+    assert record["not_recovered"] == [] and rd.exit_status(record) == 0

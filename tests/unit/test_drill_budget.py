@@ -16,6 +16,7 @@ from mwrun.cli.commands import main
 from mwrun.cli.drilling import Drill
 from mwrun.errors import RunError
 from mwrun.head.decide.policy import Exit, after_exit
+from mwrun.records import drills as rd
 from mwrun.schema import ProcessState as P
 from mwrun.schema import WorldState as W
 from tests.unit.test_pace import history
@@ -161,7 +162,7 @@ def test_a_drill_that_outlives_its_run_records_itself(tmp_path, monkeypatch):
         raise RunError("the supervisor has gone")  # from 12 s on: the run ended
 
     said = []
-    _, code = Drill("r", "sock", [d.Shot(50.0, "world1", "worker-0", 1)],
+    _, code = Drill("r", "sock", [rd.Shot(50.0, "world1", "worker-0", 1)],
                          {"every": 5.0, "for": 100.0, "signal": "KILL", "seed": 1,
                           "targets": None},
                          say=said.append, tty=False, clock=clock, sleep=lambda _: None,

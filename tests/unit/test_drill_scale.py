@@ -9,9 +9,11 @@ import pytest
 
 from mwrun.cli import drill as d
 from mwrun.cli import drillscale as ds
+from mwrun.cli import drillview
 from mwrun.cli.drilling import Drill
-from mwrun.cli.timeline import build
 from mwrun.errors import UsageError
+from mwrun.records import Ledger, build
+from mwrun.records import drills as rd
 
 WORKER = ds.Scaling("worker", 1, 4)
 
@@ -49,7 +51,7 @@ def test_the_schedule_mixes_faults_and_scale_operations_half_and_half():
     assert one == list(d.schedule(5, 10.0, 6000.0, {}, [WORKER]))  # one seed, one schedule
     assert one != list(d.schedule(6, 10.0, 6000.0, {}, [WORKER]))
     moves = [s for s in one if isinstance(s, ds.Move)]
-    faults = [s for s in one if isinstance(s, d.Shot)]
+    faults = [s for s in one if isinstance(s, rd.Shot)]
     assert 0.4 < len(moves) / len(one) < 0.6  # MIX of about 600 events
     assert [s.at for s in one] == sorted(s.at for s in one)
     assert 8.0 < one[-1].at / len(one) < 12.0  # the one Poisson process, mean --every
@@ -71,7 +73,7 @@ def test_without_scale_the_schedule_is_as_before():
     hit = {"world1": [("worker-0", 1)]}
     shots = list(d.schedule(7, 10.0, 600.0, hit))
     assert shots == list(d.schedule(7, 10.0, 600.0, hit, []))
-    assert all(isinstance(s, d.Shot) and s.world == "world1" for s in shots)
+    assert all(isinstance(s, rd.Shot) and s.world == "world1" for s in shots)
 
 
 # -- --scale against the run ------------------------------------------------------------
@@ -147,7 +149,7 @@ def test_a_scale_operation_never_asks_the_count_there_is_nor_retires_one_that_is
 # -- the ledger: failed calls and breaks outside the faulted worlds ----------------------
 
 def test_the_ledger_counts_failed_calls_and_breaks_of_the_worlds_not_faulted():
-    ledger = ds.Ledger()
+    ledger = Ledger()
     # before the drill: 3 failed calls in pair-0 and a break of pair-1, not the drill's
     ledger.see(serve_doc(failures={("frontend", "pair-0"): 3}, breaks={"pair-1": 1}), 10.0)
     assert ledger.fault("pair-0") == 0
@@ -163,7 +165,7 @@ def test_the_ledger_counts_failed_calls_and_breaks_of_the_worlds_not_faulted():
 
 
 def test_a_world_made_again_is_another_world_to_the_ledger():
-    ledger = ds.Ledger()
+    ledger = Ledger()
     ledger.see(serve_doc(workers=(0, 1)), 10.0)
     ledger.fault("pair-1")  # then pair-1 is removed (a scale-down) ...
     ledger.see(serve_doc(workers=(0,)), 11.0)
@@ -177,7 +179,7 @@ def test_a_world_made_again_is_another_world_to_the_ledger():
         "pair-1 (made again at ")
     # the frontend's entry of the removed pair-1 (3 failed calls, its last call 5 s ago)
     # shows in the new pair-1 until its next beat: none of the new one's
-    ledger = ds.Ledger()
+    ledger = Ledger()
     ledger.see(serve_doc(failures={("frontend", "pair-1"): 3}), 10.0)
     ledger.fault("pair-1")
     ledger.see(serve_doc(workers=(0,)), 11.0)
@@ -188,7 +190,7 @@ def test_a_world_made_again_is_another_world_to_the_ledger():
     ledger.see(serve_doc(ports={"pair-1": 40001}, failures={("frontend", "pair-1"): 1}), 14.0)
     assert ledger.result()["failed_calls"] == 1
     # made again between two looks: the same port cannot tell, fewer breaks can
-    ledger = ds.Ledger()
+    ledger = Ledger()
     ledger.see(serve_doc(breaks={"pair-1": 2}), 10.0)
     ledger.fault("pair-1")
     ledger.see(serve_doc(breaks={"pair-1": 0}), 11.0)
@@ -196,7 +198,7 @@ def test_a_world_made_again_is_another_world_to_the_ledger():
 
 
 def test_a_members_count_that_goes_back_keeps_what_it_had_counted():
-    ledger = ds.Ledger()
+    ledger = Ledger()
     ledger.see(serve_doc(failures={("frontend", "pair-0"): 1}), 10.0)
     ledger.see(serve_doc(failures={("frontend", "pair-0"): 3}), 11.0)
     ledger.see(serve_doc(failures={("frontend", "pair-0"): 1}), 12.0)  # a new World object
@@ -206,7 +208,7 @@ def test_a_members_count_that_goes_back_keeps_what_it_had_counted():
     doc["processes"][1]["pid"] = 999  # restarted
     ledger.see(doc, 13.0)
     assert ledger.result()["failed_calls"] == 3 + 4
-    assert ds.Ledger().result()["failed_calls"] is None  # never read: not known
+    assert Ledger().result()["failed_calls"] is None  # never read: not known
 
 
 # -- the summary ------------------------------------------------------------------------
@@ -259,9 +261,9 @@ QUIET = {"looks": 20, "worlds": 3, "faulted_worlds": 0, "failed_calls": 0, "brea
 
 def test_the_summary_of_a_scale_drill():
     tl = build(history(), [], "serve")
-    window = d.Window(T0 + 10.0, T0 + 25.0, {"pair-0": (T0 + 2, T0 + 10),
+    window = rd.Window(T0 + 10.0, T0 + 25.0, {"pair-0": (T0 + 2, T0 + 10),
                                              "pair-1": (T0 + 2, T0 + 10)})
-    record = d.summarize(tl, [], window, {"every": 2.0, "for": 15.0, "scales": ["worker:1-4"]},
+    record = rd.summarize(tl, [], window, {"every": 2.0, "for": 15.0, "scales": ["worker:1-4"]},
                          ops=OPS, watch=QUIET, skipped_ops=["12:00:00 worker: why"])
     scale = record["scale"]
     assert (scale["count"], scale["done"], scale["failed"]) == (3, 3, [])
@@ -275,8 +277,8 @@ def test_the_summary_of_a_scale_drill():
     assert record["worlds"]["pair-2"]["kept"] is None
     assert record["worlds"]["pair-1"]["pace"] is None
     assert record["worlds"]["pair-0"]["kept"] == pytest.approx(1.0)
-    assert d.problems(record) == [] and d.exit_status(record) == 0
-    text = "\n".join(d.lines(record))
+    assert rd.problems(record) == [] and rd.exit_status(record) == 0
+    text = "\n".join(drillview.lines(record))
     assert "drill: 0 fault(s) (SIGKILL) and 3 scale operation(s) in 15 s" in text
     assert "scale: 3 operation(s), 3 done, 0 not done" in text
     assert "2 replica(s) added: requested -> told median 400 ms, max 500 ms" in text
@@ -288,43 +290,43 @@ def test_the_summary_of_a_scale_drill():
     assert "outside the faulted worlds (3 world(s) the drill did not fault): 0 failed" \
            " call(s), 0 break(s)" in text
     assert "skipped: 12:00:00 worker: why" in text
-    brief = "\n".join(d.lines(record, brief=True))
+    brief = "\n".join(drillview.lines(record, brief=True))
     assert "scale: 3 operation(s)" in brief and "drill-a-2" not in brief
     assert json.loads(json.dumps(record)) == record  # it goes into the history as is
 
 
 def test_a_scale_operation_not_done_or_a_failure_outside_fails_the_drill():
     tl = build(history(), [], "serve")
-    window = d.Window(T0 + 10.0, T0 + 25.0, {})
+    window = rd.Window(T0 + 10.0, T0 + 25.0, {})
     bad = [*OPS, op("drill-a-4", 2, 3, [change("worker-2", "add", None, "failed",
                                                "exited before it formed")], "failed"),
            op("drill-a-5", 2, 4, [], "refused") | {"error": "the job is stopping"}]
-    record = d.summarize(tl, [], window, {}, ops=bad, watch=QUIET)
+    record = rd.summarize(tl, [], window, {}, ops=bad, watch=QUIET)
     assert record["scale"]["done"] == 3 and len(record["scale"]["failed"]) == 2
-    [failed, refused] = d.problems(record)
+    [failed, refused] = rd.problems(record)
     assert failed.startswith("scale operation not done: drill-a-4 worker=3 asked at ")
     assert failed.endswith(": failed; worker-2 add failed (exited before it formed)")
     assert refused.endswith(": refused (the job is stopping)")
-    assert d.exit_status(record) == 1
+    assert rd.exit_status(record) == 1
 
     calls = {**QUIET, "failed_calls": 2, "breaks": 1,
              "where": ["pair-0: 2 failed call(s), 1 break(s)"]}
-    record = d.summarize(tl, [], window, {}, ops=OPS, watch=calls)
-    assert d.problems(record) == [
+    record = rd.summarize(tl, [], window, {}, ops=OPS, watch=calls)
+    assert rd.problems(record) == [
         "2 call(s) failed in worlds the drill did not fault: pair-0: 2 failed call(s),"
         " 1 break(s)",
         "1 break(s) of worlds the drill did not fault: pair-0: 2 failed call(s), 1 break(s)"]
-    assert d.exit_status(record) == 1
-    assert any(line.startswith("  2 call(s) failed in worlds") for line in d.lines(record))
+    assert rd.exit_status(record) == 1
+    assert any(line.startswith("  2 call(s) failed in worlds") for line in drillview.lines(record))
 
 
 def test_an_older_drill_record_still_reads():
     tl = build(history(), [], "serve")
-    record = d.summarize(tl, [], d.Window(T0 + 10.0, T0 + 25.0, {}), {})
+    record = rd.summarize(tl, [], rd.Window(T0 + 10.0, T0 + 25.0, {}), {})
     for key in ("scale", "outside", "pace_left_out"):
         record.pop(key, None)
-    assert d.lines(record)[0].startswith("drill: 0 fault(s) (SIGKILL) in 15 s")
-    assert d.exit_status(record) == 0
+    assert drillview.lines(record)[0].startswith("drill: 0 fault(s) (SIGKILL) in 15 s")
+    assert rd.exit_status(record) == 0
 
 
 # -- the live loop, against a fake head -----------------------------------------------
@@ -377,7 +379,7 @@ def test_the_loop_asks_a_scale_operation_and_goes_on_while_it_runs(tmp_path):
         now[0] += seconds
 
     shots = [ds.Move(0.5, "worker", 1, 3, 0.99),  # counts 1 and 3 (not 2): 3
-             d.Shot(0.55, "", "", -1, 0.99)]  # the last world: pair-2, whose worker is busy
+             rd.Shot(0.55, "", "", -1, 0.99)]  # the last world: pair-2, whose worker is busy
     said = []
     record, code = Drill("serve", "sock", shots, {"every": 1.0, "for": 2.0, "signal": "KILL",
                                                   "seed": 1, "targets": None},

@@ -6,10 +6,11 @@ import signal
 
 import pytest
 
-from mwrun.cli.timeline import build, load, mean_rate, summary
+from mwrun.cli.summaryview import summary
 from mwrun.errors import RunError
 from mwrun.head.observe.faults import Faults
 from mwrun.head.observe.history import History
+from mwrun.records import build, load, mean_rate
 from tests.unit.test_supervisor import FakeHost, join_all, make
 
 

@@ -4,7 +4,9 @@
 and knows nothing that runs; ``host`` only does; ``head`` decides but never reaches into
 the library or the command line; ``schema`` (what a run writes) and ``runs`` (a run
 folder read back, its supervisor asked) are shared by the head and the command line,
-which imports the head only to launch; whatever ``mwrun --help``, ``validate`` or
+which imports the head only to launch; ``records`` (a run's history read into faults,
+phases, pace, drills and scale operations) prints nothing and acts on nothing, and the
+command line reads it through its public names only; whatever ``mwrun --help``, ``validate`` or
 ``status`` imports stays free of torch, and ``status``, ``logs``, ``report``,
 ``kill-world`` and ``stop`` free of the head; no state name is spelled as a string
 outside ``schema``.
@@ -19,12 +21,12 @@ from pathlib import Path
 import pytest
 
 import mwrun
-from mwrun import schema
+from mwrun import records, schema
 from mwrun.host import frames
 
 PACKAGE = Path(mwrun.__file__).parent
 STAR = str(Path(__file__).parents[2] / "configs" / "star.yaml")
-SUBPACKAGES = ("worlds", "plan", "membership", "host", "head", "cli")
+SUBPACKAGES = ("worlds", "plan", "membership", "host", "head", "records", "cli")
 
 # What each part may not import (inside functions too: lazy imports count).
 FORBIDDEN = {
@@ -36,6 +38,9 @@ FORBIDDEN = {
     "host": ("mwrun.worlds", "mwrun.plan", "mwrun.membership", "mwrun.head", "mwrun.cli",
              "torch"),
     "head": ("mwrun.worlds", "mwrun.cli"),
+    # records reads what a run wrote: it prints nothing and acts on nothing
+    "records": ("mwrun.head", "mwrun.host", "mwrun.cli", "mwrun.worlds", "mwrun.plan",
+                "mwrun.membership", "torch", "matplotlib", "click"),
     "cli": ("mwrun.worlds", "mwrun.membership"),
     "shared": ("mwrun.worlds", "mwrun.plan", "mwrun.host", "mwrun.head", "mwrun.cli",
                "torch"),
@@ -104,6 +109,76 @@ def test_the_command_line_imports_the_head_only_to_launch():
                 found += [f"{path.name}:{node.lineno} imports {n}" for n in names
                           if n == "mwrun.head" or n.startswith("mwrun.head.")]
     assert found == []
+
+
+def records_internals(files: list[Path]) -> list[str]:
+    """Where a module reaches past the history reader's public names (what
+    ``mwrun/records/__init__.py`` re-exports): one of its modules, an underscored name,
+    or a name it does not export, imported or read as ``records.NAME``."""
+    public = set(records.__all__)
+    found = []
+    for path in files:
+        tree = ast.parse(path.read_text(), str(path))
+        for name in sorted(imported_names(path)):
+            parts = name.split(".")
+            if parts[:2] == ["mwrun", "records"] and len(parts) > 2 and \
+                    (len(parts) > 3 or parts[2] not in public):
+                found.append(f"{path.name} imports {name}")
+        aliases = {a.asname or a.name for node in ast.walk(tree)
+                   if isinstance(node, ast.ImportFrom) and node.module == "mwrun"
+                   for a in node.names if a.name == "records"}
+        aliases |= {a.asname for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for a in node.names if a.name == "mwrun.records" and a.asname}
+        found += [f"{path.name}:{node.lineno} reads {ast.unparse(node)}"
+                  for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                  and isinstance(node.value, ast.Name) and node.value.id in aliases
+                  and node.attr not in public]
+    return found
+
+
+def test_the_command_line_reads_records_through_its_public_names_only():
+    assert records.__all__ and not [n for n in records.__all__ if n.startswith("_")]
+    assert all(getattr(records, n, None) is not None for n in records.__all__)
+    assert records_internals(part_files("cli")) == []
+
+
+def test_the_check_sees_the_command_line_reach_into_records(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from mwrun.records import build, Timeline\n"
+                   "from mwrun.records.timeline import build as b\n"
+                   "from mwrun.records import _secret, timeline\n"
+                   "import mwrun.records.drills\n"
+                   "def f():\n    from mwrun import records as r\n"
+                   "    return r.build, r._counts, r.faults.joined\n")
+    assert records_internals([bad]) == [
+        "bad.py imports mwrun.records._secret",
+        "bad.py imports mwrun.records.drills",
+        "bad.py imports mwrun.records.timeline",
+        "bad.py imports mwrun.records.timeline.build",
+        "bad.py:7 reads r._counts",
+        "bad.py:7 reads r.faults"]
+
+
+LONGEST_CLI_MODULE = 300  # lines: the command line parses, delegates and words
+
+
+def long_modules(files: list[Path], longest: int) -> list[str]:
+    return [f"{path.name} has {n} lines" for path in files
+            if (n := len(path.read_text().splitlines())) > longest]
+
+
+def test_the_command_line_is_thin():
+    """No module of the command line is long: what reads a run's history into numbers
+    is ``records``', what the command line keeps is commands, live loops and views."""
+    assert long_modules(part_files("cli"), LONGEST_CLI_MODULE) == []
+
+
+def test_the_module_check_sees_a_long_module(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("x = 1\n" * (LONGEST_CLI_MODULE + 1))
+    (tmp_path / "ok.py").write_text("x = 1\n" * LONGEST_CLI_MODULE)
+    assert long_modules(sorted(tmp_path.glob("*.py")), LONGEST_CLI_MODULE) == [
+        f"bad.py has {LONGEST_CLI_MODULE + 1} lines"]
 
 
 def may_import(part: str) -> str:

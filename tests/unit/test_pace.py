@@ -3,8 +3,9 @@ outage driven through a history, and the numbers the report gives back."""
 
 import pytest
 
-from mwrun.cli import pace
-from mwrun.cli.timeline import build, summary
+from mwrun.cli.summaryview import summary
+from mwrun.records import build
+from mwrun.records import counts as pace
 
 WORLDS = {"world1": ["leader", "worker-0"], "world2": ["leader", "worker-1"]}
 PACE = 10.0  # calls/s of both worlds while up

@@ -1,4 +1,4 @@
-"""Pace over exact windows, from a world's own call counts (the history's ``calls``,
+"""A world's call counts read as pace over exact windows (the history's ``calls``,
 see mwrun/head/observe/traffic.py ``totals``). Pure: points in, numbers out.
 
 A world's counts are known at the moments its members' beats arrived, about once a
