@@ -79,8 +79,8 @@ class Relay:
 
     def _up(self, request: dict, conn: Connection) -> None:
         if request.get("verb") == Verb.HELLO:
-            with contextlib.suppress(TypeError, ValueError):
-                self.intervals[str(request.get("process"))] = float(request.get("interval"))
+            with contextlib.suppress(KeyError, TypeError, ValueError):  # it may say none
+                self.intervals[str(request.get("process"))] = float(request["interval"])
             self.library[str(request.get("process"))] = conn  # the way down to it (tell)
         if request.get("verb") != Verb.HEARTBEAT:
             self._send_held()  # in the order the library said them
