@@ -87,7 +87,7 @@ class Connection:
         self.sock.close()
 
 
-ServeLine = Callable[[bytes, Connection], "dict | None"]  # a line -> its reply, or none
+ServeLine = Callable[[bytes, Connection], dict | None]  # a line -> its reply, or none
 
 
 class Server:
