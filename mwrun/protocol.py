@@ -96,13 +96,67 @@ supervisor kills it as hung, and its restart policy applies.
 from __future__ import annotations
 
 from datetime import timedelta
+from enum import Enum
 
 PREFIX = "mwrun/"
 FIRST_INCARNATION = 1  # a process's first start; each start after it counts one more
 GEN = PREFIX + "gen"
 OPEN = "open"
 CLOSED = "closed: "
-ABORT_HUNG = "abort_hung"  # a world event of the library (worlds/aborts.py)
+
+
+class _Word(str, Enum):
+    """A word of the wire: a str (``verb == "hello"``, JSON writes its value) that
+    prints as its value (enum.StrEnum, from Python 3.11 only)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return self.value.__format__(spec)
+
+
+class WorldReport(_Word):
+    """What the library tells its supervisor of one world (the ``event`` of a ``world``
+    message: worlds/supervisor_link.py), the one spelling on both sides."""
+
+    READY = "ready"  # joined the generation
+    CLOSED = "closed"  # left it for good (finished)
+    BROKEN = "broken"  # saw it break
+    ABORT_HUNG = "abort_hung"  # its abort of a broken world did not return (worlds/aborts.py)
+    ADDED = "added"  # a world the head added formed here (head/observe/scaleops.py)
+    RELEASED = "released"  # it lets a draining world go (world.release())
+
+
+ABORT_HUNG = WorldReport.ABORT_HUNG
+
+
+class Verb(_Word):
+    """The ``verb`` of a line between a library and its supervisor, either way."""
+
+    # up: the library to the head (on the control socket, or relayed by an agent)
+    HELLO = "hello"
+    HEARTBEAT = "heartbeat"
+    WORLD = "world"  # a WorldReport
+    BYE = "bye"
+    SCALE = "scale"  # job.scale: answered down as a REPLY
+    STACKS_TOLD = "stacks_told"  # the answer to a STACKS
+    # down: the head to the library (worlds/orders.py)
+    ADD = "add"
+    DRAIN = "drain"
+    REPLY = "reply"
+    STACKS = "stacks"
+
+
+# The library's own verbs, which an agent relays from its host; of them, all but SCALE
+# get no answer (the head's answer to a job.scale goes down as a REPLY).
+LIBRARY_VERBS = frozenset({Verb.HELLO, Verb.HEARTBEAT, Verb.WORLD, Verb.BYE, Verb.SCALE,
+                           Verb.STACKS_TOLD})
+NO_REPLY = LIBRARY_VERBS - {Verb.SCALE}
+
+# The longest JSON line between a library and its supervisor, either way (its end not
+# counted): a longer one is dropped, and a client that sends one with it.
+MAX_LINE = 1 << 20
 
 # Heartbeats (the library to its supervisor): the plan checks a topology's timeouts
 # against the same cadence the library keeps (plan/timeouts.py).

@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 from mwrun.plan import timeouts
 from mwrun.plan.placement import Plan, format_cpus
+from mwrun.schema import Start
 from mwrun.terminal import count, seconds, table
 
 CHAIN_TITLE = "Timeouts, in order: call timeout < hang_timeout < peers' rejoin() deadline"
@@ -24,7 +25,9 @@ def restart_text(proc) -> str:
 
 def start_text(proc) -> str:
     """warm (forked from a zygote that imported PRELOAD) or cold (and why)."""
-    return f"warm ({','.join(proc.preload)})" if proc.preload else proc.start
+    if proc.preload:
+        return f"{Start.WARM.value} ({','.join(proc.preload)})"
+    return f"{Start.COLD.value} ({proc.why_cold})" if proc.why_cold else proc.start.value
 
 
 def chain_table(chains: dict[str, timeouts.Chain]) -> str:

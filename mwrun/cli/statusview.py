@@ -97,8 +97,7 @@ def cold_starts(doc: dict, plan: dict | None) -> list[str]:
     names: dict[str, list[str]] = {}
     for p in doc["processes"]:
         if p.get("start") == Start.COLD:
-            start = planned.get(p["name"], {}).get("start", "")
-            why = start[len("cold ("):-1] if start.startswith("cold (") else \
+            why = planned.get(p["name"], {}).get("why_cold") or \
                 "its zygote could not start it; see the run's events"
             names.setdefault(why, []).append(p["name"])
     return [f"started cold ({why}): {', '.join(found)}" for why, found in names.items()]

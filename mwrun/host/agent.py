@@ -182,7 +182,7 @@ class Agent:
                     self.send(Kind.BEAT)
                 self.hands.tick()  # forked children are ours, so are their orphans
                 self.spies.tick()
-                self.relay.flush()  # lines down that a library's socket did not take yet
+                self.relay.serve()  # what a library sent beyond one turn's share
                 if self.outbox.size:
                     self.outbox.flush(self._write)
                 if (self.outbox.size > OUTBOX_CAP) != paused:
@@ -207,6 +207,8 @@ class Agent:
         for other in (self.relay.held_until, self.spies.earliest()):
             if other is not None:
                 due = min(due, other)
+        if self.relay.backlog:
+            due = now  # a library's lines wait to be served: look, do not sleep
         for key, _ in self.selector.select(max(0.0, min(due - now, frames.BEAT))):
             callback, arg = key.data
             callback(arg)

@@ -1,7 +1,8 @@
 """The library's messages on a remote host, relayed by its agent: each process's library
 connects to the agent's socket and says what it would say to the supervisor (hello,
-heartbeats, world events, bye, scale); the ``Relay`` reads it a line at a time, sends
-the library's own verbs on to the head (``control`` frames: host/frames.py), and
+heartbeats, world events, bye, scale); the ``Relay`` serves that socket as the head
+serves its own (host/jsonlines.py, its bounds included), sends the library's own verbs
+(``protocol.LIBRARY_VERBS``) on to the head (``control`` frames: host/frames.py), and
 writes the head's lines down (``tell``) back on the connection the process opened.
 
 Heartbeats are held up to a quarter of their process's interval (at most a link beat)
@@ -22,11 +23,9 @@ from typing import Any, Protocol
 
 from mwrun.host import frames, sockets
 from mwrun.host.frames import Kind
+from mwrun.host.jsonlines import Connection, Server
+from mwrun.protocol import LIBRARY_VERBS, Verb
 
-READ_SLICE = 65536  # bytes read from one library connection per turn
-RELAYED = ("hello", "heartbeat", "world", "bye", "scale", "stacks_told")  # the library's verbs
-MAX_LINE = 2**20  # bytes of a line without its end before the connection is dropped
-MAX_DOWN = 2**20  # bytes waiting to go down to one library before it is dropped
 HOLD_SHARE = 0.25
 
 
@@ -36,14 +35,6 @@ class Uplink(Protocol):
     def send(self, kind: str, **fields: Any) -> None: ...
 
 
-class Library:
-    """A library's connection to this agent: what it sent, read up to a line, and what
-    the head told it that its socket has not taken yet."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock, self.buffer, self.unsent = sock, b"", b""
-
-
 class Relay:
     """This host's libraries and the head, between them: their connections (on the
     agent's socket at ``path``), their messages up, held heartbeats, lines down."""
@@ -51,53 +42,47 @@ class Relay:
     def __init__(self, path: str, selector: selectors.BaseSelector, uplink: Uplink,
                  clock: Callable[[], float]):
         self.path, self.selector, self.uplink, self.clock = path, selector, uplink, clock
+        self.server = Server(selector, self._serve_line, dropped=self._dropped)
         self.listener: socket.socket | None = None  # once listening (the agent's loop runs)
         self.intervals: dict[str, float] = {}  # process -> its heartbeat interval (hello)
         self.held: list[dict] = []  # heartbeats not yet sent
         self.held_until: float | None = None  # when the first of them is due
-        self.library: dict[str, Library] = {}  # process -> its library's connection here
+        self.library: dict[str, Connection] = {}  # process -> its library's connection here
 
     def listen(self) -> None:
         """Take connections on the agent's socket, in the agent's selector."""
         self.listener = sockets.listen(self.path)
         self.selector.register(self.listener, selectors.EVENT_READ,
-                               (self._accept, self.listener))
+                               (self.server.accept, self.listener))
+
+    @property
+    def backlog(self) -> bool:
+        """Whether libraries' lines wait to be served (``serve``): the loop must not sleep."""
+        return bool(self.server.backlog)
+
+    def serve(self) -> None:
+        """The lines left from an earlier turn (a library sent more than a turn serves)."""
+        self.server.serve_backlog()
 
     # -- up: the library's messages to the head -----------------------------------------
 
-    def _accept(self, listener: socket.socket) -> None:
-        with contextlib.suppress(BlockingIOError):
-            sock, _ = listener.accept()
-            sock.setblocking(False)
-            self.selector.register(sock, selectors.EVENT_READ, (self._read, Library(sock)))
+    def _serve_line(self, line: bytes, conn: Connection) -> None:
+        with contextlib.suppress(ValueError, RecursionError):
+            request = json.loads(line)
+            verb = request.get("verb") if isinstance(request, dict) else None
+            if isinstance(verb, str) and verb in LIBRARY_VERBS:
+                self._up(request, conn)
 
-    def _read(self, conn: Library) -> None:
-        sock = conn.sock
-        try:
-            data = sock.recv(READ_SLICE)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data or len(conn.buffer) > MAX_LINE:
-            self.selector.unregister(sock)
-            sock.close()
-            for name in [n for n, c in self.library.items() if c is conn]:
-                del self.library[name]
-            return
-        *lines, conn.buffer = (conn.buffer + data).split(b"\n")
-        for line in lines:
-            with contextlib.suppress(ValueError):
-                request = json.loads(line)
-                if isinstance(request, dict) and request.get("verb") in RELAYED:
-                    self._up(request, conn)
+    def _dropped(self, conn: Connection) -> None:
+        for name in [n for n, c in self.library.items() if c is conn]:
+            del self.library[name]
 
-    def _up(self, request: dict, conn: Library) -> None:
-        if request.get("verb") == "hello":
-            with contextlib.suppress(TypeError, ValueError):
+    def _up(self, request: dict, conn: Connection) -> None:
+        if request.get("verb") == Verb.HELLO:
+            with contextlib.suppress(KeyError, TypeError, ValueError):  # it may say none
                 self.intervals[str(request.get("process"))] = float(request["interval"])
             self.library[str(request.get("process"))] = conn  # the way down to it (tell)
-        if request.get("verb") != "heartbeat":
+        if request.get("verb") != Verb.HEARTBEAT:
             self._send_held()  # in the order the library said them
             self.uplink.send(Kind.CONTROL, request=request)
             return
@@ -126,27 +111,7 @@ class Relay:
         when its library has not said hello here (or is gone)."""
         conn = self.library.get(process)
         if conn is not None:
-            conn.unsent += json.dumps(message).encode() + b"\n"
-            self._flush(conn)
-
-    def flush(self) -> None:
-        """What the libraries' sockets did not take yet, as far as they take it now."""
-        for conn in self.library.values():
-            if conn.unsent:
-                self._flush(conn)
-
-    def _flush(self, conn: Library) -> None:
-        while conn.unsent:
-            try:
-                sent = conn.sock.send(conn.unsent)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
-                conn.unsent = b""
-                break
-            conn.unsent = conn.unsent[sent:]
-        if len(conn.unsent) > MAX_DOWN:  # it does not read: it is no longer told
-            conn.unsent = b""
+            self.server.push(conn, message)
 
     def close(self) -> None:
         """No more connections: the socket closed and its file removed."""

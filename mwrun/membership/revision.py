@@ -71,7 +71,7 @@ class Revision:
 def _public(proc: ProcessPlan) -> dict:
     return {"host": proc.host, "gpus": list(proc.gpus),
             "cpus": None if proc.cpus is None else list(proc.cpus),
-            "worlds": dict(proc.worlds), "start": proc.start}
+            "worlds": dict(proc.worlds), "start": proc.start, "why_cold": proc.why_cold}
 
 
 class Membership:

@@ -8,5 +8,6 @@ from); ``environment`` is each process's environment; ``ports`` finds free ports
 functions over frozen dataclasses, the machine's facts passed in.
 
 May import: ``mwrun.errors``, ``mwrun.machine``, ``mwrun.launchspec``, ``mwrun.protocol``
-(the heartbeat's cadence). Never ``worlds``, ``host``, ``head``, ``cli``, or torch.
+(the heartbeat's cadence), ``mwrun.schema`` (how a process starts). Never ``worlds``,
+``host``, ``head``, ``cli``, or torch.
 """

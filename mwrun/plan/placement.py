@@ -19,6 +19,7 @@ from mwrun.plan import preload, timeouts
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.topology import Process, Topology
 from mwrun.plan.yamlread import Pos
+from mwrun.schema import Start
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class ProcessPlan:
     replica_of: str | None = None
     hang_timeout: float = 60.0  # seconds without a heartbeat before it counts as hung
     preload: tuple[str, ...] = ()  # what its zygote imports; (): started the ordinary way
-    start: str = "cold"  # schema.Start's "warm", or "cold (why)", for people
+    start: Start = Start.COLD  # how it is planned to start
+    why_cold: str | None = None  # for people, where it starts cold: why ("preload: false")
     # How its host's zygote runs it (preload.target), decided here once: None, cold.
     warm: tuple[str, str, tuple[str, ...]] | None = None
 
@@ -372,7 +374,7 @@ def process_plan(topology, proc: Process, got, memberships, local, python,
         restart_backoff=proc.restart_backoff, replica_of=proc.replica_of,
         hang_timeout=hang_timeout,
         preload=() if why_cold else proc.preload,
-        start=f"cold ({why_cold})" if why_cold else "warm",
+        start=Start.COLD if why_cold else Start.WARM, why_cold=why_cold or None,
         warm=None if why_cold else _warm_target(cmd, runs_on, same))
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError
+from mwrun.protocol import Verb, WorldReport
 from mwrun.worlds import forming, orders, signals
 from mwrun.worlds import nccl as discipline
 from mwrun.worlds.events import EventQueue
@@ -96,7 +97,7 @@ class Job:
             raise MwrunError("job.scale needs a job started by 'mwrun launch' (it asks"
                              " the supervisor)")
         count = _count(n)
-        reply = self._link.request({"verb": "scale", "process": self._process,
+        reply = self._link.request({"verb": Verb.SCALE, "process": self._process,
                                     "pid": os.getpid(), "target": process, "count": count},
                                    SCALE_WAIT)
         if reply is None:
@@ -159,7 +160,7 @@ class Job:
         error = forming.form(world, time.monotonic() + FORM_TIMEOUT)
         if error is None and self._roster.formed(world):
             if self._link is not None:
-                self._link.world_event(world.name, world.generation, "added")
+                self._link.world_event(world.name, world.generation, WorldReport.ADDED)
             return
         self._roster.drop(world)
         world.close()

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, WorldClosedError, WorldEnded
+from mwrun.protocol import WorldReport
 from mwrun.worlds import aborts, backends, failures, inflight, joining, signals, storehost
 from mwrun.worlds import nccl as discipline
 from mwrun.worlds.failures import summarize
@@ -80,7 +81,7 @@ class Membership:
                   seat.rank, seat.size)
         self.watcher.start(seat.generation, seat.rank)
         if self.link is not None:
-            self.link.world_event(self.name, seat.generation, "ready")
+            self.link.world_event(self.name, seat.generation, WorldReport.READY)
 
     def rejoin(self, deadline: float | None) -> None:
         """After a break: let the broken generation go, and form the next one."""
@@ -137,7 +138,7 @@ class Membership:
                 else:  # a peer died or may come back: let the next generation form
                     protocol.open_next(server, generation)
         if self.link is not None and not protocol.is_resize(reason):  # the head's doing
-            self.link.world_event(self.name, generation, "broken", reason)
+            self.link.world_event(self.name, generation, WorldReport.BROKEN, reason)
         return error
 
     def failed(self, generation: int, exc: BaseException):
@@ -164,7 +165,7 @@ class Membership:
         hung = aborts.bounded(group.abort, discipline.ABORT_DEADLINE,
                               f"{self.name}'s {group.name} group (generation {generation})")
         if hung is not None and self.link is not None:
-            self.link.world_event(self.name, generation, protocol.ABORT_HUNG, hung)
+            self.link.world_event(self.name, generation, WorldReport.ABORT_HUNG, hung)
 
     # any -> GONE
     def close_for_good(self, error: WorldClosedError, generation: int | None = None):
@@ -193,7 +194,7 @@ class Membership:
         # Tell the supervisor and the store first: the moment the group's sockets close,
         # peers notice, and their reports must find this member already gone.
         if self.link is not None and not gone:  # the head closed it: nothing to tell
-            self.link.world_event(self.name, generation, "closed")
+            self.link.world_event(self.name, generation, WorldReport.CLOSED)
         store = self.stores.shared
         if store is not None and generation >= 0 and not gone:
             with contextlib.suppress(RuntimeError, TimeoutError):

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mwrun.errors import MwrunError
+from mwrun.protocol import Verb
 from mwrun.worlds.worldspec import WorldSpec, from_fields
 
 
@@ -103,5 +104,5 @@ def _stacks(message: dict) -> Stacks:
     return Stacks(rid, message.get("flight") is True)
 
 
-_PARSERS: dict[str, Callable[[dict], Order]] = {"add": _add, "drain": _drain,
-                                                "reply": _reply, "stacks": _stacks}
+_PARSERS: dict[str, Callable[[dict], Order]] = {Verb.ADD: _add, Verb.DRAIN: _drain,
+                                                Verb.REPLY: _reply, Verb.STACKS: _stacks}

@@ -19,6 +19,7 @@ import time
 import traceback
 from collections.abc import Callable
 
+from mwrun.protocol import Verb
 from mwrun.worlds import flight as recorder
 from mwrun.worlds import inflight
 
@@ -59,7 +60,7 @@ def told(process: str, rid: str, flight: bool = False) -> dict:
     """The answer to the head's ask ``rid``, as one ``stacks_told`` line (``flight``:
     with torch's Flight Recorder, flight.py). It never raises: it runs on the link's
     thread, whose heartbeats must go on."""
-    message = {"verb": "stacks_told", "process": process, "pid": os.getpid(), "id": rid}
+    message = {"verb": Verb.STACKS_TOLD, "process": process, "pid": os.getpid(), "id": rid}
     if flight:
         message["flight_recorder"] = recorder.within()
     try:

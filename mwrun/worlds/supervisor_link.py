@@ -44,6 +44,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 
+from mwrun.protocol import MAX_LINE, Verb, WorldReport
 from mwrun.worlds import orders, signals, stacks
 from mwrun.worlds.beats import Beats, aligned
 
@@ -52,7 +53,6 @@ CONNECT_TIMEOUT = 1.0  # one attempt to reach the supervisor's socket; one line 
 RETRY_FIRST, RETRY_CAP = 0.05, 2.0  # backoff between attempts, seconds
 SAY_AFTER = 5.0  # seconds of failed attempts before the process says so, once
 HELD_EVENTS = 1000  # world events kept, in order, until the supervisor is reached
-MAX_LINE = 1 << 20  # a longer line from the head is dropped (the head's own limit)
 
 
 class Lines:
@@ -129,7 +129,7 @@ class SupervisorLink:
         except OSError:
             sock.close()
             return False
-        hello = {"verb": "hello", "process": self._process, "pid": os.getpid(),
+        hello = {"verb": Verb.HELLO, "process": self._process, "pid": os.getpid(),
                  "interval": self._interval, "nccl": self._nccl}
         with self._lock:
             self._sock = self._reading = sock
@@ -142,7 +142,7 @@ class SupervisorLink:
         """Send a line up; False where it could not go (held, if a world event)."""
         with self._lock:
             if self._sock is None:
-                if message.get("verb") == "world":  # the supervisor must hear these
+                if message.get("verb") == Verb.WORLD:  # the supervisor must hear these
                     self._held.append(message)
                 return False
             return self._send_locked(message)
@@ -160,8 +160,9 @@ class SupervisorLink:
             self._sock = None
             return False
 
-    def world_event(self, world: str, generation: int, event: str, reason: str = "") -> None:
-        self.send({"verb": "world", "process": self._process, "pid": os.getpid(),
+    def world_event(self, world: str, generation: int, event: WorldReport,
+                    reason: str = "") -> None:
+        self.send({"verb": Verb.WORLD, "process": self._process, "pid": os.getpid(),
                    "world": world, "generation": generation, "event": event,
                    "reason": reason, "t": time.time()})
 
@@ -202,7 +203,7 @@ class SupervisorLink:
             if time.time() >= check_at:
                 beat = self._beats.check()
                 if beat is not None:
-                    self.send({"verb": "heartbeat", "process": self._process,
+                    self.send({"verb": Verb.HEARTBEAT, "process": self._process,
                                "pid": os.getpid(), **beat})
                 check_at = time.time() + aligned(step)
 
@@ -270,7 +271,7 @@ class SupervisorLink:
             self._wake_w.send(b"x")
         if self._thread is not None:
             self._thread.join(timeout=5)
-        self.send({"verb": "bye", "process": self._process, "pid": os.getpid()})
+        self.send({"verb": Verb.BYE, "process": self._process, "pid": os.getpid()})
         with self._lock:
             socks = [s for s in (self._sock, self._reading) if s is not None]
             self._sock = self._reading = None

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from mwrun.errors import BrokenWorldError, MwrunError
+from mwrun.protocol import WorldReport
 from mwrun.worlds.calls import Calls
 from mwrun.worlds.inflight import CALLS
 from mwrun.worlds.membership import Membership
@@ -112,7 +113,7 @@ class World:
             raise MwrunError(f"world {self.name!r} is not draining: only a world the"
                              " supervisor drains can be released")
         else:
-            link.world_event(self.name, self._state.generation, "released")
+            link.world_event(self.name, self._state.generation, WorldReport.RELEASED)
 
     def close(self) -> None:
         """Leave the world. Other members see it end if they still call on it."""

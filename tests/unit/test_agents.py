@@ -12,6 +12,7 @@ from mwrun import __version__
 from mwrun.errors import StartError
 from mwrun.head.hosts.agents import Agents
 from mwrun.host import frames
+from mwrun.host.jsonlines import MAX_UNSENT, REQUESTS_PER_TURN
 from mwrun.host.relay import Relay
 from mwrun.launchspec import LaunchSpec
 from mwrun.schema import HostState as H
@@ -207,3 +208,65 @@ def test_heartbeats_are_held_and_anything_else_sends_them_first(tmp_path):
         assert relay.library == {}
         relay.close()
     assert not (tmp_path / "agent.sock").exists()
+
+
+@pytest.fixture
+def relay_and_library(tmp_path):
+    """A relay listening, one library connected to it and accepted, and a turn of the
+    agent's loop (the callbacks of one select())."""
+    up = Uplink()
+    with selectors.DefaultSelector() as selector:
+        relay = Relay(str(tmp_path / "agent.sock"), selector, up, lambda: 0.0)
+        relay.listen()
+        lib = socket.socket(socket.AF_UNIX)
+        lib.connect(str(tmp_path / "agent.sock"))
+
+        def turn(timeout=1.0):
+            for key, _ in selector.select(timeout):
+                callback, arg = key.data
+                callback(arg)
+
+        turn()  # accepted
+        yield relay, lib, up, turn
+        lib.close()
+        turn(0.1)  # its end, if its connection was not dropped already
+        relay.close()
+
+
+def test_a_library_saying_much_at_once_is_served_a_share_per_turn_and_in_order(
+        relay_and_library):
+    """The relay is the head's JSON-lines server (host/jsonlines.py): a library cannot
+    hold the agent's loop with thousands of lines; what is left waits in the backlog,
+    which the loop serves each turn (and does not sleep on)."""
+    relay, lib, up, turn = relay_and_library
+    said = [{"verb": "bye", "process": "a", "pid": i} for i in range(3 * REQUESTS_PER_TURN)]
+    lib.sendall(b"".join(json.dumps(m).encode() + b"\n" for m in said))
+    while len(up.sent) < REQUESTS_PER_TURN:
+        turn()
+    assert len(up.sent) == REQUESTS_PER_TURN and relay.backlog
+    while relay.backlog:
+        relay.serve()
+    assert [m["request"] for m in up.sent] == said
+
+
+def test_a_library_that_does_not_read_its_lines_is_dropped(relay_and_library):
+    relay, lib, _, turn = relay_and_library
+    lib.sendall(json.dumps({"verb": "hello", "process": "a", "pid": 1, "interval": 1.0}
+                           ).encode() + b"\n")
+    turn()
+    assert set(relay.library) == {"a"}
+    big = {"verb": "drain", "pad": "x" * 65536}
+    for _ in range(MAX_UNSENT // 65536 + 64):  # far more than its socket holds
+        relay.tell("a", big)
+        if not relay.library:
+            break
+    assert relay.library == {}  # no longer told: its lines are not kept for it
+
+
+def test_a_hello_without_its_interval_is_relayed_and_the_relay_goes_on(relay_and_library):
+    relay, lib, up, turn = relay_and_library
+    lib.sendall(b'{"verb": "hello", "process": "a", "pid": 1}\n'
+                b'{"verb": "bye", "process": "a", "pid": 1}\n')
+    turn()
+    assert [m["request"]["verb"] for m in up.sent] == ["hello", "bye"]
+    assert set(relay.library) == {"a"}

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import mwrun
-from mwrun import records, schema
+from mwrun import protocol, records, schema
 from mwrun.host import frames
 
 PACKAGE = Path(mwrun.__file__).parent
@@ -248,7 +248,16 @@ def test_no_state_name_is_spelled_outside_the_schema(part):
 VOCABULARIES = {
     ("kind", frozenset(k.value for k in frames.Kind)): ("head", "host"),
     ("start", frozenset(s.value for s in schema.Start)): ("head", "cli"),
+    # what the library tells of a world, and the verbs between a library and its head
+    ("event", frozenset(e.value for e in protocol.WorldReport)): ("worlds", "head", "host"),
+    ("verb", frozenset(v.value for v in protocol.Verb)): ("worlds", "head", "host"),
 }
+# Where a word may still be spelled, for now: control.py's handlers are being rewritten
+# over a typed facade on another branch, which takes the enums; then this goes.
+NOT_YET = {"event": {"control.py"}, "verb": {"control.py"}}
+# Calls that name a word of the wire by position: (method, field) -> which arguments.
+SAID_BY_CALL = {("send", "kind"): slice(0, 2),  # send(KIND, ...), send(host, KIND, ...)
+                ("world_event", "event"): slice(2, 3)}  # world_event(world, gen, EVENT)
 
 
 def _mentions(node: ast.AST, field: str) -> bool:
@@ -271,9 +280,9 @@ def word_literals(path: Path, field: str, words: frozenset) -> list[str]:
         elif isinstance(node, ast.Dict):
             spelled += [v for k, v in zip(node.keys, node.values, strict=True)
                         if isinstance(k, ast.Constant) and k.value == field]
-        elif isinstance(node, ast.Call) and field == "kind" and node.args and \
-                isinstance(node.func, ast.Attribute) and node.func.attr == "send":
-            spelled += node.args[:2]  # send(KIND, ...) and send(host, KIND, ...)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                (node.func.attr, field) in SAID_BY_CALL:
+            spelled += node.args[SAID_BY_CALL[node.func.attr, field]]
         found += [f"{path.name}:{node.lineno}: {n.value!r}" for side in spelled
                   for n in ([side] if isinstance(side, ast.Constant)
                             else getattr(side, "elts", []))
@@ -284,8 +293,9 @@ def word_literals(path: Path, field: str, words: frozenset) -> list[str]:
 @pytest.mark.parametrize(("field", "words"), list(VOCABULARIES))
 def test_no_word_of_the_wire_is_spelled_outside_its_enum(field, words):
     parts = VOCABULARIES[(field, words)]
+    spared = {"frames.py", "protocol.py", *NOT_YET.get(field, ())}
     assert [hit for part in parts for path in part_files(part)
-            if path.name != "frames.py" for hit in word_literals(path, field, words)] == []
+            if path.name not in spared for hit in word_literals(path, field, words)] == []
 
 
 def test_the_check_sees_a_word_of_the_wire_spelled(tmp_path):
@@ -297,6 +307,21 @@ def test_the_check_sees_a_word_of_the_wire_spelled(tmp_path):
     assert word_literals(bad, "kind", kinds) == ["bad.py:1: 'spawned'", "bad.py:2: 'probe'",
                                                  "bad.py:3: 'lines'", "bad.py:4: 'beat'"]
     assert word_literals(bad, "start", frozenset({"cold", "warm"})) == ["bad.py:5: 'cold'"]
+
+
+def test_the_check_sees_a_world_event_or_a_verb_spelled(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("link.world_event(w, g, 'ready')\nlink.world_event(w, g, WorldReport.BROKEN)\n"
+                   "if event == 'closed' or msg['event'] in ('added', 'x'):\n"
+                   "    send({'verb': 'hello', 'event': 'released'})\n"
+                   "if request.get('verb') == 'stacks_told' or verb in ('add', 'drain'):\n"
+                   "    pass\n")
+    events = frozenset(e.value for e in protocol.WorldReport)
+    verbs = frozenset(v.value for v in protocol.Verb)
+    assert word_literals(bad, "event", events) == [
+        "bad.py:1: 'ready'", "bad.py:3: 'added'", "bad.py:3: 'closed'", "bad.py:4: 'released'"]
+    assert word_literals(bad, "verb", verbs) == [
+        "bad.py:4: 'hello'", "bad.py:5: 'add'", "bad.py:5: 'drain'", "bad.py:5: 'stacks_told'"]
 
 
 def test_the_check_sees_a_state_name_spelled(tmp_path):

@@ -1,6 +1,8 @@
 """The preload key, which processes start warm, and what --dry-run says about it."""
 
+import json
 import sys
+from dataclasses import asdict
 
 import pytest
 from click.testing import CliRunner
@@ -11,6 +13,7 @@ from mwrun.plan import preload
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import place
 from mwrun.plan.topology import parse
+from mwrun.schema import Start
 from tests.unit.test_topology import minimal, one_problem
 
 PY = "/venv/bin/python"
@@ -31,6 +34,11 @@ def test_which_commands_can_be_forked(cmd, expected):
     assert preload.target(cmd, PY) == expected
 
 
+def said(proc) -> str:
+    """How a plan's start reads for people: warm, or cold and why."""
+    return f"{proc.start.value} ({proc.why_cold})" if proc.why_cold else proc.start.value
+
+
 def plan_of(text):
     inv = {"localhost": HostInventory(True, (0, 1), ())}
     return place(parse(text, "t.yaml"), inv, lambda addr, taken: 40000, PY)
@@ -42,13 +50,13 @@ def test_warm_starts_are_the_default_and_false_turns_them_off_for_the_job_or_a_p
             "  e: {cmd: python e.py, preload: true}\n  f: {cmd: bash f.sh}\n"
             "worlds:\n  w: {members: [a, b, c, d, e, f]}\n")
     procs = plan_of(text).processes
-    assert [procs[n].start for n in "abcdef"] == [
+    assert [said(procs[n]) for n in "abcdef"] == [
         "warm", "cold (preload: false)", "cold (python -c)", "warm", "warm",
         "cold (not the interpreter mwrun runs on)"]
     assert [procs[n].preload for n in "abcdef"] == [
         ("torch",), (), (), ("torch", "numpy"), ("torch",), ()]
     off = plan_of("preload: false\n" + text).processes  # the job's default, per process
-    assert [off[n].start for n in "abcdef"] == [
+    assert [said(off[n]) for n in "abcdef"] == [
         "cold (preload: false)", "cold (preload: false)", "cold (preload: false)", "warm",
         "warm", "cold (preload: false)"]
     assert off["d"].preload == ("torch", "numpy")
@@ -68,6 +76,15 @@ def test_warm_starts_are_the_default_and_false_turns_them_off_for_the_job_or_a_p
 ])
 def test_bad_preload_values_are_positioned(top, line, expected):
     assert one_problem(minimal(extra_process=line, top=top)).startswith(expected)
+
+
+def test_a_start_is_kept_as_its_word_and_why_apart_never_as_one_text():
+    procs = plan_of("processes:\n  a: {cmd: python a.py}\n  b: {cmd: python b.py, preload:"
+                    " false}\nworlds:\n  w: {members: [a, b]}\n").processes
+    assert (procs["a"].start, procs["a"].why_cold) == (Start.WARM, None)
+    assert (procs["b"].start, procs["b"].why_cold) == (Start.COLD, "preload: false")
+    written = json.loads(json.dumps(asdict(procs["b"])))  # as plan.json has it
+    assert (written["start"], written["why_cold"]) == ("cold", "preload: false")
 
 
 def test_dry_run_shows_which_processes_start_warm(tmp_path):

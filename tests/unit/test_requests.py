@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from mwrun import protocol
 from mwrun.head.serve import control, requests
 
 GOOD = {
@@ -57,7 +58,7 @@ def test_a_well_formed_request_reaches_the_supervisor(verb):
     reply = control.serve(loop, json.dumps({"verb": verb, **GOOD[verb]}).encode())
     assert requests.problem({"verb": verb, **GOOD[verb]}) is None
     assert loop.calls
-    assert (reply is None) == (verb in requests.NO_REPLY)
+    assert (reply is None) == (verb in protocol.NO_REPLY)
 
 
 @pytest.mark.parametrize(("verb", "field", "value"), list(cases()))
@@ -66,7 +67,7 @@ def test_a_wrong_field_is_refused_and_changes_nothing(verb, field, value):
     line = json.dumps({"verb": verb, **GOOD[verb], field: value}).encode()
     reply = control.serve(loop, line)
     assert loop.calls == []
-    if verb in requests.NO_REPLY:
+    if verb in protocol.NO_REPLY:
         assert reply is None
     else:
         assert reply["ok"] is False and repr(field) in reply["error"]

@@ -81,8 +81,8 @@ def test_the_last_fault_of_each_world_shows_its_phases_after_the_first_known():
 def test_status_says_why_processes_started_cold_once_per_reason():
     procs = [{**PROC, "name": "a", "start": "warm"}, {**PROC, "name": "b", "start": "cold"},
              {**PROC, "name": "c", "start": "cold"}, {**PROC, "name": "d", "start": "cold"}]
-    plan = {"processes": {"a": {"start": "warm"}, "b": {"start": "cold (preload: false)"},
-                          "c": {"start": "cold (preload: false)"},
+    cold = {"start": "cold", "why_cold": "preload: false"}
+    plan = {"processes": {"a": {"start": "warm"}, "b": cold, "c": cold,
                           "d": {"start": "warm"}}}  # planned warm: its zygote failed
     text = render({**DOC, "processes": procs}, live=True, now=200.0, plan=plan)
     assert text.split("\n\n")[3].splitlines() == [

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from mwrun.head.decide.processbook import Processes
 from mwrun.head.decide.reshaping import Reshaping
 from mwrun.head.decide.worldbook import Worlds
+from mwrun.protocol import WorldReport
 from mwrun.schema import WorldState as W
 
 
@@ -55,14 +56,14 @@ class Members:
         if rec is None or world is None or world_name not in rec.plan.worlds:
             return
         left = any(world_name in self.processes.records[m].left for m in world.plan.members)
-        if event == "ready" and generation == world.generation:
+        if event == WorldReport.READY and generation == world.generation:
             rec.ready.add(world_name)
             rec.generations[world_name] = generation
-        elif event == "closed" and generation == world.generation:
+        elif event == WorldReport.CLOSED and generation == world.generation:
             rec.left.add(world_name)  # its exit decides whether the world goes on
-        elif event == "released" and world.state is W.DRAINING:
+        elif event == WorldReport.RELEASED and world.state is W.DRAINING:
             self.reshaping.finish(world, f"{name} released it")
-        elif event == "broken" and generation == world.generation and not left \
+        elif event == WorldReport.BROKEN and generation == world.generation and not left \
                 and world.state in (W.FORMING, W.HEALTHY):
             # A member saw the break first (a timeout, a drill by hand): its store says
             # so already; the rest of the world follows it to the next generation.

@@ -32,6 +32,7 @@ from mwrun.head.decide.worldbook import Worlds
 from mwrun.membership.revision import Action, Revision
 from mwrun.plan.environment import world_spec
 from mwrun.plan.placement import WorldPlan
+from mwrun.protocol import Verb
 from mwrun.schema import ProcessState as P
 from mwrun.schema import WorldState as W
 
@@ -89,7 +90,7 @@ class Reshaping:
         self.book.add(plan)
         for rank, member in enumerate(plan.members):
             if member not in starting:
-                self.down.tell(member, {"verb": "add", "world": plan.name,
+                self.down.tell(member, {"verb": Verb.ADD, "world": plan.name,
                                         "spec": world_spec(plan, rank, 0)})
 
     def resize(self, world: WorldRecord, plan: WorldPlan) -> None:
@@ -109,7 +110,7 @@ class Reshaping:
         self.processes.say(f"{world.plan.name} drains: its calls work until a member"
                            f" releases it, {seconds:g}s at most")
         for member in world.plan.members:
-            self.down.tell(member, {"verb": "drain", "world": world.plan.name,
+            self.down.tell(member, {"verb": Verb.DRAIN, "world": world.plan.name,
                                     "generation": world.generation, "deadline": seconds})
 
     def finish(self, world: WorldRecord, why: str) -> None:

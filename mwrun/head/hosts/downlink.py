@@ -20,7 +20,8 @@ HELD = 1000  # messages kept per process until its hello
 
 
 class Line(Protocol):
-    """A local library's connection (control.Connection, sent through control.Clients)."""
+    """A local library's connection (host/jsonlines.py's ``Connection``, sent through
+    control.Clients)."""
 
     closed: bool
 

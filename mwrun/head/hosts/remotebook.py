@@ -16,7 +16,8 @@ from mwrun.errors import StartError
 from mwrun.host.frames import Kind
 from mwrun.launchspec import LaunchSpec
 
-KINDS = ("lines", "spawned", "failed", "exited", "probed")  # the frames about a process
+KINDS = frozenset({Kind.LINES, Kind.SPAWNED, Kind.FAILED, Kind.EXITED,
+                   Kind.PROBED})  # the frames about a process
 
 
 class Sender(Protocol):

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mwrun.head.decide.records import ProcessRecord
+from mwrun.protocol import Verb
 
 KEEP = 8  # asks kept for their askers to read (the oldest goes first)
 
@@ -100,7 +101,7 @@ class Stacks:
 
     def _ask(self, recs: Iterable[ProcessRecord], flight: bool = False) -> Ask:
         ask = Ask(self.new_id(), self.now())
-        order = {"verb": "stacks", "id": ask.id, **({"flight": True} if flight else {})}
+        order = {"verb": Verb.STACKS, "id": ask.id, **({"flight": True} if flight else {})}
         for rec in recs:
             reason = unaskable(rec)
             ask.members[rec.plan.name] = Member(rec.plan.name, rec.pid, rec.plan.host,

@@ -35,11 +35,6 @@ command line asks a supervisor without importing the head.
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import json
-import selectors
-import socket
 from typing import Protocol
 
 from mwrun import protocol, runs
@@ -56,12 +51,8 @@ from mwrun.head.serve import requests
 from mwrun.head.serve.early import Early
 from mwrun.head.serve.elastic import Elastic
 from mwrun.host import sockets
+from mwrun.host.jsonlines import Connection, Server
 from mwrun.runs import peer_uid, same_user, signal_number  # noqa: F401 - shared with the client
-
-MAX_LINE = 1 << 20
-MAX_PENDING = 1000  # requests read but not yet served, per client
-MAX_UNSENT = 1 << 20  # bytes of replies a client may leave unread before it is dropped
-REQUESTS_PER_TURN = 16  # requests served per client in one turn of the loop
 
 
 class Run(Protocol):
@@ -228,131 +219,12 @@ HANDLERS = {"status": handle_status, "bringup": handle_bringup,
             "stacks_result": handle_stacks_result, "stacks_told": handle_stacks_told}
 
 
-class Connection:
-    """One client: bytes in, whole lines out, replies queued and sent without blocking.
-
-    The loop must never wait on a client: replies go out as the socket takes them, and
-    a client that lets more than MAX_UNSENT bytes of replies pile up (it sends but
-    does not read) is dropped.
-    """
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self.buffer = b""
-        self.pending: collections.deque[bytes] = collections.deque()  # lines to serve
-        self.unsent = b""
-        self.closed = False
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def receive(self) -> bool:
-        """Take what the client sent (one read); False once it has gone or sent a line
-        longer than MAX_LINE. Holds off while MAX_PENDING requests wait to be served."""
-        if len(self.pending) >= MAX_PENDING:
-            return True
-        try:
-            data = self.sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
-            return True
-        except OSError:
-            return False
-        if not data:
-            return False
-        self.buffer += data
-        *lines, self.buffer = self.buffer.split(b"\n")
-        self.pending.extend(line for line in lines if line.strip())
-        return len(self.buffer) <= MAX_LINE
-
-    def take(self, limit: int) -> list[bytes]:
-        return [self.pending.popleft() for _ in range(min(limit, len(self.pending)))]
-
-    def reply(self, message: dict) -> None:
-        self.unsent += json.dumps(message).encode() + b"\n"
-
-    def flush(self) -> bool:
-        """Send what the socket takes now; False when the client must be dropped."""
-        while self.unsent:
-            try:
-                sent = self.sock.send(self.unsent)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
-                return False
-            self.unsent = self.unsent[sent:]
-        return len(self.unsent) <= MAX_UNSENT
-
-    def close(self) -> None:
-        self.closed = True
-        self.sock.close()
-
-
-class Clients:
-    """The control socket's clients, served from the loop's selector without ever
-    waiting on one: a bounded number of requests per client per turn (one client
-    sending thousands cannot hold the loop; the rest wait in ``backlog``)."""
+class Clients(Server):
+    """The control socket's clients (host/jsonlines.py, with its bounds): the owner's
+    only, so a client whose peer is another uid is closed unserved."""
 
     def __init__(self, selector, serve_line):
-        self.selector = selector
-        self.serve_line = serve_line  # (one request line, its connection) -> reply or None
-        self.backlog: set[Connection] = set()  # clients with requests left to serve
-
-    def accept(self, listener: socket.socket) -> None:
-        with contextlib.suppress(BlockingIOError):
-            sock, _ = listener.accept()
-            if not same_user(sock):
-                sock.close()
-                return
-            sock.setblocking(False)
-            self.selector.register(sock, selectors.EVENT_READ, (self._request, Connection(sock)))
-
-    def serve_backlog(self) -> None:
-        for connection in list(self.backlog):
-            if connection in self.backlog:
-                self._serve(connection)
-
-    def _request(self, connection: Connection) -> None:
-        # One select() can report a client that a callback before this one, in the
-        # same turn, has dropped already (a push to a member just killed).
-        if connection.closed:
-            return
-        if not connection.receive():
-            self._drop(connection)
-            return
-        self._serve(connection)
-
-    def _serve(self, connection: Connection) -> None:
-        for line in connection.take(REQUESTS_PER_TURN):
-            reply = self.serve_line(line, connection)
-            if reply is not None:
-                connection.reply(reply)
-            if connection.closed:  # serving the line pushed to it, and that dropped it
-                return
-        if connection.pending:
-            self.backlog.add(connection)
-        else:
-            self.backlog.discard(connection)
-        self._flush(connection)
-
-    def push(self, connection: Connection, message: dict) -> None:
-        """A line down to a client that asked nothing (the library: downlink.py)."""
-        if not connection.closed:
-            connection.reply(message)
-            self._flush(connection)
-
-    def _flush(self, connection: Connection) -> None:
-        if not connection.flush():
-            self._drop(connection)  # it does not read its replies
-            return
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.unsent else 0)
-        self.selector.modify(connection.sock, events, (self._request, connection))
-
-    def _drop(self, connection: Connection) -> None:
-        self.backlog.discard(connection)
-        if connection.closed:
-            return
-        self.selector.unregister(connection.sock)
-        connection.close()
+        super().__init__(selector, serve_line, admit=same_user)
 
 
 def serve(loop, line: bytes, connection: Connection | None = None) -> dict | None:

@@ -12,10 +12,6 @@ import math
 
 from mwrun import protocol
 
-# What the library tells of a world: joined it, left it, saw it break, could not abort
-# it; a world the head added formed here (``added``); it lets a draining world go.
-WORLD_EVENTS = ("ready", "closed", "broken", protocol.ABORT_HUNG, "added", "released")
-NO_REPLY = ("hello", "heartbeat", "world", "bye", "stacks_told")  # the library reads none
 MAX_CHANGES = 64  # processes (or replicas) one scale or drain request may name
 
 
@@ -63,7 +59,11 @@ def _firsts(value) -> bool:
 
 
 def _event(value) -> bool:
-    return value in WORLD_EVENTS
+    """What the library tells of a world (``protocol.WorldReport``)."""
+    return isinstance(value, str) and value in _WORLD_REPORTS
+
+
+_WORLD_REPORTS = frozenset(protocol.WorldReport)
 
 
 MAX_SUMMARY = 256 * 1024  # bytes of a drill's summary the history takes in one record
@@ -165,8 +165,9 @@ _SCALE_FORMS = (("changes",), ("process", "pid", "id", "target", "count"))
 def library(request: dict) -> bool:
     """Whether a request is the library's (no direct reply: its answer, if any, goes
     down its connection), which an agent may relay from its host."""
-    return request.get("verb") in NO_REPLY or (request.get("verb") == "scale"
-                                                and "process" in request)
+    verb = request.get("verb")
+    return isinstance(verb, str) and (verb in protocol.NO_REPLY or (
+        verb == protocol.Verb.SCALE and "process" in request))
 
 
 def parse(line: bytes) -> tuple[dict | None, str | None]:
@@ -192,7 +193,7 @@ def problem(request: dict) -> str | None:
             continue
         if not check(request[field]):
             return f"bad request: {verb}: {field!r} cannot be {_show(request[field])}"
-    if verb == "scale":
+    if verb == protocol.Verb.SCALE:
         form = _SCALE_FORMS[1] if "process" in request else _SCALE_FORMS[0]
         missing = [f for f in form if f not in request]
         if missing:
