@@ -34,7 +34,7 @@ class Library:
         self.now = now  # the head's monotonic clock
 
     def hello(self, request: dict, connection: Any = None) -> None:
-        """hello {process, pid, interval, nccl?}: a start of the process is up; the
+        """hello {process, pid, interval?, nccl?}: a start of the process is up; the
         connection it came on (None: relayed by its agent) is its way down."""
         nccl = request.get("nccl")
         self.members.on_hello(request["process"], request["pid"],
