@@ -146,3 +146,10 @@ def test_a_drill_summary_must_be_a_bounded_object_that_keeps_the_records_meaning
     for summary in ({"t": 1.0}, {"event": "stop"}, {"x": "y" * requests.MAX_SUMMARY}):
         assert "'summary'" in requests.problem({"verb": "drill", "summary": summary})
     assert requests.problem({"verb": "drill", "summary": {"kept": float("nan")}})
+
+
+def test_every_checked_verb_has_its_method_and_no_other_is_served():
+    """The dispatcher's table (the operator's verbs and the library's) holds exactly the
+    verbs requests.py checks: none is checked and then unknown, none served unchecked."""
+    assert sorted(Control().dispatcher.verbs) == sorted(requests.FIELDS)
+    assert Control().dispatcher.serve(b'{"verb": "handle_stop"}')["ok"] is False
