@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from mwrun import runs
 from mwrun.errors import RunError, TopologyError
@@ -30,6 +31,9 @@ from mwrun.schema import FINAL, PLAN, SUPERVISOR_LOG, TOPOLOGY
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
 from mwrun.terminal import count, seconds, use_colour
+
+if TYPE_CHECKING:
+    from mwrun.head.decide.supervisor import Supervisor
 
 DETACH_WAIT = 120.0  # seconds --detach waits for its supervisor to run
 FORM_WAIT = 120.0  # then, for the run's worlds to form
@@ -228,7 +232,7 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         loop = Loop(plan, run_id, run_dir, stores, printer, grace,
                     str(rundir.control_path(run_id)), topo, inv, links, reach, topo_hosts)
         code = loop.run()
-        _summary(printer, loop)
+        _summary(printer, loop.supervisor, loop.run_id, loop.started_at)
     except BaseException as exc:
         _never_started(run_dir, exc)
         raise
@@ -254,12 +258,11 @@ def _more_descriptors() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
 
 
-def _summary(printer: Printer, loop) -> None:
-    sup = loop.supervisor
-    took = seconds(time.time() - loop.started_at)
+def _summary(printer: Printer, sup: Supervisor, run_id: str, started_at: float) -> None:
+    took = seconds(time.time() - started_at)
     failed = [r for r in sup.procs.values() if r.state is P.FAILED]
     restarts = sum(r.restarts for r in sup.procs.values())
-    printer.event(f"run {loop.run_id} {sup.state.value} after {took}:"
+    printer.event(f"run {run_id} {sup.state.value} after {took}:"
                   f" {restarts} restart{'s' * (restarts != 1)},"
                   f" {count(sum(w.breaks for w in sup.worlds.values()), 'world break')}"
                   + (f"; failed: {', '.join(r.plan.name for r in failed)}" if failed else ""))

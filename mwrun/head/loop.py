@@ -8,8 +8,11 @@ they tell (spawned, lines, exited, lost) goes to the supervisor and the console.
 ``run()`` is a single-threaded select loop over every child's exit descriptor (a
 pidfd: an exit is seen the moment it happens, not at the next poll), every child's
 output pipe, the agents' links, the control socket, and the signal wakeup pipe;
-between events it sleeps until the supervisor's next deadline. The control handlers
-(control.py) see it as a ``Run``.
+between events it sleeps until the supervisor's next deadline. The control verbs
+(serve/verbs.py, serve/library.py) are handed the parts they use, never the loop; the
+``Dispatcher`` (serve/dispatcher.py) serves the control socket's lines and the agents'
+relayed messages to them. The loop hands itself only as the hands' ``Owner`` (this
+host's ``Hands``, and ``Agents`` as their ``Head``): typed seams, checked by mypy.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from mwrun.head.decide.deadlines import Timer, Timers
 from mwrun.head.decide.events import Event, Events, Gone, Said, WorldRemoved, lines
+from mwrun.head.decide.members import Members
 from mwrun.head.decide.supervisor import TICK, Supervisor
 from mwrun.head.hosts.agents import Agents
 from mwrun.head.hosts.downlink import Downlink
@@ -38,8 +42,10 @@ from mwrun.head.observe.traffic import Traffic
 from mwrun.head.postmortem.capture import Postmortems
 from mwrun.head.postmortem.stacks import Stacks
 from mwrun.head.serve import control
-from mwrun.head.serve.early import Early
+from mwrun.head.serve.dispatcher import Dispatcher
 from mwrun.head.serve.elastic import Elastic
+from mwrun.head.serve.library import Library
+from mwrun.head.serve.verbs import Verbs
 from mwrun.head.wakeups import Wakeups
 from mwrun.host import sockets
 from mwrun.host.hands import Hands
@@ -48,7 +54,7 @@ from mwrun.membership.revision import Membership
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import Plan
 from mwrun.plan.topology import Topology
-from mwrun.schema import STATE, ZYGOTE_LOG
+from mwrun.schema import STATE, TOPOLOGY, ZYGOTE_LOG
 
 OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
 OUTPUT_SLICE_MIN = 4096
@@ -72,77 +78,156 @@ class View(Mapping):
         return len(self.records())
 
 
+class Leaving:
+    """A subscriber of the supervisor's events: a retired replica exited, so it leaves
+    the job (its resources are free again); a removed world's traffic goes with it."""
+
+    def __init__(self, membership: Membership, router: Router, traffic: Traffic):
+        self.membership, self.router, self.traffic = membership, router, traffic
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, Gone):
+            self.membership.gone(event.process)
+            self.router.forget(event.process)
+        elif isinstance(event, WorldRemoved):
+            self.traffic.forget(event.world)
+
+
+class Rounds:
+    """The loop's own timers in the head's one heap (the supervisor's are its own): its
+    periodic turn, the history's samples, state.json written behind, and a bundle's
+    capture running out (a wakeup only: the bundles are stepped every turn)."""
+
+    def __init__(self, timers: Timers, beat_agents: Callable[[float], None] | None,
+                 hands: Hands, ops: Ops, members: Members,
+                 plain_ranks: Callable[[str], set[int] | None], history: History,
+                 status: document.Status, traffic: Traffic, writer: document.Writer,
+                 postmortems: Postmortems):
+        self.timers, self.beat_agents, self.hands, self.ops = timers, beat_agents, hands, ops
+        self.members, self.plain_ranks = members, plain_ranks
+        self.history, self.status, self.traffic = history, status, traffic
+        self.writer, self.postmortems = writer, postmortems
+        timers.handle(Timer.TICK, self._tick)
+        timers.handle(Timer.SAMPLE, self._sample)
+        timers.handle(Timer.SAVE, lambda name, now: writer.save())
+        timers.handle(Timer.CAPTURE, lambda name, now: None)
+        timers.set((Timer.TICK, ""), 0.0)
+        timers.set((Timer.SAMPLE, ""), 0.0)
+
+    def _tick(self, name: str, now: float) -> None:
+        """Once a TICK, whatever else is due: the agents' links beaten, the reaper, scale
+        operations waited for no longer, plain worlds' stores looked into."""
+        if self.beat_agents is not None:
+            self.beat_agents(now)
+        self.hands.tick()
+        self.ops.tick()
+        self.members.look_into_stores(self.plain_ranks)
+        self.timers.set((Timer.TICK, name), now + TICK)
+
+    def _sample(self, name: str, now: float) -> None:
+        self.history.sample(self.status.rates(now, SAMPLE_EVERY),
+                            self.traffic.totals(now, time.time()))
+        self.timers.set((Timer.SAMPLE, name), now + SAMPLE_EVERY)
+
+    def behind(self) -> None:
+        """A part that keeps its own time (state.json's writer, the bundles) wakes the
+        loop through the heap: its next moment set, or moved, only when it changed."""
+        for kind, when in ((Timer.SAVE, self.writer.due),
+                           (Timer.CAPTURE, self.postmortems.earliest())):
+            key = (kind, "")
+            if when is None:
+                self.timers.clear(key)
+            elif self.timers.when(key) != when:
+                self.timers.set(key, when)
+
+
 class Loop:
+    # Reached by a lambda before they are built: each in a cycle (said where), the rest in order.
+    dispatcher: Dispatcher
+    postmortems: Postmortems
+    router: Router
+    supervisor: Supervisor
+    status: document.Status
+
     def __init__(self, plan: Plan, run_id: str, run_dir, stores, printer: Printer, grace: float,
                  control_path: str, topology: Topology, inventory: dict[str, HostInventory],
                  links: dict | None = None, reach=None, hosts: list | None = None):
         self.run_id = run_id
-        self.run_dir = run_dir
         self.stores = stores
         self.printer = printer
         self.control_path = control_path
         self.started_at = time.time()
         self.selector = selectors.DefaultSelector()
-        self.clients = control.Clients(self.selector, lambda line, connection: control.serve(
-            self, line, connection))
+        self.clients = control.Clients(self.selector, lambda line, connection:  # the verbs
+            self.dispatcher.serve(line, connection))  # answer through clients.push (downlink)
         self.timers = Timers()  # every timer of the head, in one heap (decide/deadlines.py)
         self.traffic = Traffic()
         # What the job should be made of: the plan as launched, then each revision.
-        self.membership = Membership(topology, plan, inventory, sys.executable,
-                                     stores.choose_port)
-        self.history = History(run_dir, {"run_id": run_id, "name": plan.name, "worlds": {
-            n: list(w.members) for n, w in plan.worlds.items()}})
-        # The remote hosts' hands (their agents), if any; this host's own are ``hands``.
-        self.agents = Agents(links, self, reach, lambda n: self.plan.processes[n].host,
-                             self.selector, lambda request: control.relayed(self, request),
-                             lambda *told: self.postmortems.outside_told(*told)
-                             ) if links else None
-        self.downlink = Downlink(self.clients.push, lambda process, message: (
-            self.agents is not None and self.agents.tell(process, message)))
+        membership = self.membership = Membership(topology, plan, inventory, sys.executable,
+                                                  stores.choose_port)
+        # The remote hosts' hands, if any (theirs relay to the verbs, capture for the bundles).
+        self.agents = agents = Agents(
+            links, self, reach, lambda n: membership.plan.processes[n].host, self.selector,
+            lambda request: self.dispatcher.relayed(request),
+            lambda *told: self.postmortems.outside_told(*told)) if links else None
+        self.downlink = Downlink(self.clients.push, agents.tell if agents is not None
+                                 else lambda process, message: False)
         self.stacks = Stacks(self.downlink.tell, time.monotonic)  # mwrun stacks: the asks
-        self.early = Early()  # what a start says before its pid is told
-        self.hosts = hosts or []  # the status document's host entries (name, addr)
-        self.writer = document.Writer(run_dir / STATE, lambda: document.build(self),
-                                      lambda: document.outside(self))
-        # The fault timeline (hears each event first; its ids tag history records), scale phases.
+        self.progress = Progress(list(plan.processes), list(plan.worlds), self.say,
+                                 lambda: self.router.starts, self.started_at)  # told by it
+        self.hands = Hands(self.selector, self, run_dir / ZYGOTE_LOG,
+                           lambda: self.supervisor.stopping)  # which acts through them
+        self.router = router = Router(lambda: membership.plan, self.hands, agents, stores,
+                                      self.downlink, run_id, control_path,
+                                      self.progress.started)
+        # The listeners hear the supervisor, and read it. The fault timeline (hears each
+        # event first; its ids tag history records), scale phases, bundles, state.json.
         self.faults = Faults(View(lambda: self.supervisor.procs, lambda r: list(r.plan.worlds)),
                              View(lambda: self.supervisor.worlds,
                                   lambda w: list(w.plan.members)),
                              lambda world: self.supervisor.worlds[world].generation,
                              self._fault_closed, time.time)
+        self.history = History(run_dir, {"run_id": run_id, "name": plan.name, "worlds": {
+            n: list(w.members) for n, w in plan.worlds.items()}}, tags=self.faults.tags)
+        self.ops = Ops(self.history.scale, time.time, self.say)
         self.postmortems = Postmortems(  # bundles: stacks from inside (asks), outside (py-spy)
             run_dir, self.stacks, lambda told: Spies(self.selector, time.monotonic, told),
-            lambda: self.supervisor, lambda: self.router,
+            lambda: self.supervisor, lambda: router,
             self.history.postmortem, time.monotonic, time.time)
-        self.history.tags = self.faults.tags
-        self.ops = Ops(self.history.scale, time.time, self.say)
+        self.writer = document.Writer(run_dir / STATE, lambda: self.status.build(),
+                                      lambda: self.status.outside())
         # Who hears it: console and events.log, faults, history, scale operations, state.json.
-        self.progress = Progress(list(plan.processes), list(plan.worlds), self.say,
-                                 lambda: self.router.starts, self.started_at)
         self.events = Events((lines(printer.event), self.faults, self.history, self.ops,
-                              self.writer, self.progress, self.postmortems, self._gone))
-        self.hands = Hands(self.selector, self, run_dir / ZYGOTE_LOG,
-                           lambda: self.supervisor.stopping)
-        self.router = Router(lambda: self.plan, self.hands, self.agents, stores,
-                             self.downlink, run_id, control_path, self.progress.started)
-        self.supervisor = Supervisor(plan, self.router, self.events, grace, self.postmortems.wait,
-                                     self.timers)
-        self.usage = document.Usage(self.router.usage_of, self.agents.refresh_usage
-                                    if self.agents is not None else lambda: None)
-        self.elastic = Elastic(self.membership, self.supervisor, self.ops,
-                               self.router.host_up, run_dir)
-        self._handle_timers()
+                              self.writer, self.progress, self.postmortems,
+                              Leaving(membership, router, self.traffic)))
+        self.supervisor = supervisor = Supervisor(plan, router, self.events, grace,
+                                                  self.postmortems.wait, self.timers)
+        self.usage = document.Usage(router.usage_of, agents.refresh_usage
+                                    if agents is not None else lambda: None)
+        self.elastic = Elastic(membership, supervisor, self.ops, router.host_up, run_dir)
+        self.status = document.Status(
+            document.Facts(run_id, self.started_at, str(run_dir / TOPOLOGY), control_path),
+            supervisor, membership, self.usage, lambda: router.starts, self.traffic,
+            self.faults, self.ops, self.postmortems, self.elastic, agents,
+            hosts or [])  # the document's host entries (name, addr)
+        # The control verbs: the operator's, the library's, and the one way in to both.
+        verbs = Verbs(supervisor, supervisor.stop, self.progress, self.history, self.elastic,
+                      self.stacks, self.status.build, time.monotonic)
+        library = Library(supervisor.members, self.downlink, self.traffic, self.faults,
+                          self.ops, self.stacks, self.elastic, router.host_time,
+                          time.monotonic)
+        self.dispatcher = Dispatcher(verbs, library, supervisor.processes.awaits_pid)
+        self.rounds = Rounds(self.timers, (agents.tick if agents is not None else None),
+                             self.hands, self.ops, supervisor.members, stores.plain_ranks,
+                             self.history, self.status, self.traffic, self.writer,
+                             self.postmortems)
 
     @property
     def plan(self) -> Plan:
         """The plan as it is now: the launch plan, or its latest revision."""
         return self.membership.plan
 
-    now = staticmethod(time.monotonic)  # the head's clocks, as the control handlers read them
-    wall = staticmethod(time.time)
-
-    def host_time(self, name: str, t: float) -> float:
-        return self.router.host_time(name, t)
+    wall = staticmethod(time.time)  # the head's wall clock, as the agents read it
 
     def _fault_closed(self, record: dict) -> None:
         self.history.fault(record)
@@ -154,8 +239,7 @@ class Loop:
         """``at``: when its host (a remote agent) made it, on the head's clock."""
         self.supervisor.on_spawned(name, pid, at)
         self.router.spawned(name, warm)
-        for request, connection in self.early.take(name, pid):  # said before its pid came
-            control.dispatch(self, request, connection)
+        self.dispatcher.pid_told(name, pid)  # what it said before its pid came
 
     def failed(self, name: str, error: str) -> None:
         self.supervisor.on_spawn_failed(name, error)
@@ -173,15 +257,6 @@ class Loop:
 
     def say(self, text: str) -> None:
         self.events.emit(Said(text))
-
-    def _gone(self, event: Event) -> None:
-        """A retired replica exited: it leaves the job (its resources are free again);
-        a removed world's traffic goes with it."""
-        if isinstance(event, Gone):
-            self.membership.gone(event.process)
-            self.router.forget(event.process)
-        elif isinstance(event, WorldRemoved):
-            self.traffic.forget(event.world)
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -210,32 +285,6 @@ class Loop:
             self._finish(listener, wakeups)
         return self.supervisor.exit_code
 
-    def _handle_timers(self) -> None:
-        """The loop's own timers in the head's one heap (the supervisor's are its own):
-        its periodic turn, the history's samples, state.json written behind, and a
-        bundle's capture running out (a wakeup: ``postmortems.step`` runs every turn)."""
-        self.timers.handle(Timer.TICK, self._tick)
-        self.timers.handle(Timer.SAMPLE, self._sample)
-        self.timers.handle(Timer.SAVE, lambda name, now: self.writer.save())
-        self.timers.handle(Timer.CAPTURE, lambda name, now: None)
-        self.timers.set((Timer.TICK, ""), 0.0)
-        self.timers.set((Timer.SAMPLE, ""), 0.0)
-
-    def _tick(self, name: str, now: float) -> None:
-        """Once a TICK, whatever else is due: the agents' links beaten, the reaper, scale
-        operations waited for no longer, plain worlds' stores looked into."""
-        if self.agents is not None:
-            self.agents.tick(now)
-        self.hands.tick()
-        self.ops.tick()
-        self.supervisor.members.look_into_stores(self.stores.plain_ranks)
-        self.timers.set((Timer.TICK, name), now + TICK)
-
-    def _sample(self, name: str, now: float) -> None:
-        self.history.sample(document.rates(self, now, SAMPLE_EVERY),
-                            self.traffic.totals(now, time.time()))
-        self.timers.set((Timer.SAMPLE, name), now + SAMPLE_EVERY)
-
     def _step(self) -> None:
         due = self.timers.earliest()  # never None: TICK is always set
         wait = 0.0 if self.clients.backlog or due is None else max(due - time.monotonic(), 0.0)
@@ -259,17 +308,7 @@ class Loop:
             self.supervisor.processes.kill_hung(name)
         self.timers.fire(time.monotonic())
         self.writer.save()
-        self._behind(Timer.SAVE, self.writer.due)
-        self._behind(Timer.CAPTURE, self.postmortems.earliest())
-
-    def _behind(self, kind: Timer, when: float | None) -> None:
-        """A part that keeps its own time (state.json's writer, the bundles) wakes the
-        loop through the heap: its next moment set, or moved, only when it changed."""
-        key = (kind, "")
-        if when is None:
-            self.timers.clear(key)
-        elif self.timers.when(key) != when:
-            self.timers.set(key, when)
+        self.rounds.behind()
 
     def _finish(self, listener, wakeups: Wakeups) -> None:
         """Leave nothing behind, and never wait without limit: every host's hands
@@ -290,9 +329,3 @@ class Loop:
             os.unlink(self.control_path)
         self.selector.close()
         self.stores.close()
-
-    # -- the status document (head/document.py) -------------------------------------------
-
-    def document(self, fresh_usage: bool = False) -> dict:
-        return document.build(self, fresh_usage)
-

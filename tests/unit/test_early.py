@@ -1,6 +1,6 @@
 """What a warm start's library says before its head knows its pid (head/early.py): held,
-then served in order once the pid is told, through the real dispatch (control.py), the
-loop's ``spawned`` and the supervisor; what an earlier start said is dropped.
+then served in order once the pid is told, through the real dispatcher (serve/dispatcher.py),
+the loop's ``spawned`` and the supervisor; what an earlier start said is dropped.
 
 Before this, the hello and ``ready`` of a start whose pid came late (its zygote's answer
 after the process's own first words, through a remote host's agent) were dropped: the
@@ -13,8 +13,10 @@ import json
 from types import SimpleNamespace
 
 from mwrun.head.loop import Loop
-from mwrun.head.serve import control
+from mwrun.head.serve.dispatcher import Dispatcher
 from mwrun.head.serve.early import MAX_HELD, Early
+from mwrun.head.serve.library import Library
+from mwrun.head.serve.verbs import Verbs
 from mwrun.schema import ProcessState as P
 from mwrun.schema import WorldState as W
 from tests.unit.test_supervisor import FakeHost, make
@@ -29,20 +31,23 @@ class WarmHost(FakeHost):
 
 
 def head(sup):
-    """The loop as the control handlers and the hands see it: the real supervisor and
-    hold, the rest of the head left out."""
-    loop = SimpleNamespace(supervisor=sup, early=Early(), calls=[],
-                           router=SimpleNamespace(spawned=lambda name, warm: None),
-                           host_time=lambda name, t: t)
+    """The loop as the hands see it (``Loop.spawned``), and the dispatcher as the loop
+    builds it: the real supervisor and hold, the rest of the head left out."""
+    calls = []
     quiet = SimpleNamespace(joined=lambda *a: None, broken=lambda *a: None,
                             added=lambda *a: None, first_call=lambda *a: None,
-                            hello=lambda *a: loop.calls.append(("downlink", a[:2])))
-    loop.faults = loop.ops = loop.downlink = quiet
-    return loop
+                            hello=lambda *a: calls.append(("downlink", a[:2])))
+    library = Library(sup.members, quiet, quiet, quiet, quiet, quiet, quiet,
+                      lambda name, t: t, lambda: 0.0)
+    verbs = Verbs(sup, sup.stop, quiet, quiet, quiet, quiet, lambda fresh: {}, lambda: 0.0)
+    dispatcher = Dispatcher(verbs, library, sup.processes.awaits_pid)
+    return SimpleNamespace(supervisor=sup, early=dispatcher.early, calls=calls,
+                           dispatcher=dispatcher,
+                           router=SimpleNamespace(spawned=lambda name, warm: None))
 
 
 def said(loop, **request):
-    assert control.serve(loop, json.dumps(request).encode()) is None
+    assert loop.dispatcher.serve(json.dumps(request).encode()) is None
 
 
 def test_a_starts_first_words_before_its_pid_are_served_once_the_pid_comes():

@@ -521,3 +521,88 @@ def test_the_folder_check_sees_a_forbidden_import(tmp_path):
         "decide/x.py imports mwrun.head.loop",
         "hosts/agents.py imports mwrun.head.serve",
         "hosts/agents.py imports mwrun.head.serve.control"]
+
+
+# The loop builds the head's parts and hands each the parts it uses, never itself:
+# nothing takes a ``loop`` to reach through it. It is handed whole only where it is a
+# typed seam's implementation (each checked by mypy): the hands' ``host.hands.Owner``
+# (this host's ``Hands``) and the agents' ``hosts.agents.Head`` (``Agents``), which tell
+# it what became of the processes they started.
+LOOP_HANDED_TO = {"Hands", "Agents"}
+
+
+def loop_parameters(path: Path) -> list[str]:
+    """Functions, methods and lambdas of a file that take a parameter named ``loop``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            args = node.args
+            names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+            names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+            if "loop" in names:
+                found.append(f"{path.name}:{node.lineno}: "
+                             f"{getattr(node, 'name', 'lambda')} takes a loop")
+    return found
+
+
+def _callee(call: ast.Call) -> str:
+    return ast.unparse(call.func).split(".")[-1]
+
+
+def loop_handed(path: Path) -> list[str]:
+    """Where a file hands the Loop object to a call (outside LOOP_HANDED_TO): ``self`` in
+    a method of ``class Loop`` passed as an argument (or returned by a lambda passed),
+    or a name bound to ``Loop(...)`` passed as an argument anywhere in the file."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    loops: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                _callee(node.value) == "Loop":
+            loops.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    scopes: list[tuple[ast.AST, set[str]]] = [(tree, loops)]
+    scopes += [(cls, loops | {"self"}) for cls in ast.walk(tree)
+               if isinstance(cls, ast.ClassDef) and cls.name == "Loop"]
+    for scope, names in scopes:
+        for call in ast.walk(scope):
+            if not isinstance(call, ast.Call) or _callee(call) in LOOP_HANDED_TO:
+                continue
+            for arg in (*call.args, *(k.value for k in call.keywords)):
+                value = arg.body if isinstance(arg, ast.Lambda) else arg
+                if isinstance(value, ast.Name) and value.id in names:
+                    found.append(f"{path.name}:{call.lineno}: {value.id} handed to"
+                                 f" {_callee(call)}")
+    return sorted(set(found))
+
+
+def test_no_part_of_the_head_is_handed_the_loop():
+    """The control verbs are methods over the parts they use (serve/verbs.py,
+    serve/library.py, served by serve/dispatcher.py), the status document reads what it
+    is given (observe/document.py): no ``loop`` is taken anywhere in serve/, and the
+    Loop itself is handed only to the typed seams it implements."""
+    head = PACKAGE / "head"
+    assert [hit for path in sorted((head / "serve").rglob("*.py"))
+            for hit in loop_parameters(path)] == []
+    assert [hit for path in sorted(head.rglob("*.py")) for hit in loop_handed(path)] == []
+    handed = {_callee(call) for cls in ast.walk(ast.parse((head / "loop.py").read_text()))
+              if isinstance(cls, ast.ClassDef) and cls.name == "Loop"
+              for call in ast.walk(cls) if isinstance(call, ast.Call)
+              if any(isinstance(a, ast.Name) and a.id == "self" for a in call.args)}
+    assert handed == LOOP_HANDED_TO  # the seams the docstring above names, still used
+
+
+def test_the_check_sees_the_loop_handed_or_taken(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def handle_stop(loop, request):\n    return loop.supervisor\n\n\n"
+                   "class Loop:\n    def __init__(self):\n"
+                   "        self.hands = Hands(self.selector, self)\n"
+                   "        self.writer = Writer(lambda: build(self), lambda: self)\n"
+                   "        self.clients = Clients(lambda line: serve(self, line))\n\n\n"
+                   "def main():\n    loop = Loop()\n    summary(printer, loop)\n"
+                   "    loop.run()\n    f = lambda loop, line: None\n")
+    assert loop_parameters(bad) == ["bad.py:1: handle_stop takes a loop",
+                                    "bad.py:16: lambda takes a loop"]
+    assert loop_handed(bad) == ["bad.py:14: loop handed to summary",
+                                "bad.py:8: self handed to Writer",
+                                "bad.py:8: self handed to build",
+                                "bad.py:9: self handed to serve"]

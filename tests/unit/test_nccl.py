@@ -20,7 +20,10 @@ import pytest
 import torch
 
 from mwrun import protocol
-from mwrun.head.serve import control, requests
+from mwrun.head.serve import requests
+from mwrun.head.serve.dispatcher import Dispatcher
+from mwrun.head.serve.library import Library
+from mwrun.head.serve.verbs import Verbs
 from mwrun.plan import nccl as plan_nccl
 from mwrun.worlds import aborts, backends
 from mwrun.worlds import nccl as discipline
@@ -289,14 +292,17 @@ def test_the_head_kills_a_member_whose_abort_hung():
     sup, host = make()
     join_all(sup)
     leader = sup.procs["leader"]
-    loop = type("Loop", (), {"supervisor": sup})()
+    verbs = Verbs(sup, sup.stop, None, None, None, None, lambda fresh: {}, time.monotonic)
+    library = Library(sup.members, None, None, None, None, None, None, lambda name, t: t,
+                      time.monotonic)  # a world event reaches the members alone
+    control = Dispatcher(verbs, library, sup.processes.awaits_pid)
     request = {"verb": "world", "process": "leader", "pid": leader.pid, "world": "world1",
                "generation": 0, "event": protocol.ABORT_HUNG,
                "reason": "aborting world1's nccl group did not return within 10s"}
     assert requests.problem(request) is None
-    control.dispatch(loop, {**request, "pid": leader.pid + 100})  # an earlier incarnation
+    control.dispatch({**request, "pid": leader.pid + 100})  # an earlier incarnation
     assert host.of("signal") == []
-    control.dispatch(loop, request)
+    control.dispatch(request)
     assert host.of("signal") == [("leader", signal.SIGKILL)]
     assert leader.hung == "aborting world1's nccl group did not return within 10s"
     assert all(w.state.value == "healthy" for w in sup.worlds.values())  # the break is

@@ -6,7 +6,10 @@ import json
 import pytest
 
 from mwrun import protocol
-from mwrun.head.serve import control, requests
+from mwrun.head.serve import requests
+from mwrun.head.serve.dispatcher import Dispatcher
+from mwrun.head.serve.library import Library
+from mwrun.head.serve.verbs import Verbs
 
 GOOD = {
     "status": {},
@@ -23,13 +26,11 @@ WRONG = [["x"], {"a": 1}, None, True, 1.5, "", -3, float("nan"), 10**30]
 
 
 class Recorder:
-    """Stands in for the loop: records every call that would reach the supervisor."""
+    """Stands in for every part the verbs act on: records every call that would reach
+    the supervisor."""
 
     def __init__(self):
         self.calls = []
-        self.supervisor = self.faults = self.ops = self.elastic = self.downlink = self
-        self.members = self.processes = self
-        self.history = self
         self.stopping = False  # the supervisor's: a stop asked for the first time
 
     def __getattr__(self, name):
@@ -43,6 +44,17 @@ class Recorder:
         return {}
 
 
+class Control:
+    """The dispatcher over verbs whose every part is one Recorder (``calls``)."""
+
+    def __init__(self):
+        rec = self.recorder = Recorder()
+        self.calls = rec.calls
+        verbs = Verbs(rec, rec, rec, rec, rec, rec, rec.document, lambda: 0.0)
+        library = Library(rec, rec, rec, rec, rec, rec, rec, rec.host_time, lambda: 0.0)
+        self.dispatcher = Dispatcher(verbs, library, rec.awaits_pid)
+
+
 def cases():
     for verb, fields in GOOD.items():
         for field in fields:
@@ -54,19 +66,19 @@ def cases():
 
 @pytest.mark.parametrize("verb", list(GOOD))
 def test_a_well_formed_request_reaches_the_supervisor(verb):
-    loop = Recorder()
-    reply = control.serve(loop, json.dumps({"verb": verb, **GOOD[verb]}).encode())
+    control = Control()
+    reply = control.dispatcher.serve(json.dumps({"verb": verb, **GOOD[verb]}).encode())
     assert requests.problem({"verb": verb, **GOOD[verb]}) is None
-    assert loop.calls
+    assert control.calls
     assert (reply is None) == (verb in protocol.NO_REPLY)
 
 
 @pytest.mark.parametrize(("verb", "field", "value"), list(cases()))
 def test_a_wrong_field_is_refused_and_changes_nothing(verb, field, value):
-    loop = Recorder()
+    control = Control()
     line = json.dumps({"verb": verb, **GOOD[verb], field: value}).encode()
-    reply = control.serve(loop, line)
-    assert loop.calls == []
+    reply = control.dispatcher.serve(line)
+    assert control.calls == []
     if verb in protocol.NO_REPLY:
         assert reply is None
     else:
@@ -79,9 +91,9 @@ def test_a_wrong_field_is_refused_and_changes_nothing(verb, field, value):
     b"[" * 100000, b'{"verb": "world", "process": "leader"}',
     b'{"verb": "kill_world"}', b'\xff\xfe'])
 def test_malformed_lines_get_an_error_and_change_nothing(line):
-    loop = Recorder()
-    reply = control.serve(loop, line)
-    assert loop.calls == []
+    control = Control()
+    reply = control.dispatcher.serve(line)
+    assert control.calls == []
     if reply is not None:  # world without its fields: ignored, it gets no reply
         assert reply["ok"] is False and reply["error"]
     else:
@@ -102,31 +114,31 @@ def test_a_required_field_missing_is_named():
 def test_a_relayed_request_is_checked_like_a_local_one_and_only_the_librarys(request_):
     """What an agent relays from its host's processes: malformed, or a verb that is not
     the library's, it changes nothing."""
-    loop = Recorder()
-    control.relayed(loop, request_)
-    assert loop.calls == []
+    control = Control()
+    control.dispatcher.relayed(request_)
+    assert control.calls == []
 
 
 def test_a_well_formed_relayed_heartbeat_reaches_the_supervisor():
-    loop = Recorder()
-    control.relayed(loop, {"verb": "heartbeat", "process": "leader", "pid": 42})
-    assert loop.calls == [("on_heartbeat", ("leader", 42, None))]
-    loop = Recorder()  # with when its next beat is due (worlds/supervisor_link.next_beat)
-    control.relayed(loop, {"verb": "heartbeat", "process": "leader", "pid": 42, "next": 1.0})
-    assert loop.calls == [("on_heartbeat", ("leader", 42, 1.0))]
+    control = Control()
+    control.dispatcher.relayed({"verb": "heartbeat", "process": "leader", "pid": 42})
+    assert control.calls == [("on_heartbeat", ("leader", 42, None))]
+    control = Control()  # with when its next beat is due (worlds/supervisor_link.next_beat)
+    control.dispatcher.relayed({"verb": "heartbeat", "process": "leader", "pid": 42, "next": 1.0})
+    assert control.calls == [("on_heartbeat", ("leader", 42, 1.0))]
 
 
 def test_the_times_a_member_tells_reach_the_faults_on_the_heads_clock():
     """A world's first call in a generation (heartbeat) and a member's join (world
     event) are the phases the library tells (head/faults.py)."""
-    loop = Recorder()
-    control.serve(loop, json.dumps({"verb": "heartbeat", **GOOD["heartbeat"]}).encode())
-    control.serve(loop, json.dumps({"verb": "world", **GOOD["world"]}).encode())
-    names = [name for name, _ in loop.calls]
+    control = Control()
+    control.dispatcher.serve(json.dumps({"verb": "heartbeat", **GOOD["heartbeat"]}).encode())
+    control.dispatcher.serve(json.dumps({"verb": "world", **GOOD["world"]}).encode())
+    names = [name for name, _ in control.calls]
     assert names == ["on_heartbeat", "host_time", "first_call", "first_call", "host_time",
                      "joined", "on_world_event"]
-    assert loop.calls[1] == ("host_time", ("leader", 1.8e9))
-    assert loop.calls[2][1][:2] == ("world1", 1)
+    assert control.calls[1] == ("host_time", ("leader", 1.8e9))
+    assert control.calls[2][1][:2] == ("world1", 1)
     bad = {**GOOD["heartbeat"], "first_calls": {"world1": [1, "soon"]}}
     assert requests.problem({"verb": "heartbeat", **bad}) is not None
 
@@ -135,3 +147,10 @@ def test_a_drill_summary_must_be_a_bounded_object_that_keeps_the_records_meaning
     for summary in ({"t": 1.0}, {"event": "stop"}, {"x": "y" * requests.MAX_SUMMARY}):
         assert "'summary'" in requests.problem({"verb": "drill", "summary": summary})
     assert requests.problem({"verb": "drill", "summary": {"kept": float("nan")}})
+
+
+def test_every_checked_verb_has_its_method_and_no_other_is_served():
+    """The dispatcher's table (the operator's verbs and the library's) holds exactly the
+    verbs requests.py checks: none is checked and then unknown, none served unchecked."""
+    assert sorted(Control().dispatcher.verbs) == sorted(requests.FIELDS)
+    assert Control().dispatcher.serve(b'{"verb": "handle_stop"}')["ok"] is False

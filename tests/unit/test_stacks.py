@@ -14,7 +14,10 @@ from mwrun import stacktext
 from mwrun.cli import main, stacksview
 from mwrun.head.decide.records import ProcessRecord
 from mwrun.head.postmortem import stacks as head_stacks
-from mwrun.head.serve import control, requests
+from mwrun.head.serve import requests
+from mwrun.head.serve.dispatcher import Dispatcher
+from mwrun.head.serve.library import Library
+from mwrun.head.serve.verbs import Verbs
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState, WorldState
 from mwrun.worlds import inflight, orders, stacks
@@ -320,15 +323,15 @@ def test_the_control_verbs_ask_keep_and_read_back_an_ask():
     down = []
     procs = {"leader": _rec("leader", pid=7), "worker-0": _rec("worker-0", pid=8)}
     worlds = {"world1": SimpleNamespace(plan=SimpleNamespace(members=["leader", "worker-0"]))}
-    loop = SimpleNamespace(supervisor=SimpleNamespace(
-                               procs=procs, worlds=worlds,
-                               processes=SimpleNamespace(awaits_pid=lambda name: False)),
-                           agents=None,
-                           stacks=head_stacks.Stacks(lambda p, m: down.append((p, m)),
-                                                     time.monotonic))
+    sup = SimpleNamespace(procs=procs, worlds=worlds)
+    asks = head_stacks.Stacks(lambda p, m: down.append((p, m)), time.monotonic)
+    verbs = Verbs(sup, None, None, None, None, asks, lambda fresh: {}, time.monotonic)
+    library = Library(None, None, None, None, None, asks, None, lambda name, t: t,
+                      time.monotonic)
+    control = Dispatcher(verbs, library, lambda name: False)  # every pid known
 
     def serve(message):
-        return control.serve(loop, json.dumps(message).encode())
+        return control.serve(json.dumps(message).encode())
 
     refused = serve({"verb": "stacks", "processes": ["wrk"]})
     assert refused == {"ok": False, "error": "no process 'wrk'; processes: leader, worker-0"}

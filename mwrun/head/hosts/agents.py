@@ -50,7 +50,7 @@ class Agents:
                  captured: Callable[[object, object, dict], None] = lambda *_: None):
         self.loop = loop  # told what the agents tell
         # The library's messages a host's agent relayed: served as the head's own
-        # socket serves them (serve/control.py), handed in so hosts never import serve.
+        # socket serves them (serve/dispatcher.py), handed in so hosts never import serve.
         self.relayed = relayed
         self.captured = captured  # an agent's reading of stacks, for a bundle (postmortem.py)
         self.host_of = host_of  # process -> its host (in the plan as it is now)

@@ -13,12 +13,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from mwrun.head.decide import events as ev
+from mwrun.head.decide.records import ProcessRecord, WorldRecord
 from mwrun.head.observe import rundir
-from mwrun.schema import TOPOLOGY, HostState
+from mwrun.head.observe.faults import Faults
+from mwrun.head.observe.scaleops import Ops
+from mwrun.head.observe.traffic import Traffic
+from mwrun.plan.placement import Plan
+from mwrun.schema import HostState, RunState, Start
 from mwrun.schema import WorldState as W
 
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
@@ -47,84 +54,157 @@ class Usage:
         return self.readings
 
 
-def build(loop, fresh_usage: bool = False) -> dict:
-    sup = loop.supervisor
-    now = time.monotonic()
-    usage = loop.usage.of([n for n, rec in sup.procs.items() if rec.state.alive], now,
-                          fresh_usage)
-    processes = []
-    for name, rec in sup.procs.items():
-        cpu, rss = usage.get(name, (None, None)) if rec.state.alive else (None, None)
-        processes.append({
-            "name": name, "host": rec.plan.host, "pid": rec.pid, "state": rec.state.value,
-            "exit_code": rec.exit_code, "restarts": rec.restarts,
-            # What a drill checks its schedule against (mwrun drill): restarts after a
-            # drill's fault spend none of max_restarts.
-            "restart": rec.plan.restart, "restarts_left": 0 if rec.plan.restart == "never"
-            else max(rec.plan.max_restarts - rec.spent, 0),
-            "worlds": dict(rec.plan.worlds),
-            "gpus": [int(g) if g.isdigit() else g for g in rec.plan.gpus],
-            "cpus": list(rec.plan.cpus) if rec.plan.cpus is not None else [],
-            "started_at": rec.started_at, "cpu_percent": cpu, "rss_bytes": rss,
-            "start": _value(loop.router.starts.get(name)), "nccl": rec.nccl,
-            "replica_of": rec.plan.replica_of,
-            "last_event": rec.why or None,
-            "traffic": loop.traffic.per_member(name, rec.pid, rec.plan.worlds, now)})
-    worlds = [{"name": name, "backend": w.plan.backend, "size": w.plan.size,
-               "members": list(w.plan.members), "generation": w.generation,
-               "state": W.UNKNOWN.value if w.opaque and w.state is W.FORMING
-               else w.state.value, "breaks": w.breaks, "port": w.plan.port,
-               "reason": w.reason or w.opaque,
-               **loop.traffic.view(_pids(loop, w), name, now),
-               "healthy_for_s": round(now - w.healthy_since, 3)
-               if w.state is W.HEALTHY and w.healthy_since is not None else None,
-               "drain_left_s": round(max(w.drain_until - now, 0.0), 3)
-               if w.state is W.DRAINING and w.drain_until is not None else None,
-               "last_fault": loop.faults.last_fault(name),
-               "postmortem": loop.postmortems.latest.get(name)}
-              for name, w in sup.worlds.items()]
-    return {"run_id": loop.run_id, "name": loop.plan.name, "state": sup.state.value,
-            "supervisor_pid": os.getpid(), "started_at": loop.started_at,
-            "topology": str(loop.run_dir / TOPOLOGY), "control": loop.control_path,
-            "exit_code": sup.exit_code if sup.finished else None,
-            "processes": processes, "worlds": worlds, "hosts": _hosts(loop),
-            # elastic jobs: the plan's revision, and per scaled process its counts
-            "revision": loop.membership.number, "scale": loop.elastic.view()}
+class Job(Protocol):
+    """The supervisor (decide/supervisor.py) as the document reads it: its records."""
+
+    @property
+    def state(self) -> RunState: ...
+    @property
+    def procs(self) -> Mapping[str, ProcessRecord]: ...
+    @property
+    def worlds(self) -> Mapping[str, WorldRecord]: ...
+    @property
+    def finished(self) -> bool: ...
+    @property
+    def exit_code(self) -> int: ...
+
+
+class Revisions(Protocol):
+    """The job's membership (membership/revision.py): the plan as it is now, its number."""
+
+    @property
+    def plan(self) -> Plan: ...
+    @property
+    def number(self) -> int: ...
+
+
+class Bundles(Protocol):
+    """The postmortems (postmortem/capture.py): each world's latest bundle, and a count
+    of their changes."""
+
+    @property
+    def latest(self) -> Mapping[str, object]: ...
+    @property
+    def changes(self) -> int: ...
+
+
+class Hosts(Protocol):
+    """The remote hosts' agents (hosts/agents.py): their states and pids, and a count
+    of their moves."""
+
+    def states(self) -> dict[str, str]: ...
+    def pids(self) -> dict[str, int | None]: ...
+    @property
+    def moves(self) -> int: ...
+
+
+class Scales(Protocol):
+    """The elastic requests (serve/elastic.py): per scaled process its counts."""
+
+    def view(self) -> dict[str, dict]: ...
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the document tells of the run that never changes while it runs."""
+
+    run_id: str
+    started_at: float
+    topology: str  # the topology file as launched, in the run folder
+    control: str  # the control socket's path
+
+
+class Status:
+    """The status document, built from what it reads: the supervisor's records, the
+    observers' readings, the run's fixed facts."""
+
+    def __init__(self, facts: Facts, job: Job, membership: Revisions, usage: Usage,
+                 starts: Callable[[], Mapping[str, Start]], traffic: Traffic, faults: Faults,
+                 ops: Ops, postmortems: Bundles, elastic: Scales, agents: Hosts | None,
+                 hosts: list):
+        self.facts = facts
+        self.job, self.membership, self.usage, self.starts = job, membership, usage, starts
+        self.traffic, self.faults, self.ops = traffic, faults, ops
+        self.postmortems, self.elastic, self.agents = postmortems, elastic, agents
+        self.hosts = hosts  # the document's host entries (name, addr)
+
+    def build(self, fresh_usage: bool = False) -> dict:
+        sup = self.job
+        now = time.monotonic()
+        usage = self.usage.of([n for n, rec in sup.procs.items() if rec.state.alive], now,
+                              fresh_usage)
+        starts = self.starts()
+        processes = []
+        for name, rec in sup.procs.items():
+            cpu, rss = usage.get(name, (None, None)) if rec.state.alive else (None, None)
+            processes.append({
+                "name": name, "host": rec.plan.host, "pid": rec.pid, "state": rec.state.value,
+                "exit_code": rec.exit_code, "restarts": rec.restarts,
+                # What a drill checks its schedule against (mwrun drill): restarts after a
+                # drill's fault spend none of max_restarts.
+                "restart": rec.plan.restart, "restarts_left": 0 if rec.plan.restart == "never"
+                else max(rec.plan.max_restarts - rec.spent, 0),
+                "worlds": dict(rec.plan.worlds),
+                "gpus": [int(g) if g.isdigit() else g for g in rec.plan.gpus],
+                "cpus": list(rec.plan.cpus) if rec.plan.cpus is not None else [],
+                "started_at": rec.started_at, "cpu_percent": cpu, "rss_bytes": rss,
+                "start": _value(starts.get(name)), "nccl": rec.nccl,
+                "replica_of": rec.plan.replica_of,
+                "last_event": rec.why or None,
+                "traffic": self.traffic.per_member(name, rec.pid, rec.plan.worlds, now)})
+        worlds = [{"name": name, "backend": w.plan.backend, "size": w.plan.size,
+                   "members": list(w.plan.members), "generation": w.generation,
+                   "state": W.UNKNOWN.value if w.opaque and w.state is W.FORMING
+                   else w.state.value, "breaks": w.breaks, "port": w.plan.port,
+                   "reason": w.reason or w.opaque,
+                   **self.traffic.view(self._pids(w), name, now),
+                   "healthy_for_s": round(now - w.healthy_since, 3)
+                   if w.state is W.HEALTHY and w.healthy_since is not None else None,
+                   "drain_left_s": round(max(w.drain_until - now, 0.0), 3)
+                   if w.state is W.DRAINING and w.drain_until is not None else None,
+                   "last_fault": self.faults.last_fault(name),
+                   "postmortem": self.postmortems.latest.get(name)}
+                  for name, w in sup.worlds.items()]
+        facts = self.facts
+        return {"run_id": facts.run_id, "name": self.membership.plan.name,
+                "state": sup.state.value, "supervisor_pid": os.getpid(),
+                "started_at": facts.started_at, "topology": facts.topology,
+                "control": facts.control,
+                "exit_code": sup.exit_code if sup.finished else None,
+                "processes": processes, "worlds": worlds, "hosts": self._hosts(),
+                # elastic jobs: the plan's revision, and per scaled process its counts
+                "revision": self.membership.number, "scale": self.elastic.view()}
+
+    def _hosts(self) -> list[dict]:
+        states = self.agents.states() if self.agents is not None else {}
+        pids = self.agents.pids() if self.agents is not None else {}
+        return [{"name": name, "addr": addr, "state": states.get(name, HostState.LOCAL.value),
+                 "agent_pid": pids.get(name)} for name, addr in self.hosts]
+
+    def rates(self, now: float, span: float) -> dict:
+        """Per world [calls/s, bytes/s] for the history (rounded: it is for pictures)."""
+        found = {}
+        for name, world in self.job.worlds.items():
+            view = self.traffic.view(self._pids(world), name, now, span)
+            if view["calls_per_s"] is not None:
+                found[name] = [round(view["calls_per_s"], 2), round(view["bytes_per_s"])]
+        return found
+
+    def _pids(self, world: WorldRecord) -> dict:
+        procs = self.job.procs
+        return {m: procs[m].pid for m in world.plan.members if procs[m].state.alive}
+
+    def outside(self) -> tuple:
+        """What state.json shows that no supervisor event tells: the hosts' states, when
+        usage was read, and whether a reading is due."""
+        hosts = self.agents.moves if self.agents else 0  # a count: O(1) after every turn
+        # The faults' phases the library tells (first calls) come with no event.
+        return (hosts, self.faults.changes, self.ops.changes, self.postmortems.changes,
+                self.usage.at, self.usage.due(time.monotonic()))
 
 
 def _value(start) -> str | None:
     return None if start is None else start.value
-
-
-def _hosts(loop) -> list[dict]:
-    states = loop.agents.states() if loop.agents is not None else {}
-    pids = loop.agents.pids() if loop.agents is not None else {}
-    return [{"name": name, "addr": addr, "state": states.get(name, HostState.LOCAL.value),
-             "agent_pid": pids.get(name)} for name, addr in loop.hosts]
-
-
-def rates(loop, now: float, span: float) -> dict:
-    """Per world [calls/s, bytes/s] for the history (rounded: it is for pictures)."""
-    found = {}
-    for name, world in loop.supervisor.worlds.items():
-        view = loop.traffic.view(_pids(loop, world), name, now, span)
-        if view["calls_per_s"] is not None:
-            found[name] = [round(view["calls_per_s"], 2), round(view["bytes_per_s"])]
-    return found
-
-
-def _pids(loop, world) -> dict:
-    procs = loop.supervisor.procs
-    return {m: procs[m].pid for m in world.plan.members if procs[m].state.alive}
-
-
-def outside(loop) -> tuple:
-    """What state.json shows that no supervisor event tells: the hosts' states, when
-    usage was read, and whether a reading is due."""
-    hosts = loop.agents.moves if loop.agents else 0  # a count: O(1) after every turn
-    # The faults' phases the library tells (first calls) come with no event.
-    return (hosts, loop.faults.changes, loop.ops.changes, loop.postmortems.changes, loop.usage.at,
-            loop.usage.due(time.monotonic()))
 
 
 class Writer:
