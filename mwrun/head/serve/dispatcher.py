@@ -14,6 +14,7 @@ from mwrun.head.serve import requests
 from mwrun.head.serve.early import Early
 from mwrun.head.serve.library import Library
 from mwrun.head.serve.verbs import Verbs
+from mwrun.protocol import Verb
 
 
 class Dispatcher:
@@ -26,10 +27,11 @@ class Dispatcher:
             "stop": verbs.stop, "drill": verbs.drill, "drain": verbs.drain, "op": verbs.op,
             "stacks": verbs.stacks, "stacks_result": verbs.stacks_result,
             # scale: the operator's (changes), or the library's own (process, ...)
-            "scale": lambda request: library.scale(request) if "process" in request
+            Verb.SCALE: lambda request: library.scale(request) if "process" in request
             else verbs.scale(request),
-            "hello": library.hello, "heartbeat": library.heartbeat, "bye": library.bye,
-            "world": library.world, "stacks_told": library.stacks_told}
+            Verb.HELLO: library.hello, Verb.HEARTBEAT: library.heartbeat,
+            Verb.BYE: library.bye, Verb.WORLD: library.world,
+            Verb.STACKS_TOLD: library.stacks_told}
 
     def serve(self, line: bytes, connection: Line | None = None) -> dict | None:
         """One request line -> its reply (None for the verbs that get none). A line that
@@ -64,7 +66,7 @@ class Dispatcher:
             self.early.hold(request, connection)  # served once its pid is told (early.py)
             return None
         try:
-            if verb == "hello":  # the one verb that keeps its connection: the way down
+            if verb == Verb.HELLO:  # the one verb that keeps its connection: the way down
                 self.library.hello(request, connection)
                 return None
             return handler(request)

@@ -70,11 +70,11 @@ class Library:
         if "t" in request:
             # Before the supervisor hears it: the re-form (or break) it makes is then timed.
             at = self.host_time(request["process"], request["t"])
-            if request["event"] == "ready":
+            if request["event"] == protocol.WorldReport.READY:
                 self.faults.joined(request["world"], request["generation"], at)
-            elif request["event"] == "broken":
+            elif request["event"] == protocol.WorldReport.BROKEN:
                 self.faults.broken(request["world"], request["generation"], at)
-            elif request["event"] == "added":  # scaleops.py: a peer has the new world
+            elif request["event"] == protocol.WorldReport.ADDED:  # scaleops.py: a peer has it
                 self.ops.added(request["world"], request["process"], at)
         self.members.on_world_event(_got(request, "process"), _got(request, "pid"),
                                     _got(request, "world"), _got(request, "generation"),
@@ -92,4 +92,5 @@ class Library:
         count = str(request["count"])
         change = f"{request['target']}={count}"
         reply = self.elastic.scale([change], None)
-        self.downlink.tell(request["process"], {"verb": "reply", "id": request["id"], **reply})
+        self.downlink.tell(request["process"], {"verb": protocol.Verb.REPLY, "id": request["id"],
+                                                **reply})
