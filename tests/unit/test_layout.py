@@ -605,3 +605,70 @@ def test_the_check_sees_the_loop_handed_or_taken(tmp_path):
                                 "bad.py:8: self handed to Writer",
                                 "bad.py:8: self handed to build",
                                 "bad.py:9: self handed to serve"]
+
+
+# The head's one mover per kind of record, each checking its machine's table
+# (decide/moves.py): nothing else sets a record's state. A remote host's link keeps a
+# machine of its own (hosts/), not a record's.
+MOVERS = {("processbook.py", "move"), ("worldbook.py", "move"), ("supervisor.py", "_move"),
+          ("supervisor.py", "__init__")}  # the run's first state, STARTING
+
+
+def state_writes(path: Path) -> list[str]:
+    """Where a file sets ``X.state`` (alone, or in a tuple), outside the movers."""
+    found = []
+    tree = ast.parse(path.read_text(), str(path))
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) or \
+                (path.name, fn.name) in MOVERS:
+            continue
+        for node in ast.walk(fn):
+            targets = list(node.targets) if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+            while targets:
+                target = targets.pop()
+                if isinstance(target, ast.Tuple | ast.List):
+                    targets += target.elts
+                elif isinstance(target, ast.Starred):
+                    targets.append(target.value)
+                elif isinstance(target, ast.Attribute) and target.attr == "state":
+                    found.append(f"{path.name}:{target.lineno} ({fn.name})")
+    return found
+
+
+def test_only_the_movers_set_a_records_state():
+    head = PACKAGE / "head"
+    files = [p for p in head.rglob("*.py") if p.parent.name != "hosts"]
+    assert [hit for path in sorted(files) for hit in state_writes(path)] == []
+    # and every mover checks its move against its machine's table
+    for name, mover in MOVERS - {("supervisor.py", "__init__")}:
+        tree = ast.parse((head / "decide" / name).read_text())
+        body = next(fn for fn in ast.walk(tree)
+                    if isinstance(fn, ast.FunctionDef) and fn.name == mover)
+        assert any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "checked"
+                   for n in ast.walk(body)), f"{name}: {mover} must check its move"
+
+
+def test_the_mover_check_sees_a_state_set_elsewhere(tmp_path):
+    bad = tmp_path / "processbook.py"
+    bad.write_text("def move(rec, s):\n    rec.state = s\n\n"
+                   "def hang(rec):\n    rec.state, rec.why = 'hung', 'x'\n\n"
+                   "def spawn(self):\n    self.rec.state = 1\n"
+                   "def forget(self, rec):\n    self.tally[rec.state] -= 1\n")
+    assert state_writes(bad) == ["processbook.py:5 (hang)", "processbook.py:8 (spawn)"]
+
+
+def test_the_head_keeps_its_timers_in_one_heap():
+    """Only decide/deadlines.py keeps a heap; the head makes one ``Timers`` (the loop's;
+    a supervisor alone, in tests and benchmarks, makes its own)."""
+    heaps, made = [], []
+    for path in sorted((PACKAGE / "head").rglob("*.py")):
+        names = imported_names(path)
+        if path.name != "deadlines.py" and any(n == "heapq" or n.startswith("heapq.")
+                                               for n in names):
+            heaps.append(path.name)
+        tree = ast.parse(path.read_text(), str(path))
+        made += [f"{path.name}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 and getattr(n.func, "id", None) in ("Timers", "Deadlines")]
+    assert heaps == []
+    assert sorted(m.split(":")[0] for m in made) == ["loop.py", "supervisor.py"], made
