@@ -2,7 +2,7 @@
 command line's verdict on it (bringup.judge), on records and views made by hand."""
 
 from mwrun.head.bringup import judge
-from mwrun.head.decide.records import ProcessRecord, WorldRecord
+from mwrun.head.decide.records import ProcessRecord, Worker, WorldRecord
 from mwrun.head.observe.progress import view
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import place
@@ -25,15 +25,15 @@ worlds:
 def records():
     plan = place(parse(PAIRS, "t.yaml"), {"localhost": HostInventory(True, (0, 1), ())},
                  lambda a, t: 40000)
-    procs = {n: ProcessRecord(p, pid=100 + i, started=10.0)
+    procs = {n: ProcessRecord(p, worker=Worker(pid=100 + i, started=10.0))
              for i, (n, p) in enumerate(plan.processes.items())}
     return procs, {n: WorldRecord(w) for n, w in plan.worlds.items()}
 
 
 def test_the_view_tells_who_joins_through_the_library_and_for_how_long_all_ran():
     procs, worlds = records()
-    procs["a"].said_hello = True
-    procs["c"].pid = None  # its start is not answered yet
+    procs["a"].worker.said_hello = True
+    procs["c"].worker.pid = None  # its start is not answered yet
     seen = view({"ab", "bc"}, procs, worlds, now=14.0)
     assert seen == {"worlds": 2, "failed": {}, "waiting": {
         "ab": {"state": W.FORMING.value, "library": True, "opaque": False, "up_s": 4.0},

@@ -55,17 +55,17 @@ def test_a_starts_first_words_before_its_pid_are_served_once_the_pid_comes():
     loop = head(sup)
     pids = {"leader": 7001, "worker-0": 7002, "worker-1": 7003}
     for name, pid in pids.items():
-        assert sup.procs[name].state is P.STARTING and sup.procs[name].pid is None
+        assert sup.procs[name].state is P.STARTING and sup.procs[name].worker.pid is None
         said(loop, verb="hello", process=name, pid=pid, interval=1.0)
         said(loop, verb="world", process=name, pid=pid - 1000, world="world1",  # an
              generation=0, event="ready")                                        # earlier start
         for world in sup.procs[name].plan.worlds:
             said(loop, verb="world", process=name, pid=pid, world=world, generation=0,
                  event="ready")
-    assert all(not rec.said_hello for rec in sup.procs.values())  # held, not yet served
+    assert all(not rec.worker.said_hello for rec in sup.procs.values())  # held, not yet served
     for name, pid in pids.items():
         Loop.spawned(loop, name, pid, True)
-    assert all(rec.state is P.RUNNING and rec.said_hello for rec in sup.procs.values())
+    assert all(rec.state is P.RUNNING and rec.worker.said_hello for rec in sup.procs.values())
     assert all(w.state is W.HEALTHY for w in sup.worlds.values())
     assert ("downlink", ("worker-0", 7002)) in loop.calls  # its way down, for stacks
     assert loop.early.held == {}
@@ -75,8 +75,8 @@ def test_a_start_that_knows_its_pid_is_served_at_once_and_the_hold_is_bounded():
     sup, _host = make()  # cold starts: each pid known as it starts
     loop = head(sup)
     rec = sup.procs["leader"]
-    said(loop, verb="hello", process="leader", pid=rec.pid, interval=1.0)
-    assert rec.said_hello and loop.early.held == {}
+    said(loop, verb="hello", process="leader", pid=rec.worker.pid, interval=1.0)
+    assert rec.worker.said_hello and loop.early.held == {}
     early = Early()
     for n in range(MAX_HELD + 10):
         early.hold({"process": "a", "pid": 5, "n": n}, None)

@@ -62,7 +62,7 @@ def test_a_drill_kill_is_told_as_a_drill_then_the_exit_break_restart_and_re_form
         "restarting worker-0 (restart 1, after a drill's fault: none of max_restarts spent)"]
     mark = len(host.events)
     for name in ("worker-0", "leader"):
-        sup.members.on_world_event(name, sup.procs[name].pid, "world1", 1, "ready")
+        sup.members.on_world_event(name, sup.procs[name].worker.pid, "world1", 1, "ready")
     rec = sup.procs["worker-0"]
     assert since(host, mark) == [ev.ProcessChanged("worker-0", P.RUNNING, rec.why),
                                  ev.WorldFormed("world1", 1)]
@@ -111,13 +111,14 @@ def test_a_member_reported_break_and_the_re_form():
     join_all(sup)
     mark = len(host.events)
     leader = sup.procs["leader"]
-    sup.members.on_world_event("leader", leader.pid, "world2", 0, "broken", "rank 0: timed out")
+    sup.members.on_world_event("leader", leader.worker.pid,
+                               "world2", 0, "broken", "rank 0: timed out")
     assert since(host, mark) == [
         ev.WorldBroken("world2", 0, "rank 0: timed out"),
         ev.WorldChanged("world2", W.FORMING, "rank 0: timed out")]  # everyone is alive
     mark = len(host.events)
     for name in ("leader", "worker-1"):
-        sup.members.on_world_event(name, sup.procs[name].pid, "world2", 1, "ready")
+        sup.members.on_world_event(name, sup.procs[name].worker.pid, "world2", 1, "ready")
     assert since(host, mark) == [ev.WorldFormed("world2", 1)]
 
 
@@ -150,7 +151,7 @@ def test_the_tally_of_states_follows_every_move():
 
 def _snapshot(sup) -> dict:
     return {"run": sup.state,
-            "procs": {n: (r.state, r.pid, r.restarts) for n, r in sup.procs.items()},
+            "procs": {n: (r.state, r.worker.pid, r.restarts) for n, r in sup.procs.items()},
             "worlds": {n: (w.state, w.generation, w.breaks) for n, w in sup.worlds.items()}}
 
 
@@ -165,10 +166,10 @@ def _diff(before, now, sup) -> list[dict]:
         old_state, old_pid, _ = before["procs"][name]
         rec = sup.procs[name]
         if state is P.HUNG and old_state is not P.HUNG:
-            out.append({"event": "hang", "process": name, "why": rec.hung})
+            out.append({"event": "hang", "process": name, "why": rec.worker.hung})
         if old_pid is not None and (pid != old_pid or not state.alive):
             out.append({"event": "exit", "process": name, "pid": old_pid,
-                        "code": rec.exit_code, "state": state.value, "why": rec.why})
+                        "code": rec.worker.exit_code, "state": state.value, "why": rec.why})
     for name, (_, _, breaks) in now["worlds"].items():
         _, old_generation, old_breaks = before["worlds"][name]
         if breaks > old_breaks:
@@ -223,7 +224,7 @@ def _drill_and_stop(sup, host, step):
     sup.on_tick()
     step()
     for name in ("worker-0", "leader"):
-        sup.members.on_world_event(name, sup.procs[name].pid, "world1", 1, "ready")
+        sup.members.on_world_event(name, sup.procs[name].worker.pid, "world1", 1, "ready")
         step()
     sup.request_stop("Ctrl-C")
     step()
@@ -263,10 +264,11 @@ def _member_break_then_closes(sup, host, step):
     join_all(sup)
     step()
     leader = sup.procs["leader"]
-    sup.members.on_world_event("leader", leader.pid, "world2", 0, "broken", "rank 0: timed out")
+    sup.members.on_world_event("leader", leader.worker.pid,
+                               "world2", 0, "broken", "rank 0: timed out")
     step()
     for name in ("leader", "worker-1"):
-        sup.members.on_world_event(name, sup.procs[name].pid, "world2", 1, "ready")
+        sup.members.on_world_event(name, sup.procs[name].worker.pid, "world2", 1, "ready")
         step()
     sup.on_exit("worker-0", -9)
     step()
@@ -325,7 +327,7 @@ def test_state_json_is_not_rewritten_by_heartbeats_that_change_nothing(tmp_path)
         host.t += 0.5
         clock[0] += 0.5
         for name, rec in sup.procs.items():
-            sup.members.on_heartbeat(name, rec.pid)
+            sup.members.on_heartbeat(name, rec.worker.pid)
         sup.on_tick()
         writer.save()
     assert len(built) == 1

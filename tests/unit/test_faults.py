@@ -36,7 +36,7 @@ def rejoin(sup, host, faults, world="world1", members=("leader", "worker-0")):
     for name in members:
         host.t += 0.01
         faults.joined(world, generation, host.wall())
-        sup.members.on_world_event(name, sup.procs[name].pid, world, generation, "ready")
+        sup.members.on_world_event(name, sup.procs[name].worker.pid, world, generation, "ready")
     return generation
 
 
@@ -192,7 +192,8 @@ def test_a_member_that_saw_the_break_first_is_a_fault_of_no_known_process():
     sup, host, faults, _written = tracked()
     leader = sup.procs["leader"]
     faults.broken("world1", 0, host.wall() - 0.004)  # written to the store 4 ms before
-    sup.members.on_world_event("leader", leader.pid, "world1", 0, "broken", "a call timed out")
+    sup.members.on_world_event("leader", leader.worker.pid,
+                               "world1", 0, "broken", "a call timed out")
     fault = faults.last_fault("world1")
     assert fault["process"] is None and fault["cause"] == "a call timed out"
     assert fault["phases"]["t_fault"] is None and fault["phases"]["survivors_told"] == 0.0
@@ -216,7 +217,7 @@ def test_a_phase_told_on_another_clock_never_comes_before_its_cause():
     generation = sup.worlds["world1"].generation
     for name in ("leader", "worker-0"):  # joins stamped by a clock 3 ms behind
         faults.joined("world1", generation, restarted - 0.003)
-        sup.members.on_world_event(name, sup.procs[name].pid, "world1", generation, "ready")
+        sup.members.on_world_event(name, sup.procs[name].worker.pid, "world1", generation, "ready")
     faults.first_call("world1", generation, restarted - 0.004)
     [record] = written
     phases = record["phases"]
@@ -258,7 +259,7 @@ def test_a_stop_drill_whose_peer_timed_out_first_is_one_fault_from_the_stop():
     assert faults.last_fault("world1")["open"]  # a fault from the moment it starts
     host.t += 10.0
     faults.broken("world1", 0, host.wall())
-    sup.members.on_world_event("leader", sup.procs["leader"].pid, "world1", 0, "broken",
+    sup.members.on_world_event("leader", sup.procs["leader"].worker.pid, "world1", 0, "broken",
                                "a call timed out")
     t_told = host.wall()
     host.t += 20.0

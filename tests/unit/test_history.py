@@ -47,7 +47,7 @@ def record_drill(tmp_path):
     sup.on_tick()  # the backoff of 1 s is over: restart
     host.t += 0.5
     for name in ("worker-0", "leader"):
-        sup.members.on_world_event(name, sup.procs[name].pid, "world1", 1, "ready")
+        sup.members.on_world_event(name, sup.procs[name].worker.pid, "world1", 1, "ready")
     for _ in range(5):
         host.t += 1.0
         history.sample({"world1": [10.0, 40.0], "world2": [10.0, 40.0]})
@@ -201,9 +201,9 @@ def test_an_unresponsive_process_is_no_exit_in_the_history(tmp_path):
         host.t += 0.5
         sup.on_tick()
         for name in ("leader", "worker-1"):
-            sup.members.on_heartbeat(name, sup.procs[name].pid)
+            sup.members.on_heartbeat(name, sup.procs[name].worker.pid)
     assert sup.procs["worker-0"].state.value == "unresponsive"
-    sup.members.on_heartbeat("worker-0", sup.procs["worker-0"].pid)
+    sup.members.on_heartbeat("worker-0", sup.procs["worker-0"].worker.pid)
     history.close()
     records = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert [r for r in records if r.get("event") == "exit"] == []

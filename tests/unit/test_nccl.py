@@ -296,15 +296,15 @@ def test_the_head_kills_a_member_whose_abort_hung():
     library = Library(sup.members, None, None, None, None, None, None, lambda name, t: t,
                       time.monotonic)  # a world event reaches the members alone
     control = Dispatcher(verbs, library, sup.processes.awaits_pid)
-    request = {"verb": "world", "process": "leader", "pid": leader.pid, "world": "world1",
+    request = {"verb": "world", "process": "leader", "pid": leader.worker.pid, "world": "world1",
                "generation": 0, "event": protocol.ABORT_HUNG,
                "reason": "aborting world1's nccl group did not return within 10s"}
     assert requests.problem(request) is None
-    control.dispatch({**request, "pid": leader.pid + 100})  # an earlier incarnation
+    control.dispatch({**request, "pid": leader.worker.pid + 100})  # an earlier incarnation
     assert host.of("signal") == []
     control.dispatch(request)
     assert host.of("signal") == [("leader", signal.SIGKILL)]
-    assert leader.hung == "aborting world1's nccl group did not return within 10s"
+    assert leader.worker.hung == "aborting world1's nccl group did not return within 10s"
     assert all(w.state.value == "healthy" for w in sup.worlds.values())  # the break is
     # the library's to report (it came as "broken"), not this message's
 
@@ -314,7 +314,7 @@ def test_a_known_bad_nccl_is_warned_of_once_and_shown():
 
     sup, host = make()
     for name, rec in sup.procs.items():
-        sup.members.on_hello(name, rec.pid, 1.0, "2.25.1")
+        sup.members.on_hello(name, rec.worker.pid, 1.0, "2.25.1")
     said = [c[0] for c in host.of("say") if "NCCL 2.25.1" in c[0]]
     assert len(said) == 1 and said[0].startswith("warning: ")
     assert {rec.nccl for rec in sup.procs.values()} == {"2.25.1"}

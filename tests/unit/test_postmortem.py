@@ -206,7 +206,7 @@ def test_a_hang_opens_a_bundle_whose_kill_waits_for_every_answer(tmp_path):
         {"process_group": ["world1-g0", ""], "is_p2p": True, "p2p_seq_id": n,
          "collective_seq_id": 0, "retired": n < 7, "state": "scheduled"} for n in (6, 7)]}
     # thread 2: py-spy's reading of it below (matched by thread id) gets its call
-    asks.told(rid, "leader", leader.pid, [{"id": 2, "name": "MainThread", "main": True,
+    asks.told(rid, "leader", leader.worker.pid, [{"id": 2, "name": "MainThread", "main": True,
                                            "stack": [["/x/hub.py", 5, "serve", ""]],
                                            "call": {"world": "world1", "call": "recv",
                                                     "for_s": 9.0}}], None, recorder)
@@ -266,7 +266,7 @@ def test_a_breaks_members_are_read_from_outside_only_when_their_library_is_slow(
     assert j.spies.asked == []  # the libraries first: py-spy beside a recovery slows it
     rid = j.told[-1][1]["id"]
     leader = j.sup.procs["leader"]
-    j.asks.told(rid, "leader", leader.pid, [])
+    j.asks.told(rid, "leader", leader.worker.pid, [])
     j.host.t += 0.6
     assert j.pm.step() == []
     assert [k.split("/")[1] for k, _, _ in j.spies.asked] == ["worker-0"]  # it never answered

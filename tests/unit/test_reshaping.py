@@ -83,10 +83,10 @@ def revise(sup, membership, ops, *changes, drain=()):
 def join(sup, *names):
     for name in names or list(sup.procs):
         rec = sup.procs[name]
-        sup.members.on_hello(name, rec.pid, 1.0)
+        sup.members.on_hello(name, rec.worker.pid, 1.0)
         for world in rec.plan.worlds:
             if world in sup.worlds:
-                sup.members.on_world_event(name, rec.pid, world,
+                sup.members.on_world_event(name, rec.worker.pid, world,
                                            sup.worlds[world].generation, "ready")
 
 
@@ -129,7 +129,7 @@ def test_a_retired_replica_drains_its_worlds_then_is_stopped_and_forgotten():
                       ("worker-1", "all"), ("worker-1", "pair-1")]
     # The frontend lets pair-1 go: it closes for good and leaves the job.
     fe = sup.procs["frontend"]
-    sup.members.on_world_event("frontend", fe.pid, "pair-1", 0, "released")
+    sup.members.on_world_event("frontend", fe.worker.pid, "pair-1", 0, "released")
     assert "pair-1" not in sup.worlds
     assert ("remove", "pair-1", 0, "drained: frontend released it") in host.calls
     assert not [w for w in host.whys if w[0] == "worker-1"]  # still in all: not yet

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from mwrun import stacktext
 from mwrun.cli import main, stacksview
-from mwrun.head.decide.records import ProcessRecord
+from mwrun.head.decide.records import ProcessRecord, Worker
 from mwrun.head.postmortem import stacks as head_stacks
 from mwrun.head.serve import requests
 from mwrun.head.serve.dispatcher import Dispatcher
@@ -163,8 +163,9 @@ def test_stacks_requests_are_checked_whole():
 
 
 def _rec(name, state=P.RUNNING, pid=100, hello=True, beat=1.0, host="localhost"):
-    rec = ProcessRecord(SimpleNamespace(name=name, host=host, worlds=()), state=state, pid=pid)
-    rec.said_hello, rec.beat_every = hello, beat if hello else None
+    rec = ProcessRecord(SimpleNamespace(name=name, host=host, worlds=()), state=state,
+                        worker=Worker(pid=pid))
+    rec.worker.said_hello, rec.worker.beat_every = hello, beat if hello else None
     return rec
 
 

@@ -98,9 +98,9 @@ def make(text=STAR, grace=5.0, host=None, subscribers=()):
 
 def join_all(sup):
     for name, rec in sup.procs.items():
-        sup.members.on_hello(name, rec.pid, 1.0)
+        sup.members.on_hello(name, rec.worker.pid, 1.0)
         for world in rec.plan.worlds:
-            sup.members.on_world_event(name, rec.pid, world,
+            sup.members.on_world_event(name, rec.worker.pid, world,
                                        sup.worlds[world].generation, "ready")
 
 
@@ -130,10 +130,10 @@ def test_crash_isolates_the_world_and_restarts_only_the_failed_process():
     assert host.of("spawn")[-1] == ("worker-0", {"world1": 1}, 1)
     assert sup.worlds["world1"].state is W.FORMING
     rec = sup.procs["worker-0"]
-    sup.members.on_world_event("worker-0", rec.pid, "world1", 1, "ready")
+    sup.members.on_world_event("worker-0", rec.worker.pid, "world1", 1, "ready")
     assert sup.worlds["world1"].state is W.FORMING  # the leader has not rejoined yet
     leader = sup.procs["leader"]
-    sup.members.on_world_event("leader", leader.pid, "world1", 1, "ready")
+    sup.members.on_world_event("leader", leader.worker.pid, "world1", 1, "ready")
     assert sup.worlds["world1"].state is W.HEALTHY
     assert sup.worlds["world1"].breaks == 1
     assert [s for s in host.of("signal")] == []  # nobody else was touched
@@ -150,7 +150,7 @@ def test_each_generation_admits_one_incarnation_per_rank():
     sup.on_exit("worker-0", -9)
     assert host.admits == [("world1", 1, [1, 2])]
     sup.on_tick()
-    assert host.starts[-1] == ("worker-0", 2) and sup.procs["worker-0"].incarnation == 2
+    assert host.starts[-1] == ("worker-0", 2) and sup.procs["worker-0"].worker.incarnation == 2
 
 
 def test_a_generation_that_counts_on_a_start_that_died_is_spent():
@@ -160,15 +160,16 @@ def test_a_generation_that_counts_on_a_start_that_died_is_spent():
     that refuses every copy of a rank)."""
     sup, host = make()
     join_all(sup)
-    leader, worker = sup.procs["leader"], sup.procs["worker-0"]
-    sup.members.on_world_event("leader", leader.pid, "world1", 0, "broken", "a call timed out")
+    leader, worker0 = sup.procs["leader"], sup.procs["worker-0"]
+    sup.members.on_world_event("leader", leader.worker.pid,
+                               "world1", 0, "broken", "a call timed out")
     assert host.admits == [("world1", 1, [1, 1])]  # the worker lives: as it is
     sup.on_exit("worker-0", -9)  # then it was killed (a hang)
     assert ("broken", "world1", 1, "worker-0 was killed by SIGKILL") in host.calls
     assert host.admits[-1] == ("world1", 2, [1, 2])
     sup.on_tick()
     assert host.starts[-1] == ("worker-0", 2)
-    assert sup.worlds["world1"].generation == 2 and worker.generations == {"world1": 2}
+    assert sup.worlds["world1"].generation == 2 and worker0.worker.generations == {"world1": 2}
 
 
 def test_backoff_doubles_in_a_crash_loop_and_resets_once_stable():
@@ -182,10 +183,10 @@ def test_backoff_doubles_in_a_crash_loop_and_resets_once_stable():
         sup.on_tick()
         assert sup.procs["worker-1"].state is P.STARTING
     rec = sup.procs["worker-1"]
-    sup.members.on_world_event("worker-1", rec.pid, "world2",
+    sup.members.on_world_event("worker-1", rec.worker.pid, "world2",
                                sup.worlds["world2"].generation, "ready")
     leader = sup.procs["leader"]
-    sup.members.on_world_event("leader", leader.pid, "world2",
+    sup.members.on_world_event("leader", leader.worker.pid, "world2",
                                sup.worlds["world2"].generation, "ready")
     assert rec.state is P.RUNNING
     host.t += 1.0  # rejoined, but not for long: still the same loop
@@ -193,9 +194,9 @@ def test_backoff_doubles_in_a_crash_loop_and_resets_once_stable():
     assert rec.restart_at - host.t == 4.0
     host.t = rec.restart_at
     sup.on_tick()
-    sup.members.on_world_event("worker-1", rec.pid, "world2",
+    sup.members.on_world_event("worker-1", rec.worker.pid, "world2",
                                sup.worlds["world2"].generation, "ready")
-    sup.members.on_world_event("leader", leader.pid, "world2",
+    sup.members.on_world_event("leader", leader.worker.pid, "world2",
                                sup.worlds["world2"].generation, "ready")
     host.t += STABLE_AFTER  # up and joined long enough: the next failure is a new fault
     sup.on_exit("worker-1", 1)
@@ -263,7 +264,7 @@ def run_for(sup, host, seconds, beating=()):
     for _ in range(round(seconds / TICK)):
         host.t += TICK
         for name in beating:
-            sup.members.on_heartbeat(name, sup.procs[name].pid)
+            sup.members.on_heartbeat(name, sup.procs[name].worker.pid)
         sup.on_tick()
 
 
@@ -289,7 +290,7 @@ def test_a_stopped_plain_process_is_found_through_proc():
     run_for(sup, host, 9.5)
     assert sup.procs["worker-1"].state is not P.HUNG
     run_for(sup, host, 0.5)
-    assert sup.procs["worker-1"].hung == "stopped for 10s"
+    assert sup.procs["worker-1"].worker.hung == "stopped for 10s"
 
 
 def test_a_silent_process_is_hung_only_once_a_fresh_grace_confirms_it():
@@ -302,7 +303,7 @@ def test_a_silent_process_is_hung_only_once_a_fresh_grace_confirms_it():
     assert sup.procs["worker-0"].state is P.UNRESPONSIVE  # the grace is 3 of its 1 s beats
     run_for(sup, host, 0.5, beating=("leader", "worker-1"))
     assert sup.procs["worker-0"].state is P.HUNG
-    assert sup.procs["worker-0"].hung == "no heartbeat for 13s"
+    assert sup.procs["worker-0"].worker.hung == "no heartbeat for 13s"
     assert sup.procs["leader"].state is P.RUNNING
 
 
@@ -453,7 +454,7 @@ def test_a_plain_group_mwrun_cannot_read_is_unknown_never_healthy():
 def test_an_mwrun_member_still_starting_is_not_joined_by_the_store():
     sup, _ = make()
     for name, rec in sup.procs.items():
-        sup.members.on_hello(name, rec.pid, 1.0)
+        sup.members.on_hello(name, rec.worker.pid, 1.0)
     assert sup.members.plain_forming() == []
     sup.members.on_store_seen("world1", {0, 1})  # said hello: only its own "ready" counts
     assert sup.worlds["world1"].state is W.FORMING
@@ -477,21 +478,22 @@ def test_a_command_that_cannot_start_fails_at_once_and_only_its_world_closes():
 
 def test_messages_from_an_earlier_incarnation_are_ignored():
     sup, host = make()
-    old_pid = sup.procs["worker-0"].pid
+    old_pid = sup.procs["worker-0"].worker.pid
     sup.on_exit("worker-0", 1)
     host.t += 1.0
     sup.on_tick()
     sup.members.on_hello("worker-0", old_pid, 1.0)
-    assert not sup.procs["worker-0"].said_hello
+    assert not sup.procs["worker-0"].worker.said_hello
     sup.members.on_world_event("worker-0", old_pid, "world1", 1, "ready")
-    assert "world1" not in sup.procs["worker-0"].ready
+    assert "world1" not in sup.procs["worker-0"].worker.ready
 
 
 def test_a_member_reported_break_moves_the_world_to_its_next_generation():
     sup, host = make()
     join_all(sup)
     leader = sup.procs["leader"]
-    sup.members.on_world_event("leader", leader.pid, "world2", 0, "broken", "rank 0: timed out")
+    sup.members.on_world_event("leader", leader.worker.pid,
+                               "world2", 0, "broken", "rank 0: timed out")
     # everyone is alive, so the world goes straight on to form its next generation
     world = sup.worlds["world2"]
     assert (world.state, world.breaks, world.reason) == (W.FORMING, 1, "rank 0: timed out")
@@ -504,10 +506,11 @@ def test_a_member_that_finishes_closes_its_world_without_a_break():
     sup, host = make()
     join_all(sup)
     rec = sup.procs["worker-0"]
-    sup.members.on_world_event("worker-0", rec.pid, "world1", 0, "closed")
+    sup.members.on_world_event("worker-0", rec.worker.pid, "world1", 0, "closed")
     leader = sup.procs["leader"]
     # the leader's call fails as the worker leaves: not a break to re-form from
-    sup.members.on_world_event("leader", leader.pid, "world1", 0, "broken", "rank 1 left the world")
+    sup.members.on_world_event("leader", leader.worker.pid,
+                               "world1", 0, "broken", "rank 1 left the world")
     sup.on_exit("worker-0", 0)
     world = sup.worlds["world1"]
     assert (world.state, world.breaks, world.generation) == (W.CLOSED, 0, 0)
@@ -564,9 +567,9 @@ def test_a_process_that_just_beat_is_not_probed():
     join_all(sup)
     host.status["worker-0"] = "stopped"  # what /proc would say, were it asked
     host.t += 1.5
-    sup.members.on_heartbeat("worker-0", sup.procs["worker-0"].pid)
+    sup.members.on_heartbeat("worker-0", sup.procs["worker-0"].worker.pid)
     host.t += 20
-    sup.members.on_heartbeat("worker-0", sup.procs["worker-0"].pid)
+    sup.members.on_heartbeat("worker-0", sup.procs["worker-0"].worker.pid)
     sup.on_tick()
     assert sup.procs["worker-0"].state is P.RUNNING
 
@@ -574,7 +577,7 @@ def test_a_process_that_just_beat_is_not_probed():
 def test_after_bye_silence_is_not_a_hang():
     sup, host = make()
     join_all(sup)
-    sup.members.on_bye("worker-0", sup.procs["worker-0"].pid)
+    sup.members.on_bye("worker-0", sup.procs["worker-0"].worker.pid)
     host.t += 60
     sup.on_tick()
     assert sup.procs["worker-0"].state is P.RUNNING
@@ -604,7 +607,7 @@ def test_heartbeats_that_change_nothing_emit_nothing_and_a_change_is_told():
     for _ in range(3):
         host.t += 0.5
         for name, rec in sup.procs.items():
-            sup.members.on_heartbeat(name, rec.pid)
+            sup.members.on_heartbeat(name, rec.worker.pid)
         sup.on_tick()
     assert host.events == []  # nothing shown changed: state.json is not rewritten
     sup.on_exit("worker-0", -9)
@@ -630,7 +633,7 @@ def test_the_work_of_one_event_is_what_it_touches_not_the_whole_job(n, monkeypat
     monkeypatch.setattr(Worlds, "progress",
                         lambda self, world, now: derived.append(world) or real(self, world, now))
     sup.on_exit("p0", -9)
-    sup.members.on_hello("p1", sup.procs["p1"].pid, 1.0)
+    sup.members.on_hello("p1", sup.procs["p1"].worker.pid, 1.0)
     assert [w.plan.name for w in derived] == ["w0", "w0"]
     assert sup.worlds["w0"].state is W.BROKEN and sup.deadline() is not None
 

@@ -16,7 +16,7 @@ def test_late_heartbeats_show_unresponsive_then_running_again():
     assert rec.state is P.UNRESPONSIVE and rec.state.alive
     assert ("worker-0 is unresponsive (its heartbeats are late)",) in host.of("say")
     assert sup.worlds["world1"].breaks == 0  # nothing is decided on it yet
-    sup.members.on_heartbeat("worker-0", rec.pid)
+    sup.members.on_heartbeat("worker-0", rec.worker.pid)
     assert rec.state is P.RUNNING
     assert ("worker-0 responds again",) in host.of("say")
 
@@ -46,9 +46,9 @@ def test_a_stopped_plain_process_is_unresponsive_as_soon_as_proc_says_so():
 def hello_every(sup, interval):
     """Every process joined, each saying it beats every ``interval`` seconds when idle."""
     for name, rec in sup.procs.items():
-        sup.members.on_hello(name, rec.pid, interval)
+        sup.members.on_hello(name, rec.worker.pid, interval)
         for world in rec.plan.worlds:
-            sup.members.on_world_event(name, rec.pid, world, 0, "ready")
+            sup.members.on_world_event(name, rec.worker.pid, world, 0, "ready")
 
 
 class Probes(FakeHost):
@@ -67,13 +67,13 @@ def test_a_beat_is_late_by_the_pace_the_process_said_not_its_idle_interval():
     sup, host = make(HANGS)
     hello_every(sup, 5.0)  # idle, it would beat every 5 s; while its calls move, every 1 s
     rec = sup.procs["worker-0"]
-    sup.members.on_heartbeat("worker-0", rec.pid, 1.0)
+    sup.members.on_heartbeat("worker-0", rec.worker.pid, 1.0)
     run_for(sup, host, 1.5, beating=("leader", "worker-1"))
     assert rec.state is P.RUNNING  # its next beat is due; not late yet
     run_for(sup, host, 1.0, beating=("leader", "worker-1"))
     assert (rec.state, rec.why) == (P.UNRESPONSIVE,
                                     "worker-0 is unresponsive (its heartbeats are late)")
-    sup.members.on_heartbeat("worker-0", rec.pid, 5.0)  # back, and idle now: 5 s to its next beat
+    sup.members.on_heartbeat("worker-0", rec.worker.pid, 5.0)  # back, idle: 5 s to its next beat
     run_for(sup, host, 9.5, beating=("leader", "worker-1"))
     assert rec.state is P.RUNNING
 
@@ -101,7 +101,7 @@ def test_a_drill_stop_shows_unresponsive_at_the_next_tick_and_cont_running_again
     assert (rec.state, rec.why) == (P.UNRESPONSIVE, "worker-0 is unresponsive (stopped)")
     assert set(host.probed) == {"worker-0"}
     host.status["worker-0"] = "sleeping"  # SIGCONT: it beats again
-    sup.members.on_heartbeat("worker-0", rec.pid, 1.0)
+    sup.members.on_heartbeat("worker-0", rec.worker.pid, 1.0)
     assert rec.state is P.RUNNING
     probed = len(host.probed)
     run_for(sup, host, 3.0, beating=list(sup.procs))

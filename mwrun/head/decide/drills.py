@@ -4,10 +4,13 @@ hitting them through what the supervisor gives, and what the user is told."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+
+from mwrun.head.decide.records import ProcessRecord, WorldRecord
 
 
-def targets(worlds: dict, procs: dict, world_name: str, rank: int | None) -> list[str]:
+def targets(worlds: Mapping[str, WorldRecord], procs: Mapping[str, ProcessRecord],
+            world_name: str, rank: int | None) -> list[str]:
     """WORLD's own members (in no other world), or exactly rank R; ValueError saying
     why when there is no one to hit."""
     world = worlds.get(world_name)
@@ -25,7 +28,8 @@ def targets(worlds: dict, procs: dict, world_name: str, rank: int | None) -> lis
     return own
 
 
-def kill_world(worlds: dict, procs: dict, world_name: str, rank: int | None, sig: int,
+def kill_world(worlds: Mapping[str, WorldRecord], procs: Mapping[str, ProcessRecord],
+               world_name: str, rank: int | None, sig: int,
                send: Callable[[str, int], None]) -> list[dict]:
     """The fault drill: ``send`` the signal to WORLD's own live members (or one rank);
     who was hit. Raises ValueError saying why no one was."""
@@ -35,7 +39,8 @@ def kill_world(worlds: dict, procs: dict, world_name: str, rank: int | None, sig
     for name in chosen:
         if procs[name].state.alive:
             send(name, sig)
-            hit.append({"process": name, "pid": procs[name].pid, "rank": members.index(name)})
+            hit.append({"process": name, "pid": procs[name].worker.pid,
+                        "rank": members.index(name)})
     if not hit:
         states = ", ".join(f"{t}: {procs[t].state.value}" for t in chosen)
         raise ValueError(f"no live member of {world_name} to signal ({states})")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mwrun.head.decide.records import ProcessRecord
+    from mwrun.head.decide.records import Worker
 
 # A gap between two turns of the supervisor longer than this means it was not running.
 STALL = 2.0
@@ -122,13 +122,13 @@ def beat_gap(next_in: object, beat_every: float | None) -> float | None:
     return beat_every
 
 
-def judge(rec: ProcessRecord, awake: float, stopped: Callable[[], bool],
+def judge(rec: Worker, limit: float, awake: float, stopped: Callable[[], bool],
           late_beats: int = LATE_BEATS) -> tuple[str | None, str | None]:
     """Why a live process is unresponsive (shown at once, long before it is judged:
-    LATE or STOPPED), or None; and why it is hung, or None. ``awake`` is awake time.
-    Its suspicion is kept in its record; ``stopped`` asks /proc, only when the silence
-    needs it, so a tick reads /proc for no process that beats on time."""
-    limit = rec.plan.hang_timeout
+    LATE or STOPPED), or None; and why it is hung, or None: ``rec`` is its current
+    start, ``limit`` its hang_timeout, ``awake`` awake time. Its suspicion is kept in
+    it; ``stopped`` asks /proc, only when the silence needs it, so a tick reads /proc
+    for no process that beats on time."""
     if rec.beat_every is not None:
         # The library beats from its own thread, and each beat says when the next is
         # due: a beat missing past that is worth a look in /proc (stopped: shown at
@@ -157,7 +157,7 @@ def judge(rec: ProcessRecord, awake: float, stopped: Callable[[], bool],
 LOOK_SLACK = 0.05  # past a beat's gap, so a beat on time is in before the look
 
 
-def next_look(rec: ProcessRecord, awake: float, tick: float) -> float:
+def next_look(rec: Worker, limit: float, awake: float, tick: float) -> float:
     """Awake seconds until a live process's silence may next mean something (a look
     then costs what ``judge`` costs): a process that beats on time is looked at once
     per beat, just after its next beat is due, never on every tick. One not beating
@@ -166,7 +166,7 @@ def next_look(rec: ProcessRecord, awake: float, tick: float) -> float:
     if rec.beat_every is None or rec.suspect_since is not None:
         return tick
     silent = awake - rec.last_beat
-    gap = min(rec.beat_gap or rec.beat_every, rec.plan.hang_timeout)
+    gap = min(rec.beat_gap or rec.beat_every, limit)
     stop_sent = rec.stop_sent_at is not None and rec.stop_sent_at >= rec.last_beat
     if stop_sent or silent > gap:
         return tick

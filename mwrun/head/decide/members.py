@@ -36,7 +36,7 @@ class Members:
     def on_abort_hung(self, name: str, pid: int, reason: str) -> None:
         """Its communicator's abort never returned (worlds/aborts.py): killed as hung."""
         rec = self.processes.live(name, pid)
-        if rec is not None and rec.state.alive and rec.hung is None:
+        if rec is not None and rec.state.alive and rec.worker.hung is None:
             self.processes.hang(rec, reason or "a communicator abort did not return")
 
     def on_heartbeat(self, name: str, pid: int, next_in: object = None) -> None:
@@ -48,19 +48,19 @@ class Members:
     def on_bye(self, name: str, pid: int) -> None:
         rec = self.processes.live(name, pid)
         if rec is not None:
-            rec.beat_every = None  # it left its worlds; from now on /proc tells if it hangs
+            rec.worker.beat_every = None  # it left its worlds; from now on /proc tells if it hangs
 
     def on_world_event(self, name: str, pid: int, world_name: str, generation: int,
                        event: str, reason: str = "") -> None:
         rec, world = self.processes.live(name, pid), self.book.records.get(world_name)
         if rec is None or world is None or world_name not in rec.plan.worlds:
             return
-        left = any(world_name in self.processes.records[m].left for m in world.plan.members)
+        left = any(world_name in self.processes.records[m].worker.left for m in world.plan.members)
         if event == WorldReport.READY and generation == world.generation:
-            rec.ready.add(world_name)
-            rec.generations[world_name] = generation
+            rec.worker.ready.add(world_name)
+            rec.worker.generations[world_name] = generation
         elif event == WorldReport.CLOSED and generation == world.generation:
-            rec.left.add(world_name)  # its exit decides whether the world goes on
+            rec.worker.left.add(world_name)  # its exit decides whether the world goes on
         elif event == WorldReport.RELEASED and world.state is W.DRAINING:
             self.reshaping.finish(world, f"{name} released it")
         elif event == WorldReport.BROKEN and generation == world.generation and not left \
@@ -90,9 +90,9 @@ class Members:
         if self.book.seen(world, ranks):  # the whole group met: it exists
             for member in world.plan.members:
                 rec = self.processes.records[member]
-                if rec.state.alive and not rec.said_hello:
-                    rec.ready.add(world_name)
-                    rec.generations[world_name] = world.generation
+                if rec.state.alive and not rec.worker.said_hello:
+                    rec.worker.ready.add(world_name)
+                    rec.worker.generations[world_name] = world.generation
         self.settle(*(self.processes.records[m] for m in world.plan.members),
                     only=[world_name])
 

@@ -22,7 +22,7 @@ from mwrun.head.decide import hangs
 from mwrun.head.decide.deadlines import Timer, Timers
 from mwrun.head.decide.events import Event, Why
 from mwrun.head.decide.moves import checked
-from mwrun.head.decide.records import ProcessRecord
+from mwrun.head.decide.records import ProcessRecord, Worker
 from mwrun.plan import nccl as nccl_rules
 from mwrun.plan.placement import ProcessPlan
 from mwrun.schema import PROCESS_MOVES
@@ -81,7 +81,7 @@ class Processes:
         """A process that joins the job: to be started (RESTARTING is expected and not
         alive: its worlds admit its next start, not a start it never made)."""
         rec = ProcessRecord(plan, state=P.RESTARTING,
-                            incarnation=self.incarnations.get(plan.name, 0))
+                            worker=Worker(incarnation=self.incarnations.get(plan.name, 0)))
         self.records[plan.name] = rec
         self.tally[P.RESTARTING] += 1
         return rec
@@ -97,19 +97,16 @@ class Processes:
         """Start ``rec`` (again); why it could not, or None."""
         name = rec.plan.name
         try:
-            pid = self.host.spawn(name, generations, rec.restarts, rec.incarnation + 1)
+            pid = self.host.spawn(name, generations, rec.restarts, rec.worker.incarnation + 1)
         except StartError as exc:
             self.move(rec, P.STARTING)
             return str(exc)
         now = self.host.now()
         self.move(rec, P.STARTING)  # RESTARTING -> STARTING, or a first start
-        rec.pid, rec.exit_code, rec.incarnation = pid, None, rec.incarnation + 1
-        self.incarnations[name] = rec.incarnation
-        rec.started, rec.started_at = now, self.host.wall()
-        rec.generations, rec.ready, rec.left = generations, set(), set()
-        rec.said_hello, rec.beat_every, rec.stopped_since, rec.hung = False, None, None, None
-        rec.restart_at = rec.suspect_since = rec.joined_at = rec.beat_gap = rec.stop_sent_at = None
-        rec.drilled = False
+        # A new start is a new Worker: nothing of the last one's is carried, or reset.
+        rec.worker = Worker(rec.worker.incarnation + 1, now, self.host.wall(), generations, pid)
+        rec.restart_at = None
+        self.incarnations[name] = rec.worker.incarnation
         self.unheard.add(name)
         self.timers.clear((Timer.RESTART, name))
         self.timers.clear((Timer.HANG_KILL, name))
@@ -120,9 +117,10 @@ class Processes:
 
     def signal(self, name: str, sig: int, why: Why) -> None:
         self.host.signal(name, sig, why)
-        self.records[name].drilled |= why is Why.DRILL
+        worker = self.records[name].worker
+        worker.drilled |= why is Why.DRILL
         if sig in hangs.STOPS:  # /proc is read at the next tick, not beats later
-            self.records[name].stop_sent_at = self.awake()
+            worker.stop_sent_at = self.awake()
             look, soon = (Timer.LOOK, name), self.host.now() + TICK
             if look in self.timers and soon < (self.timers.when(look) or soon):
                 self.timers.set(look, soon)
@@ -134,18 +132,19 @@ class Processes:
         """Whether ``name``'s start is made and its pid not told yet (a warm start, here
         or on an agent's host): what it says meanwhile is held (early.py)."""
         rec = self.records.get(name) if isinstance(name, str) else None
-        return rec is not None and rec.state is P.STARTING and rec.pid is None
+        return rec is not None and rec.state is P.STARTING and rec.worker.pid is None
 
     def live(self, name: str, pid: int) -> ProcessRecord | None:
         """The record of process ``name`` if ``pid`` is its current start (a message from
         an earlier incarnation, or a forgotten process, is none)."""
         rec = self.records.get(name)
-        return rec if rec is not None and rec.pid == pid else None
+        return rec if rec is not None and rec.worker.pid == pid else None
 
     def hello(self, rec: ProcessRecord, interval: float, nccl: str | None) -> None:
-        rec.said_hello, rec.beat_every, rec.last_beat = True, interval, self.awake()
+        worker = rec.worker
+        worker.said_hello, worker.beat_every, worker.last_beat = True, interval, self.awake()
         self.unheard.discard(rec.plan.name)
-        self._look_after(rec, rec.last_beat)
+        self._look_after(rec, worker.last_beat)
         rec.nccl, warning = nccl, nccl_rules.warning(rec.plan.name, nccl, self.nccl_warned)
         if warning is not None:  # once per known-bad version, at its first hello
             self.nccl_warned.add(str(nccl))
@@ -153,9 +152,11 @@ class Processes:
 
     def heartbeat(self, rec: ProcessRecord, next_in: object) -> None:
         """A beat, and the most seconds to its next one, as it says (hangs.beat_gap)."""
-        rec.last_beat, rec.beat_gap = self.awake(), hangs.beat_gap(next_in, rec.beat_every)
+        worker = rec.worker
+        worker.last_beat, worker.beat_gap = self.awake(), hangs.beat_gap(next_in,
+                                                                         worker.beat_every)
         self.responsive(rec, None)
-        self._look_after(rec, rec.last_beat)
+        self._look_after(rec, worker.last_beat)
 
     def _look_after(self, rec: ProcessRecord, awake: float) -> None:
         """A beat (or a hello) moves the next look at its silence to when the next beat
@@ -163,7 +164,8 @@ class Processes:
         anything per process (one heap entry per beat, as the beat itself costs)."""
         if rec.state in LOOKED:
             self.timers.set((Timer.LOOK, rec.plan.name),
-                            self.host.now() + hangs.next_look(rec, awake, TICK))
+                            self.host.now() + hangs.next_look(rec.worker, rec.plan.hang_timeout,
+                                                              awake, TICK))
 
     # -- hangs ------------------------------------------------------------------------
 
@@ -194,7 +196,8 @@ class Processes:
 
     def check_hung(self, rec: ProcessRecord, now: float) -> None:
         """``now`` is awake time: the supervisor's own stalls never count as silence."""
-        late, hung = hangs.judge(rec, now, lambda: self.host.probe(rec.plan.name) == "stopped")
+        late, hung = hangs.judge(rec.worker, rec.plan.hang_timeout, now,
+                                 lambda: self.host.probe(rec.plan.name) == "stopped")
         self.responsive(rec, late)
         if hung is not None:
             self.hang(rec, hung)
@@ -221,7 +224,7 @@ class Processes:
         wait = self.capture_wait
         then = f"capturing stacks for at most {wait:g}s, then killing it" if wait \
             else "killing it"
-        rec.hung, rec.why = why, f"{name} hung: {why}; {then}"
+        rec.worker.hung, rec.why = why, f"{name} hung: {why}; {then}"
         self.emit(ev.Hung(name, why))
         self.say(rec.why)
         if wait:

@@ -14,35 +14,47 @@ from mwrun.schema import WorldState as W
 
 
 @dataclass
-class ProcessRecord:
-    plan: ProcessPlan
-    state: P = P.STARTING
-    pid: int | None = None
-    restarts: int = 0
-    # The restarts counted against max_restarts: those after a drill's fault are not (the
-    # fault came from outside; a drill must not end the job it measures).
-    spent: int = 0
-    exit_code: int | None = None
-    started_at: float | None = None  # wall clock, for people
+class Worker:
+    """One start of a process, its incarnation (torch elastic's ``Worker``): made by
+    the start, never reset; the next start is a new Worker. The record keeps the
+    process across its starts; what belongs to one start is here."""
+
+    incarnation: int = 0  # its number (protocol: admit); 0: the process never started
     started: float = 0.0  # monotonic
-    restart_at: float | None = None
+    started_at: float | None = None  # wall clock, for people
     generations: dict[str, int] = field(default_factory=dict)  # world -> generation it is in
+    pid: int | None = None  # None until its host tells it (a warm or remote start)
+    exit_code: int | None = None  # how it ended, once it did
     ready: set[str] = field(default_factory=set)  # worlds it joined at that generation
     left: set[str] = field(default_factory=set)  # worlds it closed (finished with)
     said_hello: bool = False
     beat_every: float | None = None
     beat_gap: float | None = None  # the most seconds to its next beat, as its last beat said
+    last_beat: float = 0.0  # awake time
     stop_sent_at: float | None = None  # awake time the supervisor last sent it SIGSTOP
-    last_beat: float = 0.0
     stopped_since: float | None = None
     suspect_since: float | None = None  # awake time it was first silent past its deadline
-    hung: str | None = None
-    incarnation: int = 0  # starts made so far: the last one's number (protocol: admit)
-    nccl: str | None = None  # the NCCL version its library reported (None: none, or plain)
+    hung: str | None = None  # why it was declared hung
+    joined_at: float | None = None  # monotonic; when it went STARTING -> RUNNING
+    drilled: bool = False  # a drill signalled it (policy.crash_loop)
+
+
+@dataclass
+class ProcessRecord:
+    """A process across its starts: its plan, its state, its restart budget; its
+    current start is ``worker``."""
+
+    plan: ProcessPlan
+    state: P = P.STARTING
+    worker: Worker = field(default_factory=Worker)
+    restarts: int = 0
+    # The restarts counted against max_restarts: those after a drill's fault are not (the
+    # fault came from outside; a drill must not end the job it measures).
+    spent: int = 0
+    restart_at: float | None = None
+    nccl: str | None = None  # the NCCL version its library last reported (None: none, or plain)
     why: str = ""  # the last thing that happened to it, for status
-    joined_at: float | None = None  # monotonic; when it last went STARTING -> RUNNING
     loop: int = 0  # restarts of its current crash loop (policy.crash_loop)
-    drilled: bool = False  # a drill signalled this start of it (policy.crash_loop)
     retired: str | None = None  # the scale operation that retired it (never restarted)
 
 

@@ -53,8 +53,8 @@ class Restarts:
     def ended(self, rec: ProcessRecord, exit: policy.Exit, at: float | None = None
               ) -> str | None:
         """This start of ``rec`` ended (``at``: when its host saw it, if it said)."""
-        name, pid = rec.plan.name, rec.pid
-        rec.pid, rec.exit_code = None, exit.code
+        name, pid = rec.plan.name, rec.worker.pid
+        rec.worker.pid, rec.worker.exit_code = None, exit.code
         what = exit.describe(name)
         emit, stopping = self.processes.emit, self.stop.asked
         if stopping or rec.retired:
@@ -65,7 +65,8 @@ class Restarts:
             if rec.retired:
                 self.reshaping.gone(rec)
             return None
-        rec.loop = policy.crash_loop(rec.loop, rec.joined_at, self.host.now(), rec.drilled)
+        worker = rec.worker
+        rec.loop = policy.crash_loop(rec.loop, worker.joined_at, self.host.now(), worker.drilled)
         decision = policy.after_exit(rec.plan.restart, rec.plan.max_restarts,
                                      rec.plan.restart_backoff, rec.spent, exit, rec.loop)
         if decision.restart:
@@ -108,16 +109,16 @@ class Restarts:
             self.timers.set((Timer.RESTART, name), now + TICK)
             return None
         rec.restarts += 1
-        rec.spent += not rec.drilled  # a drill's fault spends none (spawn unmarks)
+        rec.spent += not rec.worker.drilled  # a drill's fault spends none (spawn unmarks)
         which = policy.restart_text(rec.restarts, rec.spent, rec.plan.max_restarts,
-                                    rec.drilled)
+                                    rec.worker.drilled)
         self.processes.say(f"restarting {rec.plan.name} ({which})")
         return self.start(rec)
 
     def not_restarted(self, rec: ProcessRecord) -> None:
         """RESTARTING -> FAILED|EXITED: every world it would join has closed for good;
         a failure that is never repaired fails the job."""
-        self.processes.move(rec, P.EXITED if rec.exit_code == 0 else P.FAILED)
+        self.processes.move(rec, P.EXITED if rec.worker.exit_code == 0 else P.FAILED)
         self.timers.clear((Timer.RESTART, rec.plan.name))
         rec.why = f"{rec.why}; not restarted: its worlds closed"
         self.processes.emit(ev.ProcessChanged(rec.plan.name, rec.state, rec.why))

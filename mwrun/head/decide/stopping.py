@@ -62,11 +62,11 @@ class Stopping:
             # rather than hang the supervisor forever, and say so.
             for rec in list(procs.records.values()):
                 if rec.state.alive:
-                    procs.say(f"{rec.plan.name} (pid {rec.pid}) did not die; giving up")
+                    procs.say(f"{rec.plan.name} (pid {rec.worker.pid}) did not die; giving up")
                     # live -> FAILED: a process left running is a failed job
                     procs.move(rec, P.FAILED)
                     rec.why = "did not die after SIGKILL"
-                    procs.emit(ev.Abandoned(rec.plan.name, rec.pid, rec.why))
+                    procs.emit(ev.Abandoned(rec.plan.name, rec.worker.pid, rec.why))
                     given_up.append(rec)
         return given_up
 

@@ -145,7 +145,7 @@ class Supervisor:
                 if rec.state is P.STARTING and all(self.book.joined(rec, w)
                                                    for w in rec.plan.worlds):
                     self.processes.move(rec, P.RUNNING)  # STARTING -> RUNNING
-                    rec.joined_at = now
+                    rec.worker.joined_at = now
                     self._emit(ev.ProcessChanged(rec.plan.name, P.RUNNING, rec.why))
                 elif rec.state is P.RESTARTING and self.book.nothing_to_join(rec):
                     self.restarts.not_restarted(rec)
@@ -164,20 +164,20 @@ class Supervisor:
         """Exited with ``code`` (seen ``at``, if its host said); or its host was lost."""
         rec = self.procs.get(name)
         if rec is not None and rec.state.alive:
-            exit = policy.Exit(code, hung=rec.hung, lost=lost, drilled=rec.drilled)
+            exit = policy.Exit(code, hung=rec.worker.hung, lost=lost, drilled=rec.worker.drilled)
             self._settle(*self._then(self.restarts.ended(rec, exit, at), rec))
 
     def on_spawned(self, name: str, pid: int, at: float | None = None) -> None:
         """A start its host answered later (a remote host's agent): its pid, made ``at``."""
         rec = self.procs.get(name)
-        if rec is not None and rec.state is P.STARTING and rec.pid is None:
-            rec.pid = pid
+        if rec is not None and rec.state is P.STARTING and rec.worker.pid is None:
+            rec.worker.pid = pid
             self._emit(ev.Spawned(name, pid, rec.restarts, at))
 
     def on_spawn_failed(self, name: str, error: str) -> None:
         """A start its host answered later could not be made: as a start error."""
         rec = self.procs.get(name)
-        if rec is not None and rec.state is P.STARTING and rec.pid is None:
+        if rec is not None and rec.state is P.STARTING and rec.worker.pid is None:
             exit = policy.Exit(None, start_error=error)
             self._settle(*self._then(self.restarts.ended(rec, exit), rec))
 

@@ -65,7 +65,9 @@ class Worlds:
         # Joined means it said so (the library's "ready"), or, for a plain
         # torch.distributed script, that its group's rendezvous shows in the world's
         # store (seen). Having merely run for a while proves nothing.
-        return world in rec.ready and rec.generations.get(world) == self.records[world].generation
+        worker = rec.worker
+        return world in worker.ready and \
+            worker.generations.get(world) == self.records[world].generation
 
     def progress(self, world: WorldRecord, now: float) -> None:
         members = [self.procs[m] for m in world.plan.members]
@@ -107,7 +109,7 @@ class Worlds:
         be restarted as its next start. Known now, so no generation waits on a start."""
         if self.can_reform(world):
             members = [self.procs[m] for m in world.plan.members]
-            world.admitted = [rec.incarnation + (0 if rec.state.alive else 1)
+            world.admitted = [rec.worker.incarnation + (0 if rec.state.alive else 1)
                               for rec in members]
             world.generation = generation + 1
             self.stores.open_next(world.plan.name, generation, world.admitted)
@@ -116,7 +118,7 @@ class Worlds:
 
     def _admits(self, members) -> list[int]:
         """Each member as it is if alive, else its next start (a new one, a restart)."""
-        return [self.procs[m].incarnation + (0 if self.procs[m].state.alive else 1)
+        return [self.procs[m].worker.incarnation + (0 if self.procs[m].state.alive else 1)
                 for m in members]
 
     def add(self, plan: WorldPlan) -> WorldRecord:
@@ -185,8 +187,8 @@ class Worlds:
         is in it, or it is the incarnation that generation admits (a member that was
         alive when it opened, then died: the generation can never form without it)."""
         rank = world.plan.members.index(rec.plan.name)
-        return rec.generations.get(world.plan.name) == world.generation or \
-            world.admitted[rank] == rec.incarnation
+        return rec.worker.generations.get(world.plan.name) == world.generation or \
+            world.admitted[rank] == rec.worker.incarnation
 
     def nothing_to_join(self, rec: ProcessRecord) -> bool:
         return all(self.records[w].state is W.CLOSED for w in rec.plan.worlds)
@@ -222,7 +224,7 @@ class Worlds:
         found: dict[str, None] = {}
         for name in list(unheard):
             rec = self.procs.get(name)
-            if rec is None or not rec.state.alive or rec.said_hello:
+            if rec is None or not rec.state.alive or rec.worker.said_hello:
                 unheard.discard(name)
                 continue
             for world in rec.plan.worlds:

@@ -138,8 +138,9 @@ class Status:
         for name, rec in sup.procs.items():
             cpu, rss = usage.get(name, (None, None)) if rec.state.alive else (None, None)
             processes.append({
-                "name": name, "host": rec.plan.host, "pid": rec.pid, "state": rec.state.value,
-                "exit_code": rec.exit_code, "restarts": rec.restarts,
+                "name": name, "host": rec.plan.host, "pid": rec.worker.pid,
+                "state": rec.state.value,
+                "exit_code": rec.worker.exit_code, "restarts": rec.restarts,
                 # What a drill checks its schedule against (mwrun drill): restarts after a
                 # drill's fault spend none of max_restarts.
                 "restart": rec.plan.restart, "restarts_left": 0 if rec.plan.restart == "never"
@@ -147,11 +148,11 @@ class Status:
                 "worlds": dict(rec.plan.worlds),
                 "gpus": [int(g) if g.isdigit() else g for g in rec.plan.gpus],
                 "cpus": list(rec.plan.cpus) if rec.plan.cpus is not None else [],
-                "started_at": rec.started_at, "cpu_percent": cpu, "rss_bytes": rss,
+                "started_at": rec.worker.started_at, "cpu_percent": cpu, "rss_bytes": rss,
                 "start": _value(starts.get(name)), "nccl": rec.nccl,
                 "replica_of": rec.plan.replica_of,
                 "last_event": rec.why or None,
-                "traffic": self.traffic.per_member(name, rec.pid, rec.plan.worlds, now)})
+                "traffic": self.traffic.per_member(name, rec.worker.pid, rec.plan.worlds, now)})
         worlds = [{"name": name, "backend": w.plan.backend, "size": w.plan.size,
                    "members": list(w.plan.members), "generation": w.generation,
                    "state": W.UNKNOWN.value if w.opaque and w.state is W.FORMING
@@ -192,7 +193,7 @@ class Status:
 
     def _pids(self, world: WorldRecord) -> dict:
         procs = self.job.procs
-        return {m: procs[m].pid for m in world.plan.members if procs[m].state.alive}
+        return {m: procs[m].worker.pid for m in world.plan.members if procs[m].state.alive}
 
     def outside(self) -> tuple:
         """What state.json shows that no supervisor event tells: the hosts' states, when

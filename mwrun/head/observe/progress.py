@@ -68,14 +68,15 @@ def view(unformed: set[str], procs: Mapping[str, ProcessRecord],
         if world is None:  # removed (scaled away) before it formed: nothing to wait for
             continue
         members = [procs[m] for m in world.plan.members if m in procs]
-        up = [now - rec.started for rec in members if rec.state.alive and rec.pid is not None]
+        up = [now - rec.worker.started for rec in members
+              if rec.state.alive and rec.worker.pid is not None]
         waiting[name] = {"state": world.state.value,
-                         "library": any(rec.said_hello for rec in members),
+                         "library": any(rec.worker.said_hello for rec in members),
                          "opaque": world.opaque is not None,
                          "up_s": round(min(up), 3) if up and len(up) == len(members)
                          else None}
         for rec in members:
             if rec.state in (P.FAILED, P.RESTARTING) or rec.restarts > 0 \
-                    or rec.exit_code not in (None, 0):
+                    or rec.worker.exit_code not in (None, 0):
                 failed[rec.plan.name] = rec.why or rec.state.value
     return {"worlds": len(worlds), "waiting": waiting, "failed": failed}

@@ -128,7 +128,7 @@ class Postmortems:
         self.open[key] = bundle
         for rec in members:
             name = rec.plan.name
-            if rec.pid is None or not rec.state.alive:
+            if rec.worker.pid is None or not rec.state.alive:
                 why = rec.why or rec.state.value
                 bundle.outside_why[name] = f"not running when captured: {why}"
             elif hung is None and bundle.ask.members[name].reason is None:
@@ -142,7 +142,7 @@ class Postmortems:
         name, host = rec.plan.name, rec.plan.host
         key = f"{bundle.name}/{name}"
         self.keys[key] = ((bundle.world, bundle.generation), name)
-        pid = typing.cast(int, rec.pid)
+        pid = typing.cast(int, rec.worker.pid)
         if self.hosts().remote(host):
             missing = self.hosts().capture(name, key, pid, native, self.wait)
             missing = None if missing is None else f"on host {host}: {missing}"
@@ -192,7 +192,7 @@ class Postmortems:
             procs = self.job().procs
             for name in bundle.later:
                 rec = procs.get(name)
-                if rec is not None and rec.pid == told[name].pid:
+                if rec is not None and rec.worker.pid == told[name].pid:
                     self._capture(bundle, rec, False)
             bundle.later = []
 
@@ -213,7 +213,7 @@ class Postmortems:
         for name, member in bundle.ask.members.items():
             rec = procs.get(name)
             if member.reason is not None or member.told is not None or rec is None \
-                    or rec.pid != member.pid:
+                    or rec.worker.pid != member.pid:
                 continue
             read = (bundle.outside.get(name) or {}).get("threads")
             if not (read and rec.state in (P.UNRESPONSIVE, P.HUNG)):

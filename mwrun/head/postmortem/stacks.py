@@ -42,12 +42,12 @@ def select(procs: Mapping[str, ProcessRecord], worlds: Mapping[str, Iterable[str
 def unaskable(rec: ProcessRecord) -> str | None:
     """Why a process's library cannot be asked now, or None when it can (on a remote
     host too: its agent relays the ask down and the answer up, host/relay.py)."""
-    if not rec.state.alive or rec.pid is None:
+    if not rec.state.alive or rec.worker.pid is None:
         return f"not running (it is {rec.state.value})"
-    if not rec.said_hello:
+    if not rec.worker.said_hello:
         return ("no library: it never spoke to its supervisor (a plain torch script,"
                 " or one that has not called mwrun.init() yet)")
-    if rec.beat_every is None:  # its bye (members.on_bye): its link is closed
+    if rec.worker.beat_every is None:  # its bye (members.on_bye): its link is closed
         return "its library has left its worlds (job.close()) and no longer listens"
     return None
 
@@ -104,7 +104,7 @@ class Stacks:
         order = {"verb": Verb.STACKS, "id": ask.id, **({"flight": True} if flight else {})}
         for rec in recs:
             reason = unaskable(rec)
-            ask.members[rec.plan.name] = Member(rec.plan.name, rec.pid, rec.plan.host,
+            ask.members[rec.plan.name] = Member(rec.plan.name, rec.worker.pid, rec.plan.host,
                                                 rec.state.value, reason)
             if reason is None:
                 self.tell(rec.plan.name, order)
