@@ -62,7 +62,7 @@ class Members:
         elif event == WorldReport.CLOSED and generation == world.generation:
             rec.worker.left.add(world_name)  # its exit decides whether the world goes on
         elif event == WorldReport.RELEASED and world.state is W.DRAINING:
-            self.reshaping.finish(world, f"{name} released it")
+            self.reshaping.over(world, f"{name} released it")
         elif event == WorldReport.BROKEN and generation == world.generation and not left \
                 and world.state in (W.FORMING, W.HEALTHY):
             # A member saw the break first (a timeout, a drill by hand): its store says

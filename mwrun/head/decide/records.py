@@ -74,6 +74,9 @@ class WorldRecord:
     # members; None: it is removed), and when its drain ends at the latest (monotonic).
     target: WorldPlan | None = None
     drain_until: float | None = None
+    # Why its drain is over, once something said so (released, its deadline, a member
+    # ended, nothing to drain): marked where it is heard, ended by the reconcile.
+    drained: str | None = None
 
     def __post_init__(self):
         if not self.admitted:

@@ -104,7 +104,7 @@ class Reshaping:
     def _drain(self, world: WorldRecord, target: WorldPlan | None, seconds: float,
                now: float) -> None:
         if not self.book.drain(world, target, now + seconds, seconds):
-            self.finish(world, "it was not healthy, so nothing was left to drain")
+            self.over(world, "it was not healthy, so nothing was left to drain")
             return
         self.timers.set((Timer.DRAIN, world.plan.name), world.drain_until or now)
         self.processes.say(f"{world.plan.name} drains: its calls work until a member"
@@ -113,8 +113,15 @@ class Reshaping:
             self.down.tell(member, {"verb": Verb.DRAIN, "world": world.plan.name,
                                     "generation": world.generation, "deadline": seconds})
 
-    def finish(self, world: WorldRecord, why: str) -> None:
-        """A drain is over (released, its deadline, a member ended)."""
+    def over(self, world: WorldRecord, why: str) -> None:
+        """Its drain is over, for ``why`` (the first reason heard wins): marked, and
+        ended by the supervisor's reconcile (``finish``), the one place a drain ends."""
+        if world.drained is None:
+            world.drained = why
+
+    def finish(self, world: WorldRecord) -> None:
+        """End a drain marked over: re-form without the retired members, or close."""
+        why, world.drained = world.drained, None
         before = world.plan.members
         self.timers.clear((Timer.DRAIN, world.plan.name))
         target = world.target
@@ -177,7 +184,7 @@ class Reshaping:
         for world_name in list(rec.plan.worlds):
             world = self.book.records.get(world_name)
             if world is not None and world.state is W.DRAINING:
-                self.finish(world, f"{name} ended")
+                self.over(world, f"{name} ended")
         self.processes.forget(name)
         self.processes.emit(ev.Gone(name))
 
@@ -188,7 +195,7 @@ class Reshaping:
             return []
         touched = [self.processes.records[m] for m in world.plan.members
                    if m in self.processes.records]
-        self.finish(world, "its drain_timeout passed")
+        self.over(world, "its drain_timeout passed")
         return touched
 
     def leave_over(self, name: str, now: float) -> None:

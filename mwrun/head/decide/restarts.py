@@ -86,7 +86,7 @@ class Restarts:
             if world is None:
                 continue
             if world.state is W.DRAINING:  # going anyway: its end comes now, no break
-                self.reshaping.finish(world, what)
+                self.reshaping.over(world, what)
                 continue
             # A member that finished for good closes its worlds; anything else breaks them.
             finished = exit.clean and not decision.restart

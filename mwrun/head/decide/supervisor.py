@@ -137,6 +137,10 @@ class Supervisor:
         left."""
         now = self.host.now()
         names = only if only is not None else [w for rec in touched for w in rec.plan.worlds]
+        for name in names:  # a drain marked over ends here, and only here
+            world = self.worlds.get(name)
+            if world is not None and world.drained is not None:
+                self.reshaping.finish(world)
         worlds = {w: self.worlds[w] for w in names if w in self.worlds}
         for world in worlds.values():
             self.book.progress(world, now)

@@ -135,7 +135,7 @@ class Worlds:
         if world.state is W.CLOSED:
             return
         generation, old = world.generation, world.plan.size
-        world.plan, world.target, world.drain_until = plan, None, None
+        world.plan, world.target, world.drain_until, world.drained = plan, None, None, None
         if not self.can_reform(world):
             self.close_if_hopeless(world)
             return
