@@ -2,8 +2,8 @@
 through control.py): its hello, its heartbeats, its bye, a hung abort; each world it
 joined, left, saw break, released, or (a plain torch.distributed script, which says
 nothing) what its world's store shows. Each message from an earlier start of the
-process (another pid) is ignored. What a message moves is settled by the supervisor
-(``settle``: the worlds of the processes it touched).
+process (another pid) is ignored. What a message marks is reconciled by the supervisor
+(``reconcile``: the worlds of the processes it touched).
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from mwrun.schema import WorldState as W
 
 class Members:
     def __init__(self, processes: Processes, book: Worlds, reshaping: Reshaping,
-                 settle: Callable[..., None]):
+                 reconcile: Callable[..., None]):
         self.processes, self.book, self.reshaping = processes, book, reshaping
-        self.settle = settle  # the supervisor: the states what moved touches, derived
+        self.reconcile = reconcile  # the supervisor: what a message marked, reconciled
 
     def on_hello(self, name: str, pid: int, interval: float, nccl: str | None = None) -> None:
         rec = self.processes.live(name, pid)
         if rec is not None:  # else a message from an earlier incarnation
             self.processes.hello(rec, interval, nccl)
-            self.settle(rec)
+            self.reconcile(rec)
 
     def current(self, name: str, pid: int) -> bool:
         """Whether ``pid`` is the process's start now (not an earlier one's message)."""
@@ -68,7 +68,7 @@ class Members:
             # A member saw the break first (a timeout, a drill by hand): its store says
             # so already; the rest of the world follows it to the next generation.
             self.book.broke(world, reason, written=True)
-        self.settle(rec, only=[world_name])  # what one world's news moved: that world
+        self.reconcile(rec, only=[world_name])  # what one world's news moved: that world
 
     def look_into_stores(self, ranks: Callable[[str], set[int] | None]) -> None:
         """What each forming world's store shows now of its plain members (``ranks``
@@ -93,6 +93,6 @@ class Members:
                 if rec.state.alive and not rec.worker.said_hello:
                     rec.worker.ready.add(world_name)
                     rec.worker.generations[world_name] = world.generation
-        self.settle(*(self.processes.records[m] for m in world.plan.members),
+        self.reconcile(*(self.processes.records[m] for m in world.plan.members),
                     only=[world_name])
 

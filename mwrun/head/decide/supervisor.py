@@ -64,7 +64,7 @@ class Supervisor:
         self.reshaping = Reshaping(self.processes, self.book, host, grace)
         self.restarts = Restarts(self.processes, self.book, self.reshaping, self.stop, host)
         # What the library inside each process tells (its hello, beats, worlds).
-        self.members = Members(self.processes, self.book, self.reshaping, self._settle)
+        self.members = Members(self.processes, self.book, self.reshaping, self.reconcile)
         self._handle_timers()
 
     def _handle_timers(self) -> None:
@@ -77,14 +77,14 @@ class Supervisor:
         # end looked for, as every settle does (a check of counts, not of processes).
         handle(Timer.AWAKE, self._awake)
         handle(Timer.RESTART, unless_stopping(
-            lambda name, now: self._settle(*self._then(self.restarts.due(name, now),
+            lambda name, now: self.reconcile(*self._then(self.restarts.due(name, now),
                                                        self.procs.get(name)))))
         handle(Timer.LOOK, unless_stopping(self.processes.look))
-        handle(Timer.DRAIN, lambda name, now: self._settle(*self.reshaping.drain_over(name)))
+        handle(Timer.DRAIN, lambda name, now: self.reconcile(*self.reshaping.drain_over(name)))
         handle(Timer.LEAVE, unless_stopping(self.reshaping.leave_over))
         handle(Timer.RETIRE_KILL, unless_stopping(
             lambda name, now: self.reshaping.grace_over(name)))
-        handle(Timer.STOP, lambda name, now: self._settle(*self.stop.due(name, now)))
+        handle(Timer.STOP, lambda name, now: self.reconcile(*self.stop.due(name, now)))
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -95,7 +95,7 @@ class Supervisor:
         if self.state is R.STARTING:  # STARTING -> RUNNING
             self._move(R.RUNNING)
             self._emit(ev.Running())
-        self._settle(*self.procs.values())
+        self.reconcile(*self.procs.values())
 
     def _move(self, state: R) -> None:
         """Every change of the run's state goes here, checked against its machine."""
@@ -103,7 +103,7 @@ class Supervisor:
 
     def _awake(self, name: str, now: float) -> None:
         self.processes.tick(name, now)
-        self._settle()
+        self.reconcile()
 
     @property
     def stopping(self) -> bool:
@@ -129,12 +129,14 @@ class Supervisor:
     def exit_code(self) -> int:
         return 1 if self.state is R.FAILED else 0
 
-    def _settle(self, *touched: ProcessRecord, only: Iterable[str] | None = None) -> None:
-        """Derive the states an event may have moved: the worlds of the processes it
-        touched and their members (never every world: at 1,000 processes that made
-        bring-up quadratic), or ``only`` the worlds it was about (a leader in a thousand
-        worlds says something of one of them at a time); end the run when nothing is
-        left."""
+    def reconcile(self, *touched: ProcessRecord, only: Iterable[str] | None = None) -> None:
+        """Reconcile what an event marked: the worlds of the processes it touched and
+        their members (never every world: at 1,000 processes that made bring-up
+        quadratic), or ``only`` the worlds it was about (a leader in a thousand worlds
+        says something of one of them at a time). Here, and only here, a drain marked
+        over ends, a world whose members are back forms, a member that joined every
+        world runs, one with nothing left to rejoin gives up its restart, and the run
+        ends when nothing is left."""
         now = self.host.now()
         names = only if only is not None else [w for rec in touched for w in rec.plan.worlds]
         for name in names:  # a drain marked over ends here, and only here
@@ -169,7 +171,7 @@ class Supervisor:
         rec = self.procs.get(name)
         if rec is not None and rec.state.alive:
             exit = policy.Exit(code, hung=rec.worker.hung, lost=lost, drilled=rec.worker.drilled)
-            self._settle(*self._then(self.restarts.ended(rec, exit, at), rec))
+            self.reconcile(*self._then(self.restarts.ended(rec, exit, at), rec))
 
     def on_spawned(self, name: str, pid: int, at: float | None = None) -> None:
         """A start its host answered later (a remote host's agent): its pid, made ``at``."""
@@ -183,7 +185,7 @@ class Supervisor:
         rec = self.procs.get(name)
         if rec is not None and rec.state is P.STARTING and rec.worker.pid is None:
             exit = policy.Exit(None, start_error=error)
-            self._settle(*self._then(self.restarts.ended(rec, exit), rec))
+            self.reconcile(*self._then(self.restarts.ended(rec, exit), rec))
 
     def on_tick(self) -> None:
         """Whatever of the head's timers is due now (the loop fires them the same way)."""
@@ -194,7 +196,7 @@ class Supervisor:
     def request_stop(self, reason: str = "stop requested") -> None:
         if not self.stopping:
             self._move(R.STOPPING)  # STARTING|RUNNING -> STOPPING
-        self._settle(*self.stop.ask(reason, self.host.now()))
+        self.reconcile(*self.stop.ask(reason, self.host.now()))
 
     def revise(self, revision: Revision) -> None:
         """Move the running job to a new membership (a scale, a drain): see reshaping.py."""
@@ -203,7 +205,7 @@ class Supervisor:
         for name in revision.started:  # every world they join is at its generation now
             self._then(self.restarts.start(self.procs[name]))
         self.reshaping.retire(revision, now)
-        self._settle(only=revision.worlds)  # the worlds it changed, and their members
+        self.reconcile(only=revision.worlds)  # the worlds it changed, and their members
 
     def kill_world(self, world_name: str, rank: int | None, sig: int) -> list[dict]:
         """The fault drill (see drills.py); raises ValueError."""
