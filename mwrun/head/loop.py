@@ -305,7 +305,7 @@ class Loop:
             self.agents.handle_pending()  # frames read while awaiting an answer
         self.stores.ready()  # what waited for the stores is written once they exist
         for name in self.postmortems.step():  # captured: a hung member's kill goes now
-            self.supervisor.processes.kill_hung(name)
+            self.supervisor.beats.kill_hung(name)
         self.timers.fire(time.monotonic())
         self.writer.save()
         self.rounds.behind()

@@ -173,7 +173,7 @@ def test_each_event_of_a_fault_is_tagged_with_its_id():
 
 def test_a_hang_is_timed_from_its_kill_and_a_stop_closes_what_is_open():
     sup, host, faults, written = tracked()
-    sup.processes.hang(sup.procs["worker-1"], "silent for 90s")
+    sup.beats.hang(sup.procs["worker-1"], "silent for 90s")
     t_kill = host.wall()
     host.t += 0.01
     sup.on_exit("worker-1", -9)
@@ -241,7 +241,7 @@ def test_a_stop_drill_is_timed_from_the_stop_not_the_hang_kill_it_led_to():
     sup.kill_world("world1", 1, signal.SIGSTOP)
     t_stop = host.wall()
     host.t += 90.0
-    sup.processes.hang(sup.procs["worker-0"], "stopped for 90s")
+    sup.beats.hang(sup.procs["worker-0"], "stopped for 90s")
     host.t += 0.01
     sup.on_exit("worker-0", -9)
     fault = faults.last_fault("world1")
@@ -263,7 +263,7 @@ def test_a_stop_drill_whose_peer_timed_out_first_is_one_fault_from_the_stop():
                                "a call timed out")
     t_told = host.wall()
     host.t += 20.0
-    sup.processes.hang(sup.procs["worker-0"], "stopped for 30s")
+    sup.beats.hang(sup.procs["worker-0"], "stopped for 30s")
     host.t += 0.01
     sup.on_exit("worker-0", -9)
     sup.on_tick()

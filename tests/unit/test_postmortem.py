@@ -215,7 +215,7 @@ def test_a_hang_opens_a_bundle_whose_kill_waits_for_every_answer(tmp_path):
                                            "stack": [["/x/spoke.py", 3, "<module>", ""]]}],
                               "error": None, "by": "py-spy"})
     assert pm.step() == ["worker-0"]  # complete: its kill may go now
-    sup.processes.kill_hung("worker-0")
+    sup.beats.kill_hung("worker-0")
     assert ("worker-0", signal.SIGKILL) in host.of("signal")
     folder = tmp_path / "postmortem" / "world1-g0"
     doc = json.loads((folder / "bundle.json").read_text())

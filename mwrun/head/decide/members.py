@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mwrun.head.decide.beats import Beats
 from mwrun.head.decide.processbook import Processes
 from mwrun.head.decide.reshaping import Reshaping
 from mwrun.head.decide.worldbook import Worlds
@@ -18,15 +19,15 @@ from mwrun.schema import WorldState as W
 
 
 class Members:
-    def __init__(self, processes: Processes, book: Worlds, reshaping: Reshaping,
+    def __init__(self, processes: Processes, beats: Beats, book: Worlds, reshaping: Reshaping,
                  reconcile: Callable[..., None]):
-        self.processes, self.book, self.reshaping = processes, book, reshaping
+        self.processes, self.beats, self.book, self.reshaping = processes, beats, book, reshaping
         self.reconcile = reconcile  # the supervisor: what a message marked, reconciled
 
     def on_hello(self, name: str, pid: int, interval: float, nccl: str | None = None) -> None:
         rec = self.processes.live(name, pid)
         if rec is not None:  # else a message from an earlier incarnation
-            self.processes.hello(rec, interval, nccl)
+            self.beats.hello(rec, interval, nccl)
             self.reconcile(rec)
 
     def current(self, name: str, pid: int) -> bool:
@@ -37,13 +38,13 @@ class Members:
         """Its communicator's abort never returned (worlds/aborts.py): killed as hung."""
         rec = self.processes.live(name, pid)
         if rec is not None and rec.state.alive and rec.worker.hung is None:
-            self.processes.hang(rec, reason or "a communicator abort did not return")
+            self.beats.hang(rec, reason or "a communicator abort did not return")
 
     def on_heartbeat(self, name: str, pid: int, next_in: object = None) -> None:
         """A beat, and the most seconds to its next one, as it says (hangs.beat_gap)."""
         rec = self.processes.live(name, pid)
         if rec is not None:
-            self.processes.heartbeat(rec, next_in)
+            self.beats.heartbeat(rec, next_in)
 
     def on_bye(self, name: str, pid: int) -> None:
         rec = self.processes.live(name, pid)

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from mwrun.head.decide import drills, policy
 from mwrun.head.decide import events as ev
+from mwrun.head.decide.beats import Beats
 from mwrun.head.decide.deadlines import Timer, Timers
 from mwrun.head.decide.events import Event, Events, Why
 from mwrun.head.decide.members import Members
@@ -54,8 +55,8 @@ class Supervisor:
         self.state = R.STARTING
         # The head's one heap of timers (the loop's, shared with its other parts).
         self.timers = timers if timers is not None else Timers()
-        self.processes = Processes(plan.processes, host, self.events.emit, self.timers,
-                                   capture_wait)
+        self.processes = Processes(plan.processes, host, self.events.emit, self.timers)
+        self.beats = Beats(self.processes, capture_wait)  # what beats say; hangs
         self.procs = self.processes.records  # read: the status document, the loop, tests
         self.book = Worlds(plan, self.procs, host, self.events.emit)
         self.worlds = self.book.records  # read: the status document, the loop, tests
@@ -64,7 +65,8 @@ class Supervisor:
         self.reshaping = Reshaping(self.processes, self.book, host, grace)
         self.restarts = Restarts(self.processes, self.book, self.reshaping, self.stop, host)
         # What the library inside each process tells (its hello, beats, worlds).
-        self.members = Members(self.processes, self.book, self.reshaping, self.reconcile)
+        self.members = Members(self.processes, self.beats, self.book, self.reshaping,
+                               self.reconcile)
         self._handle_timers()
 
     def _handle_timers(self) -> None:
@@ -79,7 +81,7 @@ class Supervisor:
         handle(Timer.RESTART, unless_stopping(
             lambda name, now: self.reconcile(*self._then(self.restarts.due(name, now),
                                                        self.procs.get(name)))))
-        handle(Timer.LOOK, unless_stopping(self.processes.look))
+        handle(Timer.LOOK, unless_stopping(self.beats.look))
         handle(Timer.DRAIN, lambda name, now: self.reconcile(*self.reshaping.drain_over(name)))
         handle(Timer.LEAVE, unless_stopping(self.reshaping.leave_over))
         handle(Timer.RETIRE_KILL, unless_stopping(
@@ -91,7 +93,7 @@ class Supervisor:
     def start(self) -> None:
         for rec in list(self.procs.values()):
             self._then(self.restarts.start(rec))
-        self.processes.clock.read(self.host.now())  # spawning many is no stall
+        self.beats.clock.read(self.host.now())  # spawning many is no stall
         if self.state is R.STARTING:  # STARTING -> RUNNING
             self._move(R.RUNNING)
             self._emit(ev.Running())
@@ -102,7 +104,7 @@ class Supervisor:
         self.state = checked(RUN_MOVES, "the run", self.state, state)
 
     def _awake(self, name: str, now: float) -> None:
-        self.processes.tick(name, now)
+        self.beats.tick(name, now)
         self.reconcile()
 
     @property
@@ -210,7 +212,7 @@ class Supervisor:
     def kill_world(self, world_name: str, rank: int | None, sig: int) -> list[dict]:
         """The fault drill (see drills.py); raises ValueError."""
         hit = drills.kill_world(self.worlds, self.procs, world_name, rank, sig,
-                                lambda name, s: self.processes.signal(name, s, Why.DRILL))
+                                lambda name, s: self.beats.signal(name, s, Why.DRILL))
         self.processes.say(drills.told(world_name, sig, hit))
         return hit
 
