@@ -255,10 +255,10 @@ class ScriptedHost:
         """A process's library joining its worlds (``only``: these; it said hello)."""
         rec = sup.procs[name]
         if only is None:
-            sup.members.on_hello(name, rec.pid, 1.0)
+            sup.members.on_hello(name, rec.worker.pid, 1.0)
         for world in (rec.plan.worlds if only is None else only):
             if world in sup.worlds and world in rec.plan.worlds:
-                sup.members.on_world_event(name, rec.pid, world,
+                sup.members.on_world_event(name, rec.worker.pid, world,
                                            sup.worlds[world].generation, "ready")
 
     def __getattr__(self, name):  # signal, probe, reachable, tell, the stores' writes

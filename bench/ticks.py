@@ -72,15 +72,18 @@ def idle_tick(n, ticks=400):
     host = Host()
     sup = Supervisor(plan, host)
     sup.start()
+    def pid(rec):  # a Worker per start since the head's folders; the record's before
+        return rec.worker.pid if hasattr(rec, "worker") else rec.pid
+
     for name, rec in sup.procs.items():
-        sup.members.on_hello(name, rec.pid, 1.0)
+        sup.members.on_hello(name, pid(rec), 1.0)
         for world in rec.plan.worlds:
-            sup.members.on_world_event(name, rec.pid, world, 0, "ready")
+            sup.members.on_world_event(name, pid(rec), world, 0, "ready")
     took, checks = [], []
     for _ in range(ticks):
         host.t += TICK
         for name, rec in sup.procs.items():  # every member beats on time (not timed)
-            sup.members.on_heartbeat(name, rec.pid, 1.0)
+            sup.members.on_heartbeat(name, pid(rec), 1.0)
         before = judged[0]
         gc.collect()  # the beats' garbage is theirs: collected outside the timed tick
         gc.disable()  # as timeit does
@@ -95,7 +98,7 @@ def idle_tick(n, ticks=400):
             calls[0] += 1
     host.t += TICK
     for name, rec in sup.procs.items():
-        sup.members.on_heartbeat(name, rec.pid, 1.0)
+        sup.members.on_heartbeat(name, pid(rec), 1.0)
     sys.setprofile(count)  # the work of one more tick, in calls: no clock, no cache
     sup.on_tick()
     sys.setprofile(None)

@@ -6,7 +6,10 @@ import json
 import statistics
 import time
 
-from mwrun.head.decide.supervisor import TICK, Supervisor
+try:
+    from mwrun.head.decide.supervisor import TICK, Supervisor
+except ImportError:  # the head before its folders (bench/scale.py --baseline)
+    from mwrun.head.supervisor import TICK, Supervisor  # type: ignore[no-redef]
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import place
 from mwrun.plan.topology import parse
@@ -38,6 +41,11 @@ class Host:
     mark_broken = open_next = close_world = say = signal
 
 
+def pid(rec) -> int:
+    """A process's pid: its Worker's since the head's folders, its record's before."""
+    return rec.worker.pid if hasattr(rec, "worker") else rec.pid
+
+
 def one_exit(n: int, rounds: int = 200) -> float:
     procs = "".join(f"  p{i}: {{cmd: x, restart: on-failure, max_restarts: 100000,"
                     f" restart_backoff: 0}}\n" for i in range(n))
@@ -48,9 +56,9 @@ def one_exit(n: int, rounds: int = 200) -> float:
     sup = Supervisor(plan, host)
     sup.start()
     for name, rec in sup.procs.items():
-        sup.members.on_hello(name, rec.pid, 1.0)
+        sup.members.on_hello(name, pid(rec), 1.0)
         for world in rec.plan.worlds:
-            sup.members.on_world_event(name, rec.pid, world, sup.worlds[world].generation, "ready")
+            sup.members.on_world_event(name, pid(rec), world, sup.worlds[world].generation, "ready")
     took = []
     for _ in range(rounds):
         rec = sup.procs["p0"]
@@ -61,10 +69,10 @@ def one_exit(n: int, rounds: int = 200) -> float:
         host.t += TICK
         sup.on_tick()  # restarted (its backoff is 0), outside the measured event
         rec = sup.procs["p0"]
-        sup.members.on_hello("p0", rec.pid, 1.0)
+        sup.members.on_hello("p0", pid(rec), 1.0)
         for world in rec.plan.worlds:
             for member in sup.worlds[world].plan.members:
-                sup.members.on_world_event(member, sup.procs[member].pid, world,
+                sup.members.on_world_event(member, pid(sup.procs[member]), world,
                                    sup.worlds[world].generation, "ready")
     return statistics.median(took)
 

@@ -90,28 +90,35 @@ class Deadlines(Generic[K]):
     def __len__(self) -> int:
         return len(self._heap)
 
-    def _swap(self, i: int, j: int) -> None:
-        heap = self._heap
-        heap[i], heap[j] = heap[j], heap[i]
-        self._at[heap[i][2]], self._at[heap[j][2]] = i, j
-
+    # The sifts move a hole, not the entry (as heapq does): each level costs one write
+    # and one index update, so a deadline moved on every heartbeat stays cheap.
     def _sift_up(self, i: int) -> int:
-        while i > 0 and self._heap[i] < self._heap[(i - 1) // 2]:
-            self._swap(i, (i - 1) // 2)
-            i = (i - 1) // 2
+        heap, at = self._heap, self._at
+        entry = heap[i]
+        while i > 0:
+            parent = (i - 1) >> 1
+            if not entry < heap[parent]:
+                break
+            heap[i] = heap[parent]
+            at[heap[i][2]] = i
+            i = parent
+        heap[i] = entry
+        at[entry[2]] = i
         return i
 
     def _sift_down(self, i: int) -> None:
-        heap, n = self._heap, len(self._heap)
-        while True:
-            least = i
-            for child in (2 * i + 1, 2 * i + 2):
-                if child < n and heap[child] < heap[least]:
-                    least = child
-            if least == i:
-                return
-            self._swap(i, least)
-            i = least
+        heap, at, n = self._heap, self._at, len(self._heap)
+        entry = heap[i]
+        while (child := 2 * i + 1) < n:
+            if child + 1 < n and heap[child + 1] < heap[child]:
+                child += 1
+            if not heap[child] < entry:
+                break
+            heap[i] = heap[child]
+            at[heap[i][2]] = i
+            i = child
+        heap[i] = entry
+        at[entry[2]] = i
 
 
 Handler = Callable[[str, float], None]  # (the timer's name, now)
