@@ -5,11 +5,14 @@ from the supervisor's events (events.py), never by comparing records.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from mwrun import protocol
 from mwrun.plan.placement import ProcessPlan, WorldPlan
 from mwrun.schema import ProcessState as P
+from mwrun.schema import RunState
 from mwrun.schema import WorldState as W
 
 
@@ -81,3 +84,15 @@ class WorldRecord:
     def __post_init__(self):
         if not self.admitted:
             self.admitted = [protocol.FIRST_INCARNATION] * self.plan.size
+
+
+class Book(Protocol):
+    """The supervisor's records, read: what the parts that show or serve them (the status
+    document, the control verbs) see of the supervisor, each adding what it asks."""
+
+    @property
+    def state(self) -> RunState: ...
+    @property
+    def procs(self) -> Mapping[str, ProcessRecord]: ...
+    @property
+    def worlds(self) -> Mapping[str, WorldRecord]: ...

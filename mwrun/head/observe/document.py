@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Protocol
 
 from mwrun.head.decide import events as ev
-from mwrun.head.decide.records import ProcessRecord, WorldRecord
+from mwrun.head.decide.records import Book, WorldRecord
 from mwrun.head.observe import rundir
 from mwrun.head.observe.faults import Faults
 from mwrun.head.observe.scaleops import Ops
 from mwrun.head.observe.traffic import Traffic
 from mwrun.plan.placement import Plan
-from mwrun.schema import HostState, RunState, Start
+from mwrun.schema import HostState, Start
 from mwrun.schema import WorldState as W
 
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
@@ -54,15 +54,9 @@ class Usage:
         return self.readings
 
 
-class Job(Protocol):
+class Job(Book, Protocol):
     """The supervisor (decide/supervisor.py) as the document reads it: its records."""
 
-    @property
-    def state(self) -> RunState: ...
-    @property
-    def procs(self) -> Mapping[str, ProcessRecord]: ...
-    @property
-    def worlds(self) -> Mapping[str, WorldRecord]: ...
     @property
     def finished(self) -> bool: ...
     @property

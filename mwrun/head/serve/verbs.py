@@ -5,28 +5,21 @@ reads of the observers (control.py lists them all)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Protocol
 
-from mwrun.head.decide.records import ProcessRecord, WorldRecord
+from mwrun.head.decide.records import Book
 from mwrun.head.observe.history import History
 from mwrun.head.observe.progress import Progress, view
 from mwrun.head.postmortem.stacks import Stacks, select
 from mwrun.head.serve.elastic import Elastic
 from mwrun.runs import signal_number
-from mwrun.schema import RunState
 
 
-class Supervising(Protocol):
+class Supervising(Book, Protocol):
     """The supervisor (decide/supervisor.py) as the operator's verbs see it: exactly
     what they read of it and ask of it."""
 
-    @property
-    def state(self) -> RunState: ...
-    @property
-    def procs(self) -> Mapping[str, ProcessRecord]: ...
-    @property
-    def worlds(self) -> Mapping[str, WorldRecord]: ...
     @property
     def stopping(self) -> bool: ...
     def kill_world(self, world_name: str, rank: int | None, sig: int) -> list[dict]: ...
