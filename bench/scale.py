@@ -245,11 +245,10 @@ def _exit_to_break(doc: dict, exits_log: Path, count: int) -> list[float]:
 
 def events(checkout: Path | None) -> dict:
     """The supervisor's work for one exit at 10 and 1,000 processes (a scripted host)."""
-    code = (HERE / "bin" / "one_exit.py").read_text()
     env = {**os.environ, **({"PYTHONPATH": str(checkout)} if checkout else {})}
-    # Run from elsewhere: python -c puts its folder first on the path.
-    result = subprocess.run([PY, "-c", code], env=env, capture_output=True, text=True,
-                            cwd=tempfile.gettempdir())
+    # Run from elsewhere; its own folder (bench/bin: its scripted host) is first on its path.
+    result = subprocess.run([PY, str(HERE / "bin" / "one_exit.py")], env=env,
+                            capture_output=True, text=True, cwd=tempfile.gettempdir())
     if result.returncode != 0:
         return {"never": result.stderr.strip().splitlines()[-1]}
     return json.loads(result.stdout)

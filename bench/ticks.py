@@ -4,12 +4,12 @@ supervisor costs a job that is only running (every member joined and beating on 
     python bench/ticks.py                              # this checkout
     python bench/ticks.py --baseline /path/to/checkout # and another, side by side
 
-A scripted host (no processes, no sockets), as bench/bin/one_exit.py: every process says
-hello (it beats every second), joins its world, and beats once a tick; then the
-supervisor's ``on_tick`` is timed at each tick (the median of many, the garbage
-collector off while timed, as timeit does: the beats' garbage is not the tick's). Its ratio 1,000 /
-10 is what "nothing scans every process on a tick" means: a tick should cost what is
-due, not what runs. Printed with the number of per-process hang checks a tick made.
+bench/bin/idle_tick.py, on a scripted host (no processes, no sockets, as
+bench/bin/one_exit.py): every process says hello (it beats every second), joins its
+world, and beats once a tick; then the supervisor's ``on_tick`` is timed at each tick.
+Its ratio 1,000 / 10 is what "nothing scans every process on a tick" means: a tick
+should cost what is due, not what runs. Printed with the hang checks a tick made and
+its Python calls (the work itself, free of the cache's and the clock's noise).
 """
 
 from __future__ import annotations
@@ -22,101 +22,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-# Run in a fresh interpreter per checkout (PYTHONPATH), from elsewhere so that ``-c``
-# does not put this folder first on the path; both layouts of the head are read.
-CODE = r'''
-import gc, json, statistics, sys, time
-try:
-    from mwrun.head.decide import hangs
-    from mwrun.head.decide.supervisor import TICK, Supervisor
-except ImportError:  # the head before its folders
-    from mwrun.head import hangs
-    from mwrun.head.supervisor import TICK, Supervisor
-from mwrun.plan.inventory import HostInventory
-from mwrun.plan.placement import place
-from mwrun.plan.topology import parse
-
-
-class Host:
-    def __init__(self):
-        self.t, self.pid = 100.0, 1000
-    def now(self):
-        return self.t
-    def wall(self):
-        return self.t
-    def reachable(self, name):
-        return True
-    def spawn(self, name, *args):
-        self.pid += 1
-        return self.pid
-    def probe(self, name):
-        return "sleeping"
-    def signal(self, *args):
-        pass
-    mark_broken = open_next = close_world = say = signal
-
-
-judged = [0]
-judge = hangs.judge
-def counted(*args, **kwargs):
-    judged[0] += 1
-    return judge(*args, **kwargs)
-hangs.judge = counted
-
-
-def idle_tick(n, ticks=400):
-    procs = "".join(f"  p{i}: {{cmd: x, hang_timeout: 30}}\n" for i in range(n))
-    worlds = "".join(f"  w{i}: {{members: [p{2 * i}, p{2 * i + 1}]}}\n" for i in range(n // 2))
-    plan = place(parse(f"timeout: 10\nprocesses:\n{procs}worlds:\n{worlds}", "s.yaml"),
-                 {"localhost": HostInventory(True, (0, 1), ())}, lambda a, t: 40000)
-    host = Host()
-    sup = Supervisor(plan, host)
-    sup.start()
-    def pid(rec):  # a Worker per start since the head's folders; the record's before
-        return rec.worker.pid if hasattr(rec, "worker") else rec.pid
-
-    for name, rec in sup.procs.items():
-        sup.members.on_hello(name, pid(rec), 1.0)
-        for world in rec.plan.worlds:
-            sup.members.on_world_event(name, pid(rec), world, 0, "ready")
-    took, checks = [], []
-    for _ in range(ticks):
-        host.t += TICK
-        for name, rec in sup.procs.items():  # every member beats on time (not timed)
-            sup.members.on_heartbeat(name, pid(rec), 1.0)
-        before = judged[0]
-        gc.collect()  # the beats' garbage is theirs: collected outside the timed tick
-        gc.disable()  # as timeit does
-        start = time.perf_counter()
-        sup.on_tick()
-        took.append(time.perf_counter() - start)
-        gc.enable()
-        checks.append(judged[0] - before)
-    calls = [0]
-    def count(frame, event, arg):
-        if event in ("call", "c_call"):
-            calls[0] += 1
-    host.t += TICK
-    for name, rec in sup.procs.items():
-        sup.members.on_heartbeat(name, pid(rec), 1.0)
-    sys.setprofile(count)  # the work of one more tick, in calls: no clock, no cache
-    sup.on_tick()
-    sys.setprofile(None)
-    return statistics.median(took), statistics.mean(checks), calls[0]
-
-
-out = {}
-for n in (10, 1000):
-    seconds, checks, calls = idle_tick(n)
-    out[str(n)] = {"seconds": seconds, "checks": checks, "calls": calls}
-print(json.dumps(out))
-'''
+HERE = Path(__file__).resolve().parent
 
 
 def measure(checkout: Path | None) -> dict:
     env = {**os.environ, **({"PYTHONPATH": str(checkout)} if checkout else {})}
-    result = subprocess.run([sys.executable, "-c", CODE], env=env, capture_output=True,
-                            text=True, cwd=tempfile.gettempdir())
+    # A fresh interpreter per checkout (PYTHONPATH), run from elsewhere.
+    result = subprocess.run([sys.executable, str(HERE / "bin" / "idle_tick.py")], env=env,
+                            capture_output=True, text=True, cwd=tempfile.gettempdir())
     if result.returncode != 0:
         sys.exit(f"the tick bench did not run in {checkout or 'this checkout'}:\n"
                  f"{result.stderr.strip()}")

@@ -6,59 +6,12 @@ import json
 import statistics
 import time
 
-try:
-    from mwrun.head.decide.supervisor import TICK, Supervisor
-except ImportError:  # the head before its folders (bench/scale.py --baseline)
-    from mwrun.head.supervisor import TICK, Supervisor  # type: ignore[no-redef]
-from mwrun.plan.inventory import HostInventory
-from mwrun.plan.placement import place
-from mwrun.plan.topology import parse
-
-
-class Host:
-    def __init__(self):
-        self.t, self.pid = 100.0, 1000
-
-    def now(self):
-        return self.t
-
-    def wall(self):
-        return self.t
-
-    def reachable(self, name):
-        return True
-
-    def spawn(self, name, *args):
-        self.pid += 1
-        return self.pid
-
-    def probe(self, name):
-        return "sleeping"
-
-    def signal(self, *args):
-        pass
-
-    mark_broken = open_next = close_world = say = signal
-
-
-def pid(rec) -> int:
-    """A process's pid: its Worker's since the head's folders, its record's before."""
-    return rec.worker.pid if hasattr(rec, "worker") else rec.pid
+from scripted import TICK, joined, pairs, pid
 
 
 def one_exit(n: int, rounds: int = 200) -> float:
-    procs = "".join(f"  p{i}: {{cmd: x, restart: on-failure, max_restarts: 100000,"
-                    f" restart_backoff: 0}}\n" for i in range(n))
-    worlds = "".join(f"  w{i}: {{members: [p{2 * i}, p{2 * i + 1}]}}\n" for i in range(n // 2))
-    plan = place(parse(f"timeout: 10\nprocesses:\n{procs}worlds:\n{worlds}", "s.yaml"),
-                 {"localhost": HostInventory(True, (0, 1), ())}, lambda a, t: 40000)
-    host = Host()
-    sup = Supervisor(plan, host)
-    sup.start()
-    for name, rec in sup.procs.items():
-        sup.members.on_hello(name, pid(rec), 1.0)
-        for world in rec.plan.worlds:
-            sup.members.on_world_event(name, pid(rec), world, sup.worlds[world].generation, "ready")
+    sup, host = pairs(n, "restart: on-failure, max_restarts: 100000, restart_backoff: 0")
+    joined(sup)
     took = []
     for _ in range(rounds):
         rec = sup.procs["p0"]
