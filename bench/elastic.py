@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.supervisor import Launched, healthy  # noqa: E402
+from bench.common import Launched  # noqa: E402
 
 PY = sys.executable
 SERVING = ROOT / "examples" / "serving"
@@ -124,7 +124,7 @@ def additions(work: Path, adds: int, hosts: str = "", worker_host: str = "") -> 
     home = work / f"home-{worker_host or 'local'}"
     job = Launched(serve_yaml(work, hosts, worker_host), home)
     try:
-        healthy(home, 180)
+        job.healthy(180)
         time.sleep(3.0)  # the frontend's pace before anything is scaled
         one, drains, before = [], [], served(job)
         for _ in range(adds):
@@ -159,30 +159,16 @@ worlds:
     home = work / "home-train"
     job = Launched(path, home)
     try:
-        healthy(home, 180)
+        job.healthy(180)
         for _ in range(members):
-            expect_where(job, lambda v: v.get("event") == "sum" and v.get("size") == members)
+            job.expect_where(lambda _, v: v.get("event") == "sum" and v.get("size") == members)
         started, _ = mwrun(home, "scale", f"trainer={members + 1}")
-        firsts = [expect_where(job, lambda v: v.get("event") == "sum"
+        firsts = [job.expect_where(lambda _, v: v.get("event") == "sum"
                                and v.get("size") == members + 1)["t"]
                   for _ in range(members + 1)]
         return max(firsts) - started
     finally:
         job.stop()
-
-
-def expect_where(job: Launched, match, timeout: float = 60.0) -> dict:
-    """The next line of any process whose JSON ``match``es."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            _, value = job.events.get(timeout=max(deadline - time.monotonic(), 0.01))
-        except Exception:  # queue.Empty
-            break
-        if match(value):
-            return value
-    raise SystemExit(f"nothing matched in {timeout:g}s; last lines:\n"
-                     + "\n".join(job.lines[-15:]))
 
 
 def head_cost(processes: int, rounds: int = 200) -> float:

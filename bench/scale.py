@@ -28,6 +28,7 @@ to what an event touches" means.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import signal
@@ -39,19 +40,26 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
+from mwrun.machine import local_addresses
+
+if __package__:  # bench.scale, the checkout's root on the path (the tests)
+    from bench.common import Launched, NotStarted
+    from bench.supervisor import cpu_percent, import_torch_seconds
+else:  # a script: its folder first on the path
+    from common import Launched, NotStarted
+    from supervisor import cpu_percent, import_torch_seconds
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import psutil  # noqa: E402
-from supervisor import cpu_percent, import_torch_seconds  # noqa: E402 - bench's own helpers
 
 PY = sys.executable
 
 
-def _env(home: Path, checkout: Path | None) -> dict:
-    env = {**os.environ, "MWRUN_HOME": str(home), "NO_COLOR": "1"}
-    if checkout is not None:  # the head, and every process it starts, from there
-        env["PYTHONPATH"] = str(checkout)
-    return env
+def _env(checkout: Path | None) -> dict:
+    """What the head (and every process it starts) gets beside MWRUN_HOME: the code of
+    ``checkout`` where one is given."""
+    return {"PYTHONPATH": str(checkout)} if checkout is not None else {}
 
 
 def _request(path: str, message: dict, timeout: float = 30.0) -> dict:
@@ -68,13 +76,20 @@ def _request(path: str, message: dict, timeout: float = 30.0) -> dict:
     return json.loads(data)
 
 
-def _state(home: Path) -> dict | None:
-    for path in (home / "runs").glob("*/state.json"):
-        try:
-            return json.loads(path.read_text())
-        except ValueError:
-            return None  # being replaced
-    return None
+def _unfinished(doc: dict | None) -> str:
+    if doc is None:
+        return ""
+    starting = sum(p["state"] == "starting" for p in doc["processes"])
+    forming = sum(w["state"] != "healthy" for w in doc["worlds"])
+    return f" ({starting} processes starting, {forming} worlds not healthy)"
+
+
+def _stop(job: Launched) -> None:
+    try:
+        job.stop()
+    except subprocess.TimeoutExpired:
+        job.popen.kill()
+        job.popen.wait()
 
 
 def fork_seconds(count: int) -> float:
@@ -104,27 +119,17 @@ worlds:
 {members}""")
     home = work / f"home-{'base' if checkout else 'this'}"
     started = time.monotonic()
-    job = subprocess.Popen([PY, "-m", "mwrun", "launch", str(topology)], env=_env(home, checkout),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=work)
+    job = Launched(topology, home, env=_env(checkout), cwd=work)
     out: dict = {}
     try:
-        deadline = started + 300
-        doc = None
-        while time.monotonic() < deadline:
-            doc = _state(home)
-            if doc and doc["worlds"] and all(w["state"] == "healthy" for w in doc["worlds"]):
-                out["healthy_s"] = time.monotonic() - started
-                break
-            time.sleep(0.05)
-        else:
-            starting = sum(p["state"] == "starting" for p in (doc or {}).get("processes", []))
-            forming = sum(w["state"] != "healthy" for w in (doc or {}).get("worlds", []))
-            out["never"] = (f"after 300 s: {starting} processes starting,"
-                            f" {forming} worlds not healthy")
-            return out
+        try:
+            doc = job.healthy(300, every=0.05)
+        except NotStarted as exc:
+            return {"never": f"{exc}{_unfinished(job.state())}"}
+        out["healthy_s"] = time.monotonic() - started
         control = doc["control"]
         time.sleep(3.0)  # past the bring-up's last beats
-        out["cpu"] = cpu_percent(job.pid, watch)
+        out["cpu"] = cpu_percent(job.popen.pid, watch)
         times = []
         for _ in range(10):
             t0 = time.monotonic()
@@ -134,17 +139,14 @@ worlds:
         cli = []
         for _ in range(3):
             t0 = time.monotonic()
-            subprocess.run([PY, "-m", "mwrun", "status", "--json"], env=_env(home, checkout),
+            subprocess.run([PY, "-m", "mwrun", "status", "--json"],
+                           env={**os.environ, **_env(checkout), "MWRUN_HOME": str(home)},
                            capture_output=True, check=True, cwd=work)
             cli.append(time.monotonic() - t0)
         out["status_cli_s"] = statistics.median(cli)
         out["recovered_s"] = _kills(control, kills)
     finally:
-        job.send_signal(signal.SIGINT)
-        try:
-            job.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            job.kill()
+        _stop(job)
     return out
 
 
@@ -169,11 +171,28 @@ def _kills(control: str, count: int) -> list[float]:
     return times
 
 
-def simulated(work: Path, hosts: int, watch: float, exits: int,
-              checkout: Path | None) -> dict:
-    per_host = 8
+def head_address() -> str:
+    """An address of this machine other than loopback, for the simulated job's head.
+    Its worlds' stores listen there and its hosts, reached over ssh, would reach them
+    there: a loopback head is refused for such a job (mwrun/plan/topology.py,
+    check_loopbacks), rightly, since on a real host it is that host. The simulated
+    hosts are this machine, so this address reaches the head from them as truly as a
+    real host's network would."""
+    found = sorted((ipaddress.ip_address(a) for a in local_addresses()),
+                   key=lambda ip: (ip.version, str(ip)))
+    usable = [ip for ip in found if not (ip.is_loopback or ip.is_link_local)]
+    if not usable:
+        raise NotStarted("sim: this machine has no address but loopback and link-local"
+                         " ones; a job with ssh hosts needs one for its head")
+    return str(usable[0])
+
+
+def sim_topology(hosts: int, head: str, per_host: int = 8) -> str:
+    """HOSTS simulated hosts (reached through the stand-in ssh) of PER_HOST ranks each in
+    two-member worlds, every world on one host; the head at ``head``. A simulated host
+    keeps a loopback address: only its own members reach it, as on a real host."""
     lines = ["version: 1", "name: sim", "hang_timeout: 300", "hosts:",
-             "  head: {addr: 127.0.0.1}"]
+             f"  head: {{addr: '{head}'}}"]
     lines += [f"  h{i}: {{addr: 127.0.0.1, ssh: h{i}}}" for i in range(hosts)]
     lines.append("processes:")
     lines += [f"  p{i}: {{replicas: {per_host}, cmd: [{PY}, idle.py], host: h{i},"
@@ -181,42 +200,39 @@ def simulated(work: Path, hosts: int, watch: float, exits: int,
     lines.append("worlds:")
     lines += [f"  w{i}-{k}: {{members: [p{i}-{2 * k}, p{i}-{2 * k + 1}]}}"
               for i in range(hosts) for k in range(per_host // 2)]
+    return "\n".join(lines) + "\n"
+
+
+def simulated(work: Path, hosts: int, watch: float, exits: int,
+              checkout: Path | None) -> dict:
+    head = head_address()
     topology = work / "sim.yaml"
-    topology.write_text("\n".join(lines) + "\n")
+    topology.write_text(sim_topology(hosts, head))
     home, exits_log = work / "home-sim", work / "exits.log"
-    env = {**_env(home, checkout), "PATH": f"{HERE / 'bin'}:{os.environ['PATH']}",
+    env = {**_env(checkout), "PATH": f"{HERE / 'bin'}:{os.environ['PATH']}",
            "MWRUN_BENCH_PYTHON": PY, "MWRUN_BENCH_STANDIN": str(HERE / "bin" / "standin_agent.py"),
            "MWRUN_BENCH_EXITS": str(exits_log)}
     started = time.monotonic()
-    job = subprocess.Popen([PY, "-m", "mwrun", "launch", str(topology)], env=env, cwd=work,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job = Launched(topology, home, env=env, cwd=work)
     out: dict = {}
     try:
-        head = psutil.Process(job.pid)
-        while time.monotonic() - started < 600:
-            doc = _state(home)
-            if doc and doc["worlds"] and all(w["state"] == "healthy" for w in doc["worlds"]):
-                times = head.cpu_times()
-                out["healthy_s"], out["bringup_cpu_s"] = (time.monotonic() - started,
-                                                          times.user + times.system)
-                break
-            time.sleep(0.1)
-        else:
-            out["never"] = "not every world healthy after 600 s"
-            return out
-        time.sleep(3.0)
-        out["cpu"] = cpu_percent(job.pid, watch)
-        out["break_s"] = _exit_to_break(doc, exits_log, exits)
-    finally:
-        job.send_signal(signal.SIGINT)
+        proc = psutil.Process(job.popen.pid)
         try:
-            job.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            job.kill()
+            doc = job.healthy(600, every=0.1)
+        except NotStarted as exc:
+            return {"never": f"{exc}{_unfinished(job.state())}"}
+        times = proc.cpu_times()
+        out["healthy_s"], out["bringup_cpu_s"] = (time.monotonic() - started,
+                                                  times.user + times.system)
+        time.sleep(3.0)
+        out["cpu"] = cpu_percent(job.popen.pid, watch)
+        out["break_s"] = _exit_to_break(doc, head, exits_log, exits)
+    finally:
+        _stop(job)
     return out
 
 
-def _exit_to_break(doc: dict, exits_log: Path, count: int) -> list[float]:
+def _exit_to_break(doc: dict, head: str, exits_log: Path, count: int) -> list[float]:
     """Kill rank 1 of a few worlds (the stand-in answers with its exit frame at once);
     seconds from that frame to the break in the world's store, seen by a client."""
     from datetime import timedelta
@@ -226,7 +242,7 @@ def _exit_to_break(doc: dict, exits_log: Path, count: int) -> list[float]:
     took = []
     for i in range(count):
         world = doc["worlds"][i * 4]
-        store = dist.TCPStore("127.0.0.1", world["port"], None, False,
+        store = dist.TCPStore(head, world["port"], None, False,  # its members are away
                               timeout=timedelta(seconds=300))
         # The stand-ins never touch their worlds' stores, so their worlds form before
         # the head has built them all (a real member waits for its store): measure
