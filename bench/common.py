@@ -141,24 +141,33 @@ class Launched:
         self.popen.stdout.close()  # only this thread reads it
         self.events.put(_END)
 
-    def gone(self, runs: str = "*") -> str | None:
-        """Why this job will not come, or None while it may: the launch exited (its
-        status and last lines, its refusal among them), or its run says it is over."""
+    def ended(self) -> str | None:
+        """Why the launch will not bring its job: it exited (its status and last lines,
+        its refusal among them); None while it runs."""
         if self.popen.poll() is not None:
             self.reader.join(timeout=5)  # the lines it wrote before it exited
-        return exited(self.popen, self.lines) or run_over(state_doc(self.home, runs))
+        return exited(self.popen, self.lines)
+
+    def gone(self, runs: str = "*") -> str | None:
+        """Why this job will not come, or None while it may: the launch exited, or its
+        run says it is over."""
+        return self.ended() or run_over(self.state(runs))
 
     def state(self, runs: str = "*") -> dict | None:
         return state_doc(self.home, runs)
 
     def healthy(self, timeout: float, runs: str = "*", every: float = 0.5) -> dict:
         """The run's state.json once every world in it is healthy; at once, saying why,
-        when the job will not come or a world of it closed."""
-        def found() -> dict | None:
-            doc = self.state(runs)
-            return doc if all_healthy(doc) else None
+        when the job will not come or a world of it closed. One read of the document
+        a look (it is large at scale, and this process shares the head's cores)."""
+        seen: dict | None = None
 
-        return wait_for(found, lambda: self.gone(runs) or closed_world(self.state(runs)),
+        def found() -> dict | None:
+            nonlocal seen
+            seen = self.state(runs)
+            return seen if all_healthy(seen) else None
+
+        return wait_for(found, lambda: self.ended() or run_over(seen) or closed_world(seen),
                         timeout, f"every world of the job in {self.home} healthy", every)
 
     def expect(self, name: str, event: str, timeout: float = 60.0) -> dict:
