@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -45,10 +46,10 @@ import psutil
 from mwrun.machine import local_addresses
 
 if __package__:  # bench.scale, the checkout's root on the path (the tests)
-    from bench.common import Launched, NotStarted
+    from bench.common import Launched, NotStarted, wait_for
     from bench.supervisor import cpu_percent, import_torch_seconds
 else:  # a script: its folder first on the path
-    from common import Launched, NotStarted
+    from common import Launched, NotStarted, wait_for
     from supervisor import cpu_percent, import_torch_seconds
 
 HERE = Path(__file__).resolve().parent
@@ -226,13 +227,22 @@ def simulated(work: Path, hosts: int, watch: float, exits: int,
                                                   times.user + times.system)
         time.sleep(3.0)
         out["cpu"] = cpu_percent(job.popen.pid, watch)
-        out["break_s"] = _exit_to_break(doc, head, exits_log, exits)
+        out["break_s"] = _exit_to_break(doc, head, exits_log, exits, job.gone)
     finally:
         _stop(job)
     return out
 
 
-def _exit_to_break(doc: dict, head: str, exits_log: Path, count: int) -> list[float]:
+def _exit_time(exits_log: Path, victim: str) -> float | None:
+    for line in exits_log.read_text().splitlines() if exits_log.exists() else ():
+        name, at = line.split()
+        if name == victim:
+            return float(at)
+    return None
+
+
+def _exit_to_break(doc: dict, head: str, exits_log: Path, count: int,
+                   gone: Callable[[], str | None]) -> list[float]:
     """Kill rank 1 of a few worlds (the stand-in answers with its exit frame at once);
     seconds from that frame to the break in the world's store, seen by a client."""
     from datetime import timedelta
@@ -253,8 +263,10 @@ def _exit_to_break(doc: dict, head: str, exits_log: Path, count: int) -> list[fl
         store.wait([f"mwrun/g{world['generation']}/broken"])
         seen = time.time()
         victim = world["members"][1]
-        sent = next(float(line.split()[1]) for line in exits_log.read_text().splitlines()
-                    if line.split()[0] == victim)
+        # The stand-in writes the frame's time once the frame went: the break may be
+        # seen before that line is there.
+        sent = wait_for(lambda v=victim: _exit_time(exits_log, v), gone, 30,
+                        f"{victim}'s exit frame in {exits_log}", every=0.01)
         took.append(seen - sent)
     return took
 
