@@ -234,9 +234,11 @@ def simulated(work: Path, hosts: int, watch: float, exits: int,
 
 
 def _exit_time(exits_log: Path, victim: str) -> float | None:
-    for line in exits_log.read_text().splitlines() if exits_log.exists() else ():
-        name, at = line.split()
-        if name == victim:
+    """When the stand-in sent ``victim``'s exit frame, once its line is whole."""
+    text = exits_log.read_text() if exits_log.exists() else ""
+    for line in text.splitlines(keepends=True):
+        name, _, at = line.partition(" ")
+        if name == victim and line.endswith("\n"):
             return float(at)
     return None
 
