@@ -16,9 +16,11 @@ member SIGKILLed to its world healthy again.
 hosts simulated by the benchmark's own stand-in agents (bench/bin/standin_agent.py,
 reached through a stand-in ``ssh`` on the head's PATH): they speak the real frame
 protocol and the library's hello, ready and heartbeats for the processes they pretend
-to run. The head is real. Its CPU from launch to every world healthy, its CPU idle
-after, and the time from a stand-in's exit frame to the break written in the world's
-store (read by a store client of the benchmark's own).
+to run. The head is real, on this machine's own address (not loopback: a job with
+ssh hosts needs one they reach it on, and the stand-ins are this machine). Its CPU
+from launch to every world healthy, its CPU idle after, and the time from a
+stand-in's exit frame to the break written in the world's store (read by a store
+client of the benchmark's own).
 
 ``events``: the supervisor's own work for one exit, with no processes at all (a
 scripted host), at 10 and at 1,000 processes; their ratio is what "cost proportional
