@@ -16,11 +16,14 @@ member SIGKILLed to its world healthy again.
 hosts simulated by the benchmark's own stand-in agents (bench/bin/standin_agent.py,
 reached through a stand-in ``ssh`` on the head's PATH): they speak the real frame
 protocol and the library's hello, ready and heartbeats for the processes they pretend
-to run. The head is real, on this machine's own address (not loopback: a job with
-ssh hosts needs one they reach it on, and the stand-ins are this machine). Its CPU
-from launch to every world healthy, its CPU idle after, and the time from a
-stand-in's exit frame to the break written in the world's store (read by a store
-client of the benchmark's own).
+to run. The head is real, on 10.232.N.1 of a bridge the bench makes for the run and
+removes when it ends (the test bed's, tests/integration/testbed.py: a free /24 under
+a lock of the whole machine); root and iproute2 needed. Not loopback: a job with ssh
+hosts needs an address they reach its head on (a loopback head is refused for it),
+and not this machine's own address either: traffic goes only to loopback and to
+links of our own. Its CPU from launch to every world healthy, its CPU idle after, and
+the time from a stand-in's exit frame to the break written in the world's store (read
+by a store client of the benchmark's own, over that link).
 
 ``events``: the supervisor's own work for one exit, with no processes at all (a
 scripted host), at 10 and at 1,000 processes; their ratio is what "cost proportional
@@ -30,7 +33,6 @@ to what an event touches" means.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import signal
@@ -45,16 +47,20 @@ from pathlib import Path
 
 import psutil
 
-from mwrun.machine import local_addresses
+HERE = Path(__file__).resolve().parent
 
+# The test bed (tests/integration/testbed.py) makes the sim's link; it needs the
+# standard library and psutil only.
 if __package__:  # bench.scale, the checkout's root on the path (the tests)
     from bench.common import Launched, NotStarted, wait_for
     from bench.supervisor import cpu_percent, import_torch_seconds
-else:  # a script: its folder first on the path
+    from tests.integration import testbed
+else:  # a script: its folder first on the path, and the root for the test bed
+    sys.path.insert(0, str(HERE.parent))
     from common import Launched, NotStarted, wait_for
     from supervisor import cpu_percent, import_torch_seconds
 
-HERE = Path(__file__).resolve().parent
+    from tests.integration import testbed
 
 PY = sys.executable
 
@@ -174,22 +180,6 @@ def _kills(control: str, count: int) -> list[float]:
     return times
 
 
-def head_address() -> str:
-    """An address of this machine other than loopback, for the simulated job's head.
-    Its worlds' stores listen there and its hosts, reached over ssh, would reach them
-    there: a loopback head is refused for such a job (mwrun/plan/topology.py,
-    check_loopbacks), rightly, since on a real host it is that host. The simulated
-    hosts are this machine, so this address reaches the head from them as truly as a
-    real host's network would."""
-    found = sorted((ipaddress.ip_address(a) for a in local_addresses()),
-                   key=lambda ip: (ip.version, str(ip)))
-    usable = [ip for ip in found if not (ip.is_loopback or ip.is_link_local)]
-    if not usable:
-        raise NotStarted("sim: this machine has no address but loopback and link-local"
-                         " ones; a job with ssh hosts needs one for its head")
-    return str(usable[0])
-
-
 def sim_topology(hosts: int, head: str, per_host: int = 8) -> str:
     """HOSTS simulated hosts (reached through the stand-in ssh) of PER_HOST ranks each in
     two-member worlds, every world on one host; the head at ``head``. A simulated host
@@ -206,9 +196,27 @@ def sim_topology(hosts: int, head: str, per_host: int = 8) -> str:
     return "\n".join(lines) + "\n"
 
 
+def no_link() -> str | None:
+    """Why the simulated job cannot run here, or None: its head's link cannot be made."""
+    why = testbed.missing_link()
+    return f"sim: not run, its head needs a link of its own: {why}" if why else None
+
+
 def simulated(work: Path, hosts: int, watch: float, exits: int,
               checkout: Path | None) -> dict:
-    head = head_address()
+    """The simulated job, its head on a bridge made for it and removed when it ends,
+    also on failure (its processes are gone by then: ``_sim_on``'s ``finally``)."""
+    why = no_link()
+    if why:
+        raise NotStarted(why)
+    with testbed.bridge() as link:
+        print(f"sim: the head on {link.head_addr}, link {link.name}, made for this run",
+              flush=True)
+        return _sim_on(link.head_addr, work, hosts, watch, exits, checkout)
+
+
+def _sim_on(head: str, work: Path, hosts: int, watch: float, exits: int,
+            checkout: Path | None) -> dict:
     topology = work / "sim.yaml"
     topology.write_text(sim_topology(hosts, head))
     home, exits_log = work / "home-sim", work / "exits.log"
@@ -287,6 +295,22 @@ def events(checkout: Path | None) -> dict:
     return json.loads(result.stdout)
 
 
+def sims(hosts: int, watch: float, kills: int, runs: list[tuple[str, Path | None]]) -> None:
+    for label, checkout in runs:
+        with tempfile.TemporaryDirectory(prefix="mwrun-sim-") as tmp:
+            res = simulated(Path(tmp), hosts, watch, kills, checkout)
+        if "never" in res:
+            print(f"[{label}] {8 * hosts} simulated ranks: {res['never']}")
+            continue
+        ms = [t * 1000 for t in res["break_s"]]
+        print(f"[{label}] {8 * hosts} ranks on {hosts} simulated hosts:\n"
+              f"  launch -> every world healthy {res['healthy_s']:.1f} s, supervisor CPU"
+              f" {res['bringup_cpu_s']:.1f} s (goal <= 5 s)\n"
+              f"  supervisor CPU idle {res['cpu']:.2f} % of a core (goal <= 2 %)\n"
+              f"  exit frame -> break in the store median {statistics.median(ms):.1f} ms,"
+              f" max {max(ms):.1f} ms (goal <= 50 ms)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=64)
@@ -304,19 +328,13 @@ def main() -> None:
                   f"{ev['10'] * 1e6:.0f} us at 10 processes, {ev['1000'] * 1e6:.0f} us at"
                   f" 1,000: ratio {ev['1000'] / ev['10']:.2f} (goal <= 2)"))
     if args.only in (None, "sim"):
-        for label, checkout in runs:
-            with tempfile.TemporaryDirectory(prefix="mwrun-sim-") as tmp:
-                res = simulated(Path(tmp), args.hosts, args.watch, args.kills, checkout)
-            if "never" in res:
-                print(f"[{label}] {8 * args.hosts} simulated ranks: {res['never']}")
-                continue
-            ms = [t * 1000 for t in res["break_s"]]
-            print(f"[{label}] {8 * args.hosts} ranks on {args.hosts} simulated hosts:\n"
-                  f"  launch -> every world healthy {res['healthy_s']:.1f} s, supervisor CPU"
-                  f" {res['bringup_cpu_s']:.1f} s (goal <= 5 s)\n"
-                  f"  supervisor CPU idle {res['cpu']:.2f} % of a core (goal <= 2 %)\n"
-                  f"  exit frame -> break in the store median {statistics.median(ms):.1f} ms,"
-                  f" max {max(ms):.1f} ms (goal <= 50 ms)")
+        why = no_link()
+        if why and args.only == "sim":
+            raise NotStarted(why)
+        if why:  # the other parts run without one
+            print(why)
+        else:
+            sims(args.hosts, args.watch, args.kills, runs)
     if args.only in (None, "local"):
         n = 2 * args.pairs
         torch_s = import_torch_seconds(3)
@@ -341,4 +359,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # A TERM ends the bench through its ``finally`` blocks: the sim's job stopped and
+    # its link removed, as at Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     main()
