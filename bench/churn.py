@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.supervisor import Launched, healthy  # noqa: E402
+from bench.common import Launched  # noqa: E402
 from tests.helpers import leftovers  # noqa: E402
 
 PY = sys.executable
@@ -51,7 +51,7 @@ def main() -> None:
         job = Launched(work / "serve.yaml", home)
         env = {**os.environ, "MWRUN_HOME": str(home)}
         try:
-            healthy(home, 180)
+            job.healthy(180)
             time.sleep(5.0)
             started = time.time()
             drill = subprocess.run([PY, "-m", "mwrun", "drill", "--every", str(args.every),

@@ -40,6 +40,11 @@ from pathlib import Path
 
 import psutil
 
+if __package__:  # bench.compare_torchrun, the checkout's root on the path (the tests)
+    from bench.common import NotStarted, exited
+else:  # a script, or ``compare_torchrun`` with its folder on the path
+    from common import NotStarted, exited
+
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
 RECOVERY_WAIT = 30.0  # seconds after the kill before "did not recover" is said
@@ -56,7 +61,10 @@ class Job:
                                       text=True, env={**os.environ, **env,
                                                       "BENCH_TAG": self.tag, "NO_COLOR": "1"},
                                       start_new_session=True)
+        self.name = Path(argv[0]).name if argv[1:3] != ["-m", "mwrun"] else \
+            f"mwrun {argv[3]}"
         self.events: list[dict] = []
+        self.lines: list[str] = []
         self.ended: float | None = None  # when the launcher's output ended (it exited)
         self.arrived = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -64,6 +72,7 @@ class Job:
     def _read(self):
         decoder = json.JSONDecoder()
         for line in self.popen.stdout:
+            self.lines.append(line.rstrip())
             text, at = line.split(" | ", 1)[-1].strip(), 0
             while at < len(text):  # a line may hold several objects (shared pipes)
                 try:
@@ -73,17 +82,32 @@ class Job:
                 if isinstance(value, dict):
                     self.events.append(value)
                     self.arrived.put(value)
+        self.popen.stdout.close()  # only this thread reads it
         self.ended = time.monotonic()
         self.arrived.put({})
 
     def wait_until(self, condition, timeout: float) -> bool:
+        """Whether ``condition`` held within ``timeout``: asked again at each line, and
+        answered at once when the launcher's output ended (it exited: no more lines)."""
         deadline = time.monotonic() + timeout
         while not condition():
+            if self.ended is not None:
+                return condition()
             try:
                 self.arrived.get(timeout=max(deadline - time.monotonic(), 0.0))
             except queue.Empty:
                 return condition()
         return True
+
+    def require(self, condition, timeout: float, what: str) -> None:
+        """``condition`` within ``timeout``, or the bench ends saying why not: the
+        launcher's own words where it exited first."""
+        if self.wait_until(condition, timeout):
+            return
+        if self.ended is not None:
+            self.popen.wait(timeout=60)  # its output ended: it is exiting
+        raise NotStarted(f"{what}: never, " + (exited(self.popen, self.lines, self.name)
+                                               or f"not within {timeout:g} s"))
 
     def firsts(self, after: float = 0.0) -> dict[int, dict]:
         """rank -> the earliest first/resumed event after ``after``."""
@@ -166,8 +190,7 @@ worlds:
     job = Job(argv, {"MWRUN_HOME": str(work / "home")})
     result: dict = {}
     try:
-        if not job.wait_until(lambda: len(job.firsts()) == n, 120):
-            raise SystemExit(f"{launcher} N={n}: not every rank started")
+        job.require(lambda: len(job.firsts()) == n, 120, f"{launcher} N={n}: every rank started")
         firsts = job.firsts()
         result["launch"] = max(ev["t"] for ev in firsts.values()) - job.started
         time.sleep(2.5)
@@ -213,8 +236,7 @@ def star_run(n: int, work: Path, backoff: float) -> float:
             ticks = [e for e in job.events if e.get("e") == "tick"]
             return ticks and all(v > 0 for v in ticks[-1]["counts"].values())
 
-        if not job.wait_until(flowing, 120):
-            raise SystemExit(f"star N={n}: the worlds did not start flowing")
+        job.require(flowing, 120, f"star N={n}: the worlds flowing")
         time.sleep(3.0)
         victim = next(p for p in psutil.process_iter(["environ"])
                       if (p.info["environ"] or {}).get("MWRUN_PROCESS") == "worker-0"

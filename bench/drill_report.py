@@ -39,6 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.common import run_over, wait_for  # noqa: E402 - the benches' own helpers
+
 WORKERS = 4
 REMOTE = 2  # of the workers, on the ssh host with --ssh
 
@@ -93,14 +95,18 @@ def mwrun(*args: str, env: dict, check: bool = True, live: bool = False) -> str:
 
 
 def wait_healthy(env: dict, settle: float, timeout: float = 240.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Every world healthy for ``settle`` seconds; at once, saying why, when the run
+    is over (failed, or its head gone: ``mwrun status`` reads it as lost)."""
+    doc: dict = {}
+
+    def settled() -> bool:
+        nonlocal doc
         doc = json.loads(mwrun("status", "drill", "--json", env=env, check=False) or "{}")
         worlds = doc.get("worlds") or []
-        if worlds and all((w["healthy_for_s"] or 0) >= settle for w in worlds):
-            return
-        time.sleep(0.5)
-    raise SystemExit("timed out waiting for every world to be healthy")
+        return bool(worlds) and all((w["healthy_for_s"] or 0) >= settle for w in worlds)
+
+    wait_for(settled, lambda: run_over(doc or None), timeout,
+             "every world healthy", every=0.5)
 
 
 def figures(home: str) -> dict:

@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.supervisor import Launched, healthy  # noqa: E402
+from bench.common import Launched, wait_for  # noqa: E402
 
 PY = sys.executable
 SERVING = ROOT / "examples" / "serving"
@@ -84,16 +84,16 @@ def records(home: Path, kind: str) -> list[dict]:
     return out
 
 
-def first_calls(home: Path, op: str, wait: float = 30.0) -> list[float]:
+def first_calls(job: Launched, op: str, wait: float = 30.0) -> list[float]:
     """The first_call phase of each replica ``op`` added (its scale record is written
     once the first call is known)."""
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        found = [r for r in records(home, "scale") if r["op"] == op and r["change"] == "add"]
-        if found and all(r["phases"]["first_call"] is not None for r in found):
-            return [r["phases"]["first_call"] for r in found]
-        time.sleep(0.2)
-    raise SystemExit(f"{op}: no first call on its new worlds in {wait:g}s")
+    def found() -> list[float] | None:
+        added = [r for r in records(job.home, "scale") if r["op"] == op and r["change"] == "add"]
+        if added and all(r["phases"]["first_call"] is not None for r in added):
+            return [r["phases"]["first_call"] for r in added]
+        return None
+
+    return wait_for(found, job.gone, wait, f"{op}: a first call on its new worlds", every=0.2)
 
 
 def op_of(done: subprocess.CompletedProcess) -> str:
@@ -124,19 +124,19 @@ def additions(work: Path, adds: int, hosts: str = "", worker_host: str = "") -> 
     home = work / f"home-{worker_host or 'local'}"
     job = Launched(serve_yaml(work, hosts, worker_host), home)
     try:
-        healthy(home, 180)
+        job.healthy(180)
         time.sleep(3.0)  # the frontend's pace before anything is scaled
         one, drains, before = [], [], served(job)
         for _ in range(adds):
             started, done = mwrun(home, "scale", "worker=+1")
-            one.append(max(first_calls(home, op_of(done))) - started)
+            one.append(max(first_calls(job, op_of(done))) - started)
             mwrun(home, "scale", "worker=-1")
             drains.append(op_of(done))
         after = served(job)
         result = {"one": one, "failed": failed(job)}
         if not worker_host:
             started, done = mwrun(home, "scale", "worker=+8")
-            result["eight"] = max(first_calls(home, op_of(done))) - started
+            result["eight"] = max(first_calls(job, op_of(done))) - started
             result["pace"] = (after[0] - before[0]) / max(after[1] - before[1], 1e-9) / 100.0
         return result
     finally:
@@ -159,30 +159,16 @@ worlds:
     home = work / "home-train"
     job = Launched(path, home)
     try:
-        healthy(home, 180)
+        job.healthy(180)
         for _ in range(members):
-            expect_where(job, lambda v: v.get("event") == "sum" and v.get("size") == members)
+            job.expect_where(lambda _, v: v.get("event") == "sum" and v.get("size") == members)
         started, _ = mwrun(home, "scale", f"trainer={members + 1}")
-        firsts = [expect_where(job, lambda v: v.get("event") == "sum"
+        firsts = [job.expect_where(lambda _, v: v.get("event") == "sum"
                                and v.get("size") == members + 1)["t"]
                   for _ in range(members + 1)]
         return max(firsts) - started
     finally:
         job.stop()
-
-
-def expect_where(job: Launched, match, timeout: float = 60.0) -> dict:
-    """The next line of any process whose JSON ``match``es."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            _, value = job.events.get(timeout=max(deadline - time.monotonic(), 0.01))
-        except Exception:  # queue.Empty
-            break
-        if match(value):
-            return value
-    raise SystemExit(f"nothing matched in {timeout:g}s; last lines:\n"
-                     + "\n".join(job.lines[-15:]))
 
 
 def head_cost(processes: int, rounds: int = 200) -> float:

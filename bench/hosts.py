@@ -33,7 +33,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench.supervisor import Launched, cpu_percent, healthy  # noqa: E402
+from bench.common import Launched  # noqa: E402
+from bench.supervisor import cpu_percent  # noqa: E402
 from tests.integration import testbed  # noqa: E402
 
 PY = sys.executable
@@ -110,7 +111,9 @@ worlds:
     return worker_kills, recoveries, agent_kills
 
 
-def idle(work: Path, head: str, nodes, per_host: int, on_head: bool) -> Launched:
+def idle(work: Path, head: str, nodes, per_host: int,
+         on_head: bool) -> tuple[Launched, dict]:
+    """The idle job, launched, and its state once every world is healthy."""
     hosts = (["head"] if on_head else []) + [f"node{i + 1}" for i in range(len(nodes))]
     procs, worlds = [], []
     for h in hosts:
@@ -125,11 +128,10 @@ def idle(work: Path, head: str, nodes, per_host: int, on_head: bool) -> Launched
     home = work / f"home-idle-{on_head}"
     job = Launched(topology, home)
     try:
-        job.doc = healthy(home, 180)
+        return job, job.healthy(180)
     except SystemExit:
         job.stop()
         raise
-    return job
 
 
 def main() -> None:
@@ -162,14 +164,14 @@ def main() -> None:
 
 def watch(work: Path, head: str, nodes, seconds: float) -> tuple[float, float]:
     """CPU of one agent with 64 idle processes, then of the head with 3 hosts x 32."""
-    job = idle(work, head, nodes[:1], 64, on_head=False)
+    job, doc = idle(work, head, nodes[:1], 64, on_head=False)
     try:
         time.sleep(2.0)
-        agent = next(h["agent_pid"] for h in job.doc["hosts"] if h["name"] == "node1")
+        agent = next(h["agent_pid"] for h in doc["hosts"] if h["name"] == "node1")
         agent_cpu = cpu_percent(agent, seconds)
     finally:
         job.stop()
-    job = idle(work, head, nodes, 32, on_head=True)
+    job, _ = idle(work, head, nodes, 32, on_head=True)
     try:
         time.sleep(2.0)
         head_cpu = cpu_percent(job.popen.pid, seconds)

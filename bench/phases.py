@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from supervisor import Launched
+from common import Launched, wait_for
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -69,11 +69,8 @@ worlds:
                                   env=env, capture_output=True, text=True)
             if done.returncode != 0:
                 raise SystemExit(f"kill-world: {done.stderr.strip()}")
-            deadline = time.monotonic() + 60
-            while len(faults(run_dir / "history.jsonl")) <= kill:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"fault {kill + 1} never closed")
-                time.sleep(0.05)
+            wait_for(lambda k=kill: len(faults(run_dir / "history.jsonl")) > k, job.gone, 60,
+                     f"fault {kill + 1} closed", every=0.05)
     except SystemExit:
         print("\n".join(job.lines[-30:]), file=sys.stderr)
         raise

@@ -40,6 +40,7 @@ PY = sys.executable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import NotStarted, read_doc, run_over, wait_for  # noqa: E402
 from bench.hosts import hosts_yaml  # noqa: E402
 from mwrun.host import spy  # noqa: E402
 from tests.integration import testbed  # noqa: E402
@@ -70,15 +71,16 @@ class Job:
         return [r for r in map(json.loads, lines) if r.get("event") == kind]
 
     def wait(self, what: str, found, timeout: float = 120.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = found()
-            if value:
-                return value
-            time.sleep(0.1)
-        shown = self.mwrun("status", self.run, check=False)
-        raise SystemExit(f"{self.run}: {what} not seen in {timeout:g}s; status:\n"
-                         f"{shown.stdout}{shown.stderr}{self.keep()}")
+        """``found()``'s first value; at once, saying why, when the run is over."""
+        try:
+            return wait_for(found, self.over, timeout, f"{self.run}: {what}")
+        except NotStarted as exc:
+            shown = self.mwrun("status", self.run, check=False)
+            raise NotStarted(f"{exc}; status:\n{shown.stdout}{shown.stderr}"
+                             f"{self.keep()}") from None
+
+    def over(self) -> str | None:
+        return run_over(read_doc(self.home / "runs" / self.run / "state.json"))
 
     def keep(self) -> str:
         """What a failed wait leaves to read: every process's stacks as py-spy sees

@@ -16,9 +16,14 @@ member SIGKILLed to its world healthy again.
 hosts simulated by the benchmark's own stand-in agents (bench/bin/standin_agent.py,
 reached through a stand-in ``ssh`` on the head's PATH): they speak the real frame
 protocol and the library's hello, ready and heartbeats for the processes they pretend
-to run. The head is real. Its CPU from launch to every world healthy, its CPU idle
-after, and the time from a stand-in's exit frame to the break written in the world's
-store (read by a store client of the benchmark's own).
+to run. The head is real, on 10.232.N.1 of a bridge the bench makes for the run and
+removes when it ends (the test bed's, tests/integration/testbed.py: a free /24 under
+a lock of the whole machine); root and iproute2 needed. Not loopback: a job with ssh
+hosts needs an address they reach its head on (a loopback head is refused for it),
+and not this machine's own address either: traffic goes only to loopback and to
+links of our own. Its CPU from launch to every world healthy, its CPU idle after, and
+the time from a stand-in's exit frame to the break written in the world's store (read
+by a store client of the benchmark's own, over that link).
 
 ``events``: the supervisor's own work for one exit, with no processes at all (a
 scripted host), at 10 and at 1,000 processes; their ratio is what "cost proportional
@@ -37,21 +42,33 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import psutil
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import psutil  # noqa: E402
-from supervisor import cpu_percent, import_torch_seconds  # noqa: E402 - bench's own helpers
+
+# The test bed (tests/integration/testbed.py) makes the sim's link; it needs the
+# standard library and psutil only.
+if __package__:  # bench.scale, the checkout's root on the path (the tests)
+    from bench.common import Launched, NotStarted, wait_for
+    from bench.supervisor import cpu_percent, import_torch_seconds
+    from tests.integration import testbed
+else:  # a script: its folder first on the path, and the root for the test bed
+    sys.path.insert(0, str(HERE.parent))
+    from common import Launched, NotStarted, wait_for
+    from supervisor import cpu_percent, import_torch_seconds
+
+    from tests.integration import testbed
 
 PY = sys.executable
 
 
-def _env(home: Path, checkout: Path | None) -> dict:
-    env = {**os.environ, "MWRUN_HOME": str(home), "NO_COLOR": "1"}
-    if checkout is not None:  # the head, and every process it starts, from there
-        env["PYTHONPATH"] = str(checkout)
-    return env
+def _env(checkout: Path | None) -> dict:
+    """What the head (and every process it starts) gets beside MWRUN_HOME: the code of
+    ``checkout`` where one is given."""
+    return {"PYTHONPATH": str(checkout)} if checkout is not None else {}
 
 
 def _request(path: str, message: dict, timeout: float = 30.0) -> dict:
@@ -68,13 +85,20 @@ def _request(path: str, message: dict, timeout: float = 30.0) -> dict:
     return json.loads(data)
 
 
-def _state(home: Path) -> dict | None:
-    for path in (home / "runs").glob("*/state.json"):
-        try:
-            return json.loads(path.read_text())
-        except ValueError:
-            return None  # being replaced
-    return None
+def _unfinished(doc: dict | None) -> str:
+    if doc is None:
+        return ""
+    starting = sum(p["state"] == "starting" for p in doc["processes"])
+    forming = sum(w["state"] != "healthy" for w in doc["worlds"])
+    return f" ({starting} processes starting, {forming} worlds not healthy)"
+
+
+def _stop(job: Launched) -> None:
+    try:
+        job.stop()
+    except subprocess.TimeoutExpired:
+        job.popen.kill()
+        job.popen.wait()
 
 
 def fork_seconds(count: int) -> float:
@@ -104,27 +128,17 @@ worlds:
 {members}""")
     home = work / f"home-{'base' if checkout else 'this'}"
     started = time.monotonic()
-    job = subprocess.Popen([PY, "-m", "mwrun", "launch", str(topology)], env=_env(home, checkout),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=work)
+    job = Launched(topology, home, env=_env(checkout), cwd=work)
     out: dict = {}
     try:
-        deadline = started + 300
-        doc = None
-        while time.monotonic() < deadline:
-            doc = _state(home)
-            if doc and doc["worlds"] and all(w["state"] == "healthy" for w in doc["worlds"]):
-                out["healthy_s"] = time.monotonic() - started
-                break
-            time.sleep(0.05)
-        else:
-            starting = sum(p["state"] == "starting" for p in (doc or {}).get("processes", []))
-            forming = sum(w["state"] != "healthy" for w in (doc or {}).get("worlds", []))
-            out["never"] = (f"after 300 s: {starting} processes starting,"
-                            f" {forming} worlds not healthy")
-            return out
+        try:
+            doc = job.healthy(300, every=0.05)
+        except NotStarted as exc:
+            return {"never": f"{exc}{_unfinished(job.state())}"}
+        out["healthy_s"] = time.monotonic() - started
         control = doc["control"]
         time.sleep(3.0)  # past the bring-up's last beats
-        out["cpu"] = cpu_percent(job.pid, watch)
+        out["cpu"] = cpu_percent(job.popen.pid, watch)
         times = []
         for _ in range(10):
             t0 = time.monotonic()
@@ -134,17 +148,14 @@ worlds:
         cli = []
         for _ in range(3):
             t0 = time.monotonic()
-            subprocess.run([PY, "-m", "mwrun", "status", "--json"], env=_env(home, checkout),
+            subprocess.run([PY, "-m", "mwrun", "status", "--json"],
+                           env={**os.environ, **_env(checkout), "MWRUN_HOME": str(home)},
                            capture_output=True, check=True, cwd=work)
             cli.append(time.monotonic() - t0)
         out["status_cli_s"] = statistics.median(cli)
         out["recovered_s"] = _kills(control, kills)
     finally:
-        job.send_signal(signal.SIGINT)
-        try:
-            job.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            job.kill()
+        _stop(job)
     return out
 
 
@@ -169,11 +180,12 @@ def _kills(control: str, count: int) -> list[float]:
     return times
 
 
-def simulated(work: Path, hosts: int, watch: float, exits: int,
-              checkout: Path | None) -> dict:
-    per_host = 8
+def sim_topology(hosts: int, head: str, per_host: int = 8) -> str:
+    """HOSTS simulated hosts (reached through the stand-in ssh) of PER_HOST ranks each in
+    two-member worlds, every world on one host; the head at ``head``. A simulated host
+    keeps a loopback address: only its own members reach it, as on a real host."""
     lines = ["version: 1", "name: sim", "hang_timeout: 300", "hosts:",
-             "  head: {addr: 127.0.0.1}"]
+             f"  head: {{addr: '{head}'}}"]
     lines += [f"  h{i}: {{addr: 127.0.0.1, ssh: h{i}}}" for i in range(hosts)]
     lines.append("processes:")
     lines += [f"  p{i}: {{replicas: {per_host}, cmd: [{PY}, idle.py], host: h{i},"
@@ -181,42 +193,68 @@ def simulated(work: Path, hosts: int, watch: float, exits: int,
     lines.append("worlds:")
     lines += [f"  w{i}-{k}: {{members: [p{i}-{2 * k}, p{i}-{2 * k + 1}]}}"
               for i in range(hosts) for k in range(per_host // 2)]
+    return "\n".join(lines) + "\n"
+
+
+def no_link() -> str | None:
+    """Why the simulated job cannot run here, or None: its head's link cannot be made."""
+    why = testbed.missing_link()
+    return f"sim: not run, its head needs a link of its own: {why}" if why else None
+
+
+def simulated(work: Path, hosts: int, watch: float, exits: int,
+              checkout: Path | None) -> dict:
+    """The simulated job, its head on a bridge made for it and removed when it ends,
+    also on failure (its processes are gone by then: ``_sim_on``'s ``finally``)."""
+    why = no_link()
+    if why:
+        raise NotStarted(why)
+    with testbed.bridge() as link:
+        print(f"sim: the head on {link.head_addr}, link {link.name}, made for this run",
+              flush=True)
+        return _sim_on(link.head_addr, work, hosts, watch, exits, checkout)
+
+
+def _sim_on(head: str, work: Path, hosts: int, watch: float, exits: int,
+            checkout: Path | None) -> dict:
     topology = work / "sim.yaml"
-    topology.write_text("\n".join(lines) + "\n")
+    topology.write_text(sim_topology(hosts, head))
     home, exits_log = work / "home-sim", work / "exits.log"
-    env = {**_env(home, checkout), "PATH": f"{HERE / 'bin'}:{os.environ['PATH']}",
+    env = {**_env(checkout), "PATH": f"{HERE / 'bin'}:{os.environ['PATH']}",
            "MWRUN_BENCH_PYTHON": PY, "MWRUN_BENCH_STANDIN": str(HERE / "bin" / "standin_agent.py"),
            "MWRUN_BENCH_EXITS": str(exits_log)}
     started = time.monotonic()
-    job = subprocess.Popen([PY, "-m", "mwrun", "launch", str(topology)], env=env, cwd=work,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job = Launched(topology, home, env=env, cwd=work)
     out: dict = {}
     try:
-        head = psutil.Process(job.pid)
-        while time.monotonic() - started < 600:
-            doc = _state(home)
-            if doc and doc["worlds"] and all(w["state"] == "healthy" for w in doc["worlds"]):
-                times = head.cpu_times()
-                out["healthy_s"], out["bringup_cpu_s"] = (time.monotonic() - started,
-                                                          times.user + times.system)
-                break
-            time.sleep(0.1)
-        else:
-            out["never"] = "not every world healthy after 600 s"
-            return out
-        time.sleep(3.0)
-        out["cpu"] = cpu_percent(job.pid, watch)
-        out["break_s"] = _exit_to_break(doc, exits_log, exits)
-    finally:
-        job.send_signal(signal.SIGINT)
+        proc = psutil.Process(job.popen.pid)
         try:
-            job.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            job.kill()
+            doc = job.healthy(600, every=0.1)
+        except NotStarted as exc:
+            return {"never": f"{exc}{_unfinished(job.state())}"}
+        times = proc.cpu_times()
+        out["healthy_s"], out["bringup_cpu_s"] = (time.monotonic() - started,
+                                                  times.user + times.system)
+        time.sleep(3.0)
+        out["cpu"] = cpu_percent(job.popen.pid, watch)
+        out["break_s"] = _exit_to_break(doc, head, exits_log, exits, job.gone)
+    finally:
+        _stop(job)
     return out
 
 
-def _exit_to_break(doc: dict, exits_log: Path, count: int) -> list[float]:
+def _exit_time(exits_log: Path, victim: str) -> float | None:
+    """When the stand-in sent ``victim``'s exit frame, once its line is whole."""
+    text = exits_log.read_text() if exits_log.exists() else ""
+    for line in text.splitlines(keepends=True):
+        name, _, at = line.partition(" ")
+        if name == victim and line.endswith("\n"):
+            return float(at)
+    return None
+
+
+def _exit_to_break(doc: dict, head: str, exits_log: Path, count: int,
+                   gone: Callable[[], str | None]) -> list[float]:
     """Kill rank 1 of a few worlds (the stand-in answers with its exit frame at once);
     seconds from that frame to the break in the world's store, seen by a client."""
     from datetime import timedelta
@@ -226,7 +264,7 @@ def _exit_to_break(doc: dict, exits_log: Path, count: int) -> list[float]:
     took = []
     for i in range(count):
         world = doc["worlds"][i * 4]
-        store = dist.TCPStore("127.0.0.1", world["port"], None, False,
+        store = dist.TCPStore(head, world["port"], None, False,  # its members are away
                               timeout=timedelta(seconds=300))
         # The stand-ins never touch their worlds' stores, so their worlds form before
         # the head has built them all (a real member waits for its store): measure
@@ -237,8 +275,10 @@ def _exit_to_break(doc: dict, exits_log: Path, count: int) -> list[float]:
         store.wait([f"mwrun/g{world['generation']}/broken"])
         seen = time.time()
         victim = world["members"][1]
-        sent = next(float(line.split()[1]) for line in exits_log.read_text().splitlines()
-                    if line.split()[0] == victim)
+        # The stand-in writes the frame's time once the frame went: the break may be
+        # seen before that line is there.
+        sent = wait_for(lambda v=victim: _exit_time(exits_log, v), gone, 30,
+                        f"{victim}'s exit frame in {exits_log}", every=0.01)
         took.append(seen - sent)
     return took
 
@@ -252,6 +292,22 @@ def events(checkout: Path | None) -> dict:
     if result.returncode != 0:
         return {"never": result.stderr.strip().splitlines()[-1]}
     return json.loads(result.stdout)
+
+
+def sims(hosts: int, watch: float, kills: int, runs: list[tuple[str, Path | None]]) -> None:
+    for label, checkout in runs:
+        with tempfile.TemporaryDirectory(prefix="mwrun-sim-") as tmp:
+            res = simulated(Path(tmp), hosts, watch, kills, checkout)
+        if "never" in res:
+            print(f"[{label}] {8 * hosts} simulated ranks: {res['never']}")
+            continue
+        ms = [t * 1000 for t in res["break_s"]]
+        print(f"[{label}] {8 * hosts} ranks on {hosts} simulated hosts:\n"
+              f"  launch -> every world healthy {res['healthy_s']:.1f} s, supervisor CPU"
+              f" {res['bringup_cpu_s']:.1f} s (goal <= 5 s)\n"
+              f"  supervisor CPU idle {res['cpu']:.2f} % of a core (goal <= 2 %)\n"
+              f"  exit frame -> break in the store median {statistics.median(ms):.1f} ms,"
+              f" max {max(ms):.1f} ms (goal <= 50 ms)")
 
 
 def main() -> None:
@@ -271,19 +327,13 @@ def main() -> None:
                   f"{ev['10'] * 1e6:.0f} us at 10 processes, {ev['1000'] * 1e6:.0f} us at"
                   f" 1,000: ratio {ev['1000'] / ev['10']:.2f} (goal <= 2)"))
     if args.only in (None, "sim"):
-        for label, checkout in runs:
-            with tempfile.TemporaryDirectory(prefix="mwrun-sim-") as tmp:
-                res = simulated(Path(tmp), args.hosts, args.watch, args.kills, checkout)
-            if "never" in res:
-                print(f"[{label}] {8 * args.hosts} simulated ranks: {res['never']}")
-                continue
-            ms = [t * 1000 for t in res["break_s"]]
-            print(f"[{label}] {8 * args.hosts} ranks on {args.hosts} simulated hosts:\n"
-                  f"  launch -> every world healthy {res['healthy_s']:.1f} s, supervisor CPU"
-                  f" {res['bringup_cpu_s']:.1f} s (goal <= 5 s)\n"
-                  f"  supervisor CPU idle {res['cpu']:.2f} % of a core (goal <= 2 %)\n"
-                  f"  exit frame -> break in the store median {statistics.median(ms):.1f} ms,"
-                  f" max {max(ms):.1f} ms (goal <= 50 ms)")
+        why = no_link()
+        if why and args.only == "sim":
+            raise NotStarted(why)
+        if why:  # the other parts run without one
+            print(why)
+        else:
+            sims(args.hosts, args.watch, args.kills, runs)
     if args.only in (None, "local"):
         n = 2 * args.pairs
         torch_s = import_torch_seconds(3)
@@ -308,4 +358,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # A TERM ends the bench through its ``finally`` blocks: the sim's job stopped and
+    # its link removed, as at Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     main()

@@ -35,13 +35,13 @@ def main() -> None:
         work = Path(tmp)
         with testbed.nodes(work, [True, True]) as nodes:
             began = time.monotonic()
-            job = idle(work, nodes[0].head_addr, nodes, args.per_host, on_head=True)
+            job, doc = idle(work, nodes[0].head_addr, nodes, args.per_host, on_head=True)
             print(f"{3 * args.per_host} idle processes (head + 2 ssh hosts x {args.per_host})"
                   f" healthy after {time.monotonic() - began:.1f} s", flush=True)
             try:
                 time.sleep(3.0)  # past the bring-up's last writes
                 pids = {"head": job.popen.pid}
-                pids.update({h["name"]: h["agent_pid"] for h in job.doc["hosts"]
+                pids.update({h["name"]: h["agent_pid"] for h in doc["hosts"]
                              if h.get("agent_pid")})
                 procs = {name: psutil.Process(pid) for name, pid in pids.items()}
                 before = {name: sum(p.cpu_times()[:2]) for name, p in procs.items()}

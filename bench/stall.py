@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import exited, read_doc, run_over, wait_for
+
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
 STALLED = 10.0
@@ -63,30 +65,41 @@ def main() -> None:
             f"  crasher: {{cmd: [{PY}, {HERE / 'bin' / 'crash_at.py'}, {go}]}}\n"
             f"worlds:\n  w: {{members: [{members}]}}\n")
         env = {**os.environ, "MWRUN_HOME": str(work / "home"), "NO_COLOR": "1"}
-        job = subprocess.Popen([PY, "-m", "mwrun", "launch", str(work / "flood.yaml"),
-                                "--run-id", "flood", "--grace", "1"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        # The flood's lines to nowhere (this script must not read them), the launch's
+        # own words (a refusal) to a file, which never blocks it.
+        said = work / "launch.err"
+        with open(said, "w") as err:
+            job = subprocess.Popen([PY, "-m", "mwrun", "launch", str(work / "flood.yaml"),
+                                    "--run-id", "flood", "--grace", "1"],
+                                   stdout=subprocess.DEVNULL, stderr=err, env=env)
         state = work / "home" / "runs" / "flood" / "state.json"
+
+        def gone() -> str | None:
+            return exited(job, said.read_text().splitlines()) or run_over(read_doc(state))
+
+        def running() -> dict | None:
+            doc = read_doc(state)
+            return doc if doc and doc["state"] != "starting" else None
+
         try:
-            while not state.exists() or json.loads(state.read_text())["state"] == "starting":
-                time.sleep(0.1)
-            control = json.loads(state.read_text())["control"]
+            doc = wait_for(running, gone, 120, "the flood's run running")
+            control = doc["control"]
             logs = work / "home" / "runs" / "flood" / "logs" / "flood-0.log"
-            while not logs.exists() or logs.stat().st_size < 8 << 20:
-                time.sleep(0.1)  # the flood is on
+            wait_for(lambda: logs.exists() and logs.stat().st_size >= 8 << 20, gone, 120,
+                     "8 MiB of flood in its log")  # the flood is on
             waits = [request(control, {"verb": "status"})[0] for _ in range(args.requests)]
             go.write_text("")
             while not Path(f"{go}.at").exists():
                 time.sleep(0.005)
             time.sleep(0.05)
-            exited = float(Path(f"{go}.at").read_text())
+            crashed = float(Path(f"{go}.at").read_text())
             while True:
                 _, reply = request(control, {"verb": "status"})
                 crasher = reply and next(p for p in reply["status"]["processes"]
                                          if p["name"] == "crasher")
                 if reply is None or crasher["state"] == "failed" or \
-                        time.time() - exited > 60:
-                    seen = time.time() - exited
+                        time.time() - crashed > 60:
+                    seen = time.time() - crashed
                     break
                 time.sleep(0.005)
             stop_at = time.monotonic()

@@ -15,68 +15,23 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import queue
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import psutil
 
 HERE = Path(__file__).resolve().parent
+if __package__:  # bench.supervisor, the checkout's root on the path
+    from bench.common import Launched
+else:  # a script, or ``supervisor`` with its folder on the path
+    from common import Launched
 PY = sys.executable
-
-
-class Launched:
-    """``mwrun launch`` in a subprocess, its prefixed JSON lines in a queue."""
-
-    def __init__(self, topology: Path, home: Path, *extra: str):
-        self.popen = subprocess.Popen([PY, "-m", "mwrun", "launch", str(topology), *extra],
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, env={**os.environ, "MWRUN_HOME": str(home),
-                                                      "NO_COLOR": "1"})
-        self.events: queue.Queue = queue.Queue()
-        self.lines: list[str] = []
-        self.backlog: list[tuple[str, dict]] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.popen.stdout:
-            self.lines.append(line.rstrip())
-            name, _, text = line.partition(" | ")
-            try:
-                value = json.loads(text)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                self.events.put((name.strip(), value))
-
-    def expect(self, name: str, event: str, timeout: float = 60.0) -> dict:
-        """The oldest unclaimed ``event`` of process ``name`` (events of other kinds
-        wait for whoever asks for them)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            for i, (who, value) in enumerate(self.backlog):
-                if who == name and value.get("event") == event:
-                    del self.backlog[i]
-                    return value
-            try:
-                self.backlog.append(self.events.get(
-                    timeout=max(deadline - time.monotonic(), 0.01)))
-            except queue.Empty:
-                tail = "\n".join(self.lines[-15:])
-                raise SystemExit(f"no {event!r} from {name} in {timeout:g}s; last lines:\n"
-                                 f"{tail}") from None
-
-    def stop(self) -> None:
-        self.popen.send_signal(signal.SIGINT)
-        self.popen.wait(timeout=60)
 
 
 def import_torch_seconds(times: int = 5) -> float:
@@ -130,25 +85,11 @@ def watching(work: Path, processes: int, seconds: float) -> float:
     topology.write_text("\n".join(lines) + "\n")
     job = Launched(topology, work / "home")
     try:
-        healthy(work / "home", 120, "idle-*")
+        job.healthy(120, "idle-*")
         time.sleep(2.0)
         return cpu_percent(job.popen.pid, seconds)
     finally:
         job.stop()
-
-
-def healthy(home: Path, timeout: float, runs: str = "*") -> dict:
-    """The run's state.json once it has worlds and every one is healthy (a run folder's
-    first document has none, and all() over nothing would hold at once)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        docs = list((home / "runs").glob(f"{runs}/state.json"))
-        if docs:
-            doc = json.loads(docs[0].read_text())
-            if doc["worlds"] and all(w["state"] == "healthy" for w in doc["worlds"]):
-                return doc
-        time.sleep(0.5)  # another process's file: nothing to block on
-    raise SystemExit(f"the job in {home} never became healthy")
 
 
 def cpu_percent(pid: int, seconds: float) -> float:

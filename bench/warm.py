@@ -36,8 +36,9 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import Launched, wait_for
 from compare_torchrun import Job
-from supervisor import Launched, import_torch_seconds
+from supervisor import import_torch_seconds
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -97,8 +98,8 @@ def launch(work: Path, n: int, preload: str) -> float:
     job = Job([PY, "-m", "mwrun", "launch", str(ring_topology(work, n, preload))],
               {"MWRUN_HOME": str(work / "home")})
     try:
-        if not job.wait_until(lambda: len(job.firsts()) == n, 180):
-            raise SystemExit(f"N={n} {_tag(preload)}: not every rank started")
+        job.require(lambda: len(job.firsts()) == n, 180, f"N={n} {_tag(preload)}: every rank"
+                    " started")
         return max(ev["t"] for ev in job.firsts().values()) - job.started
     finally:
         job.stop()
@@ -111,8 +112,8 @@ def memory(work: Path, n: int, preload: str) -> tuple[list[int], int]:
               {"MWRUN_HOME": str(work / "home")})
     try:
         idle = lambda: [e for e in job.events if e.get("e") == "idle"]  # noqa: E731
-        if not job.wait_until(lambda: len(idle()) == n, 300):
-            raise SystemExit(f"memory N={n} {_tag(preload)}: not every rank idles")
+        job.require(lambda: len(idle()) == n, 300, f"memory N={n} {_tag(preload)}: every rank"
+                    " idle")
         time.sleep(2.0)
         uss = [psutil.Process(e["pid"]).memory_full_info().uss for e in idle()]
         zygote = [c for c in psutil.Process(job.popen.pid).children()
@@ -135,11 +136,8 @@ def drill(work: Path, preload: str, count: int) -> list[float]:
         return sum(text in line for line in list(job.lines))
 
     def wait(condition, what: str) -> None:
-        deadline = time.monotonic() + 120
-        while not condition():  # lines arrive on a thread; 5 ms is below what we measure
-            if time.monotonic() > deadline:
-                raise SystemExit(f"drill {_tag(preload)}: no {what}")
-            time.sleep(0.005)
+        # Lines arrive on a thread; 5 ms is below what we measure.
+        wait_for(condition, job.gone, 120, f"drill {_tag(preload)}: {what}", every=0.005)
 
     try:
         wait(lambda: seen("every world formed"), "start")

@@ -68,9 +68,10 @@ def handle(msg: dict) -> bool:
     elif kind == "signal" and msg["name"] in procs and msg["signal"] in (
             signal.SIGKILL, signal.SIGTERM):
         del procs[msg["name"]]
+        at = time.time()  # the frame's time: taken before it goes, written after it went
         send("exited", name=msg["name"], code=-msg["signal"])
         with open(os.environ["MWRUN_BENCH_EXITS"], "a") as log:
-            log.write(f"{msg['name']} {time.time()}\n")
+            log.write(f"{msg['name']} {at}\n")
     return kind != "stop"
 
 

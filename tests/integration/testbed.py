@@ -8,6 +8,10 @@ the node's address and accepting one key made for the test. Everything made here
 Test beds are made side by side (parallel workers, another suite on the same machine):
 each takes a /24 that no link of this machine has, under a lock of the whole machine,
 and names its links and namespaces after it, so no two beds ever share either.
+
+A bridge alone (``bridge``, no namespace on it) gives this machine an address of our
+own beside loopback: bench/scale.py's simulated job puts its head there. This module
+needs the standard library and psutil only (benches import it, never pytest).
 """
 
 from __future__ import annotations
@@ -27,6 +31,15 @@ from pathlib import Path
 import psutil
 
 SSHD = "/usr/sbin/sshd"
+
+
+def missing_link() -> str | None:
+    """Why a bridge of our own (``bridge``) cannot be made here, or None."""
+    if os.geteuid() != 0:
+        return "a link of our own needs root"
+    if shutil.which("ip") is None:
+        return "ip is not installed (apt-get install iproute2)"
+    return None
 
 
 def missing() -> str | None:
@@ -74,49 +87,89 @@ def node(tmp: Path, with_sshd: bool = True):
         yield made[0]
 
 
+@dataclass(frozen=True)
+class Bridge:
+    """A bridge of this machine on 10.232.N.0/24 (``number`` is N), this machine's end
+    of it at 10.232.N.1."""
+
+    number: int
+
+    @property
+    def name(self) -> str:
+        return f"mwt{self.number}"
+
+    @property
+    def subnet(self) -> str:
+        return f"10.232.{self.number}"
+
+    @property
+    def head_addr(self) -> str:
+        return f"{self.subnet}.1"
+
+
+@contextlib.contextmanager
+def bridge():
+    """A bridge on a free /24 of 10.232 with 10.232.N.1 on it, up; removed when the
+    context ends, also on failure (after the caller's own ``finally``, which removes
+    what it put on it)."""
+    with machine_lock("testbed", timeout=60):
+        made = Bridge(_free_subnet())
+        _ip("link", "add", made.name, "type", "bridge")
+        try:
+            _ip("addr", "add", f"{made.head_addr}/24", "dev", made.name)  # taken: seen by the next
+        except BaseException:
+            subprocess.run(["ip", "link", "del", made.name], capture_output=True, timeout=30)
+            raise
+    try:
+        _ip("link", "set", made.name, "up")
+        yield made
+    finally:
+        subprocess.run(["ip", "link", "del", made.name], capture_output=True, timeout=30)
+
+
+def links_with(addr: str) -> list[str]:
+    """The links of this machine that have ``addr`` (a leak check: none once the bridge
+    that had it is gone)."""
+    shown = subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True,
+                           timeout=30, check=True).stdout
+    return sorted({line.split()[1] for line in shown.splitlines()
+                   if f" {addr}/" in line})
+
+
 @contextlib.contextmanager
 def nodes(tmp: Path, sshd: list[bool]):
     """A namespace host per entry (with an sshd where True), all on one bridge of this
     machine, so they reach each other and this machine as hosts on one switch would."""
     made: list[Node] = []
-    with machine_lock("testbed", timeout=60):
-        number = _free_subnet()
-        subnet, bridge = f"10.232.{number}", f"mwt{number}"
-        _ip("link", "add", bridge, "type", "bridge")
+    with bridge() as link:
         try:
-            _ip("addr", "add", f"{subnet}.1/24", "dev", bridge)  # taken: seen by the next
-        except BaseException:
-            subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=30)
-            raise
-    try:
-        _ip("link", "set", bridge, "up")
-        for i, wants_sshd in enumerate(sshd):
-            ns = f"mwt{number}n{i}"
-            outside, inside_end = f"{ns}a", f"{ns}b"
-            _ip("netns", "add", ns)
-            made.append(Node(ns, f"{subnet}.1", f"{subnet}.{i + 2}"))
-            _ip("link", "add", outside, "type", "veth", "peer", "name", inside_end)
-            _ip("link", "set", outside, "master", bridge)
-            _ip("link", "set", outside, "up")
-            _ip("link", "set", inside_end, "netns", ns)
-            _ip("-n", ns, "addr", "add", f"{subnet}.{i + 2}/24", "dev", inside_end)
-            _ip("-n", ns, "link", "set", inside_end, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-            if wants_sshd:
-                _start_sshd(made[-1], tmp / ns)
-        yield made
-    finally:
-        for host in made:
-            if host.sshd is not None:
-                host.sshd.terminate()
-                try:
-                    host.sshd.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    host.sshd.kill()
-                    host.sshd.wait()
-            kill_inside(host.ns)  # sshd's per-connection children outlive its listener
-            subprocess.run(["ip", "netns", "del", host.ns], capture_output=True, timeout=30)
-        subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=30)
+            for i, wants_sshd in enumerate(sshd):
+                ns = f"{link.name}n{i}"
+                outside, inside_end = f"{ns}a", f"{ns}b"
+                _ip("netns", "add", ns)
+                made.append(Node(ns, link.head_addr, f"{link.subnet}.{i + 2}"))
+                _ip("link", "add", outside, "type", "veth", "peer", "name", inside_end)
+                _ip("link", "set", outside, "master", link.name)
+                _ip("link", "set", outside, "up")
+                _ip("link", "set", inside_end, "netns", ns)
+                _ip("-n", ns, "addr", "add", f"{link.subnet}.{i + 2}/24", "dev", inside_end)
+                _ip("-n", ns, "link", "set", inside_end, "up")
+                _ip("-n", ns, "link", "set", "lo", "up")
+                if wants_sshd:
+                    _start_sshd(made[-1], tmp / ns)
+            yield made
+        finally:
+            for host in made:
+                if host.sshd is not None:
+                    host.sshd.terminate()
+                    try:
+                        host.sshd.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        host.sshd.kill()
+                        host.sshd.wait()
+                kill_inside(host.ns)  # sshd's per-connection children outlive its listener
+                subprocess.run(["ip", "netns", "del", host.ns], capture_output=True,
+                               timeout=30)
 
 
 @contextlib.contextmanager
