@@ -1,5 +1,5 @@
 """What the library inside each process tells its supervisor (worlds/supervisor_link.py,
-through control.py): its hello, its heartbeats, its bye, a hung abort; each world it
+through serve/library.py): its hello, its heartbeats, its bye, a hung abort; each world it
 joined, left, saw break, released, or (a plain torch.distributed script, which says
 nothing) what its world's store shows. Each message from an earlier start of the
 process (another pid) is ignored. What a message marks is reconciled by the supervisor

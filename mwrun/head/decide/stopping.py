@@ -1,7 +1,7 @@
 """Stopping the whole job: SIGTERM (and SIGCONT: a stopped process must wake to die)
 to every live process, SIGKILL once the grace is over, and giving up on a process that
 outlives even that (stuck in the kernel) after KILL_WAIT. A second ask kills at once:
-a second Ctrl-C; ``mwrun stop`` asks again only with --force (head/control.py)."""
+a second Ctrl-C; ``mwrun stop`` asks again only with --force (serve/verbs.py)."""
 
 from __future__ import annotations
 

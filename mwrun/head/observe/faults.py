@@ -6,7 +6,7 @@ each event that belongs to a fault with the fault's id (``tags``), so ``report``
 
 A subscriber of the supervisor's events (events.py), told besides by the loop what
 only the library knows: when a member joined a generation and when a generation's
-first call completed (both riding on the library's messages, control.py). All times
+first call completed (both riding on the library's messages, serve/library.py). All times
 are wall-clock seconds on the head's clock: a remote host's are corrected by the
 offset measured to its agent when it connected (clocks.py); a time an event carries
 (``at``: an agent saw the exit, or the start) is used as it is, else the clock is
