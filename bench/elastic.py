@@ -214,7 +214,8 @@ worlds:
             for name in rev.retired:
                 for world in list(sup.procs[name].plan.worlds):
                     fe = sup.procs["frontend"]
-                    sup.members.on_world_event("frontend", fe.pid, world, 0, "released")
+                    sup.members.on_world_event("frontend", fe.worker.pid, world, 0,
+                                               "released")
                 sup.on_exit(name, 0)  # its world closed: it ends by itself
                 membership.gone(name)
     return (time.process_time() - began) / (2 * rounds)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from mwrun.head.decide.deadlines import Timer, Timers
+from mwrun.head.decide.deadlines import Timer, Timers, next_on_grid
 from mwrun.head.decide.events import Event, Events, Gone, Said, WorldRemoved, lines
 from mwrun.head.decide.members import Members
 from mwrun.head.decide.supervisor import TICK, Supervisor
@@ -107,6 +107,7 @@ class Rounds:
         self.members, self.plain_ranks = members, plain_ranks
         self.history, self.status, self.traffic = history, status, traffic
         self.writer, self.postmortems = writer, postmortems
+        self.kept: dict[Timer, float | None] = {}  # what behind() last set, per kind
         timers.handle(Timer.TICK, self._tick)
         timers.handle(Timer.SAMPLE, self._sample)
         timers.handle(Timer.SAVE, lambda name, now: writer.save())
@@ -122,22 +123,26 @@ class Rounds:
         self.hands.tick()
         self.ops.tick()
         self.members.look_into_stores(self.plain_ranks)
-        self.timers.set((Timer.TICK, name), now + TICK)
+        self.timers.set((Timer.TICK, name), next_on_grid(now, TICK))
 
     def _sample(self, name: str, now: float) -> None:
         self.history.sample(self.status.rates(now, SAMPLE_EVERY),
                             self.traffic.totals(now, time.time()))
-        self.timers.set((Timer.SAMPLE, name), now + SAMPLE_EVERY)
+        self.timers.set((Timer.SAMPLE, name), next_on_grid(now, SAMPLE_EVERY))
 
     def behind(self) -> None:
         """A part that keeps its own time (state.json's writer, the bundles) wakes the
-        loop through the heap: its next moment set, or moved, only when it changed."""
+        loop through the heap: its next moment set, or moved, only when it changed
+        (asked after every turn, so a turn that changed neither costs two compares)."""
         for kind, when in ((Timer.SAVE, self.writer.due),
                            (Timer.CAPTURE, self.postmortems.earliest())):
+            if self.kept.get(kind) == when:
+                continue
+            self.kept[kind] = when
             key = (kind, "")
             if when is None:
                 self.timers.clear(key)
-            elif self.timers.when(key) != when:
+            else:
                 self.timers.set(key, when)
 
 

@@ -13,7 +13,7 @@ import signal
 
 from mwrun.head.decide import events as ev
 from mwrun.head.decide import hangs
-from mwrun.head.decide.deadlines import Timer
+from mwrun.head.decide.deadlines import Timer, next_on_grid, on_grid
 from mwrun.head.decide.events import Why
 from mwrun.head.decide.processbook import LOOKED, TICK, Processes
 from mwrun.head.decide.records import ProcessRecord
@@ -31,7 +31,7 @@ class Beats:
         timers.handle(Timer.HANG_KILL, lambda name, now: self._hang_kill(name))
         self.nccl_warned: set[str] = set()  # known-bad NCCL versions warned of once
         self.clock = hangs.AwakeClock(self.host.now(), TICK)  # what beats are judged on
-        timers.set((Timer.AWAKE, ""), self.host.now() + TICK)
+        timers.set((Timer.AWAKE, ""), next_on_grid(self.host.now(), TICK))
 
     def signal(self, name: str, sig: int, why: Why) -> None:
         """A signal sent (a drill's, say): a STOP is looked for in /proc at the next
@@ -39,7 +39,7 @@ class Beats:
         self.processes.signal(name, sig, why)
         if sig in hangs.STOPS:
             self.processes.records[name].worker.stop_sent_at = self.awake()
-            look, soon = (Timer.LOOK, name), self.host.now() + TICK
+            look, soon = (Timer.LOOK, name), next_on_grid(self.host.now(), TICK)
             if look in self.timers and soon < (self.timers.when(look) or soon):
                 self.timers.set(look, soon)
 
@@ -65,15 +65,14 @@ class Beats:
         """A beat (or a hello) moves the next look at its silence to when the next beat
         is overdue: a process that beats on time is never looked at, and no tick costs
         anything per process (one heap entry per beat, as the beat itself costs)."""
-        if rec.state in LOOKED:
-            self.timers.set((Timer.LOOK, rec.plan.name),
-                            self.host.now() + hangs.next_look(rec.worker, rec.plan.hang_timeout,
-                                                              awake, TICK))
+        if rec.state in LOOKED:  # on the tick's grid: the looks due together, one wakeup
+            wait = hangs.next_look(rec.worker, rec.plan.hang_timeout, awake, TICK)
+            self.timers.set((Timer.LOOK, rec.plan.name), on_grid(self.host.now() + wait, TICK))
 
     def tick(self, name: str, now: float) -> None:
         """The awake clock is read at least once a TICK: a longer gap is a stall."""
         self.awake()
-        self.timers.set((Timer.AWAKE, name), now + TICK)
+        self.timers.set((Timer.AWAKE, name), next_on_grid(now, TICK))
 
     def look(self, name: str, now: float) -> None:
         """Its silence judged now (LOOK came due), and the next look set."""

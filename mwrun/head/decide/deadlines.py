@@ -13,9 +13,22 @@ every process to find what is due.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable
 from enum import Enum
 from typing import Generic, TypeVar
+
+
+def on_grid(when: float, step: float) -> float:
+    """``when``, moved on to the next multiple of ``step``: timers that need no better
+    than a tick's precision (looks at silent processes, the periodic turns) fall due
+    together, one wakeup of the loop for them all rather than one each."""
+    return math.ceil(when / step) * step
+
+
+def next_on_grid(now: float, step: float) -> float:
+    """The first multiple of ``step`` after ``now``: a periodic timer's next turn."""
+    return (math.floor(now / step) + 1) * step
 
 
 class Timer(str, Enum):

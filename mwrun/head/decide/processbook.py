@@ -18,7 +18,7 @@ from typing import Protocol
 
 from mwrun.errors import StartError
 from mwrun.head.decide import events as ev
-from mwrun.head.decide.deadlines import Timer, Timers
+from mwrun.head.decide.deadlines import Timer, Timers, next_on_grid
 from mwrun.head.decide.events import Event, Why
 from mwrun.head.decide.moves import checked
 from mwrun.head.decide.records import ProcessRecord, Worker
@@ -101,7 +101,7 @@ class Processes:
         self.unheard.add(name)
         self.timers.clear((Timer.RESTART, name))
         self.timers.clear((Timer.HANG_KILL, name))
-        self.timers.set((Timer.LOOK, name), now + TICK)
+        self.timers.set((Timer.LOOK, name), next_on_grid(now, TICK))
         self.emit(ev.Spawned(name, pid, rec.restarts) if pid is not None else
                   ev.ProcessChanged(name, P.STARTING, rec.why))  # its pid comes later
         return None
