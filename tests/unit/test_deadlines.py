@@ -43,3 +43,28 @@ def test_the_heap_agrees_with_a_plain_dict_through_any_sets_clears_and_dues():
             assert timers.earliest() == min(wanted.values(), default=None)
             assert len(timers) == len(wanted)
             assert all(timers.when(k) == w for k, w in wanted.items())
+
+
+def test_the_grid_puts_a_deadline_on_the_next_tick_and_a_turn_after_now():
+    from mwrun.head.decide.deadlines import next_on_grid, on_grid
+
+    assert on_grid(100.0, 0.5) == 100.0 and on_grid(100.01, 0.5) == 100.5
+    assert next_on_grid(100.0, 0.5) == 100.5 and next_on_grid(100.49, 0.5) == 100.5
+
+
+def test_a_jobs_looks_and_turns_fall_due_together_on_the_ticks_grid():
+    """Every look at a silent process and the awake clock's turn are due on multiples of
+    TICK: one wakeup of the loop for them all, never one per late beat."""
+    from mwrun.head.decide.deadlines import Timer
+    from mwrun.head.decide.supervisor import TICK
+    from tests.unit.test_supervisor import join_all, make
+
+    sup, host = make()
+    join_all(sup)
+    host.t += 0.123  # the beats come at any moment, not on the grid
+    for name, rec in sup.procs.items():
+        sup.members.on_heartbeat(name, rec.worker.pid, 1.0)
+    due = [sup.timers.when((kind, name)) for kind in (Timer.LOOK, Timer.AWAKE)
+           for name in [*sup.procs, ""] if (kind, name) in sup.timers]
+    assert len(due) == len(sup.procs) + 1
+    assert all(abs(when / TICK - round(when / TICK)) < 1e-9 for when in due), due
