@@ -106,3 +106,21 @@ def test_a_drill_stop_shows_unresponsive_at_the_next_tick_and_cont_running_again
     probed = len(host.probed)
     run_for(sup, host, 3.0, beating=list(sup.procs))
     assert len(host.probed) == probed  # on time again: no more reads
+
+
+def test_a_tick_judges_no_process_that_beats_on_time(monkeypatch):
+    """A tick costs what is due: members whose beats come on time are never judged (the
+    head once judged every process on every tick)."""
+    from mwrun.head.decide import hangs
+
+    judged = []
+    judge = hangs.judge
+    monkeypatch.setattr(hangs, "judge", lambda *a, **k: judged.append(1) or judge(*a, **k))
+    sup, host = make(HANGS)
+    hello_every(sup, 1.0)
+    run_for(sup, host, 2.0, beating=list(sup.procs))  # the first looks after the start
+    judged.clear()
+    run_for(sup, host, 10.0, beating=list(sup.procs))
+    assert judged == []
+    run_for(sup, host, 2.0, beating=("leader", "worker-1"))  # one falls silent: looked at
+    assert judged and sup.procs["worker-0"].state is P.UNRESPONSIVE
