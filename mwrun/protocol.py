@@ -89,7 +89,7 @@ Hangs are caught two ways: every call carries the world's timeout (never the bac
 30-minute default), and under the launcher a heartbeat thread lets the supervisor
 notice a stopped process; it then kills the process, which breaks the world as above.
 A third: a member whose abort of a broken world's communicator does not return within
-its deadline sends the supervisor the world event ``abort_hung`` (``ABORT_HUNG``); the
+its deadline sends the supervisor the world event ``abort_hung`` (``WorldReport.ABORT_HUNG``); the
 supervisor kills it as hung, and its restart policy applies.
 """
 
@@ -127,8 +127,6 @@ class WorldReport(_Word):
     ADDED = "added"  # a world the head added formed here (head/observe/scaleops.py)
     RELEASED = "released"  # it lets a draining world go (world.release())
 
-
-ABORT_HUNG = WorldReport.ABORT_HUNG
 
 
 class Verb(_Word):

@@ -27,7 +27,7 @@ from typing import Any
 
 from mwrun.head.decide.deadlines import Timer, Timers, next_on_grid
 from mwrun.head.decide.events import Event, Events, Gone, Said, WorldRemoved, lines
-from mwrun.head.decide.members import Members
+from mwrun.head.decide.plain import PlainGroups
 from mwrun.head.decide.supervisor import TICK, Supervisor
 from mwrun.head.hosts.agents import Agents
 from mwrun.head.hosts.downlink import Downlink
@@ -99,12 +99,12 @@ class Rounds:
     capture running out (a wakeup only: the bundles are stepped every turn)."""
 
     def __init__(self, timers: Timers, beat_agents: Callable[[float], None] | None,
-                 hands: Hands, ops: Ops, members: Members,
+                 hands: Hands, ops: Ops, plain: PlainGroups,
                  plain_ranks: Callable[[str], set[int] | None], history: History,
                  status: document.Status, traffic: Traffic, writer: document.Writer,
                  postmortems: Postmortems):
         self.timers, self.beat_agents, self.hands, self.ops = timers, beat_agents, hands, ops
-        self.members, self.plain_ranks = members, plain_ranks
+        self.plain, self.plain_ranks = plain, plain_ranks
         self.history, self.status, self.traffic = history, status, traffic
         self.writer, self.postmortems = writer, postmortems
         self.kept: dict[Timer, float | None] = {}  # what behind() last set, per kind
@@ -122,7 +122,7 @@ class Rounds:
             self.beat_agents(now)
         self.hands.tick()
         self.ops.tick()
-        self.members.look_into_stores(self.plain_ranks)
+        self.plain.look_into_stores(self.plain_ranks)
         self.timers.set((Timer.TICK, name), next_on_grid(now, TICK))
 
     def _sample(self, name: str, now: float) -> None:
@@ -223,7 +223,7 @@ class Loop:
                           time.monotonic)
         self.dispatcher = Dispatcher(verbs, library, supervisor.processes.awaits_pid)
         self.rounds = Rounds(self.timers, (agents.tick if agents is not None else None),
-                             self.hands, self.ops, supervisor.members, stores.plain_ranks,
+                             self.hands, self.ops, supervisor.plain, stores.plain_ranks,
                              self.history, self.status, self.traffic, self.writer,
                              self.postmortems)
 

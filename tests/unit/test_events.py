@@ -126,7 +126,7 @@ def test_a_plain_world_mwrun_cannot_read_is_told_once_not_every_tick():
     sup, host = make()
     mark = len(host.events)
     for _ in range(5):
-        sup.members.on_store_seen("world2", None)
+        sup.plain.on_store_seen("world2", None)
         host.t += 0.5
         sup.on_tick()
     assert since(host, mark) == [ev.WorldChanged("world2", W.FORMING, sup.worlds["world2"].opaque)]

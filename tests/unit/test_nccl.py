@@ -271,7 +271,7 @@ def test_an_abort_past_its_deadline_is_told_to_the_supervisor(monkeypatch):
     world = world_with(made()[0], link=link)
     world.membership.broke(0, "a peer died", publish=False)  # returned, the abort hung:
     release.set()  # the process never hangs in an abort
-    hung = [e for e in link.events if e[2] == protocol.ABORT_HUNG]
+    hung = [e for e in link.events if e[2] == protocol.WorldReport.ABORT_HUNG]
     assert len(hung) == 1 and hung[0][:2] == ("gpu", 0)
     assert "did not return within 0.3s" in hung[0][3]
     assert link.events[-1][2] == "broken"  # and the break is told as ever
@@ -297,7 +297,7 @@ def test_the_head_kills_a_member_whose_abort_hung():
                       time.monotonic)  # a world event reaches the members alone
     control = Dispatcher(verbs, library, sup.processes.awaits_pid)
     request = {"verb": "world", "process": "leader", "pid": leader.worker.pid, "world": "world1",
-               "generation": 0, "event": protocol.ABORT_HUNG,
+               "generation": 0, "event": protocol.WorldReport.ABORT_HUNG,
                "reason": "aborting world1's nccl group did not return within 10s"}
     assert requests.problem(request) is None
     control.dispatch({**request, "pid": leader.worker.pid + 100})  # an earlier incarnation

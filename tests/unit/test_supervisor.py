@@ -431,20 +431,20 @@ def test_plain_members_are_never_taken_as_joined_for_having_run_a_while():
 
 def test_a_plain_group_joins_when_its_rendezvous_shows_in_the_store():
     sup, host = make()
-    assert sup.members.plain_forming() == ["world1", "world2"]
-    sup.members.on_store_seen("world1", {0})  # rank 1 has not reached init_process_group yet
+    assert sup.plain.forming() == ["world1", "world2"]
+    sup.plain.on_store_seen("world1", {0})  # rank 1 has not reached init_process_group yet
     assert sup.worlds["world1"].state is W.FORMING
-    sup.members.on_store_seen("world1", {0, 1})
+    sup.plain.on_store_seen("world1", {0, 1})
     assert sup.worlds["world1"].state is W.HEALTHY
     assert sup.worlds["world1"].healthy_since == host.t
     assert sup.procs["worker-0"].state is P.RUNNING
     assert sup.procs["leader"].state is P.STARTING  # world2 has not formed
-    assert sup.members.plain_forming() == ["world2"]
+    assert sup.plain.forming() == ["world2"]
 
 
 def test_a_plain_group_mwrun_cannot_read_is_unknown_never_healthy():
     sup, host = make()
-    sup.members.on_store_seen("world2", None)
+    sup.plain.on_store_seen("world2", None)
     host.t += 60.0
     sup.on_tick()
     world = sup.worlds["world2"]
@@ -455,8 +455,8 @@ def test_an_mwrun_member_still_starting_is_not_joined_by_the_store():
     sup, _ = make()
     for name, rec in sup.procs.items():
         sup.members.on_hello(name, rec.worker.pid, 1.0)
-    assert sup.members.plain_forming() == []
-    sup.members.on_store_seen("world1", {0, 1})  # said hello: only its own "ready" counts
+    assert sup.plain.forming() == []
+    sup.plain.on_store_seen("world1", {0, 1})  # said hello: only its own "ready" counts
     assert sup.worlds["world1"].state is W.FORMING
 
 

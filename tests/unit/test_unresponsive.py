@@ -33,7 +33,7 @@ def test_unresponsive_becomes_hung_after_the_hang_timeout():
 def test_a_stopped_plain_process_is_unresponsive_as_soon_as_proc_says_so():
     sup, host = make(HANGS)  # no hello: plain scripts never beat
     for world in ("world1", "world2"):
-        sup.members.on_store_seen(world, {0, 1})  # their groups met in the stores
+        sup.plain.on_store_seen(world, {0, 1})  # their groups met in the stores
     assert sup.procs["worker-1"].state is P.RUNNING
     host.status["worker-1"] = "stopped"
     next_tick(sup, host)

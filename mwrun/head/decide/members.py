@@ -70,30 +70,3 @@ class Members:
             # so already; the rest of the world follows it to the next generation.
             self.book.broke(world, reason, written=True)
         self.reconcile(rec, only=[world_name])  # what one world's news moved: that world
-
-    def look_into_stores(self, ranks: Callable[[str], set[int] | None]) -> None:
-        """What each forming world's store shows now of its plain members (``ranks``
-        of a world: the stores', ``on_store_seen``)."""
-        for world in self.plain_forming():
-            self.on_store_seen(world, ranks(world))
-
-    def plain_forming(self) -> list[str]:
-        """Worlds whose stores the loop looks into for a plain group (worldbook.py)."""
-        return self.book.plain_forming(self.processes.unheard)
-
-    def on_store_seen(self, world_name: str, ranks: set[int] | None) -> None:
-        """What a forming world's store shows of a plain torch.distributed group: the
-        ranks whose rendezvous keys are there, or None when mwrun cannot read them (a
-        backend whose keys it does not know); the world is then shown as unknown."""
-        world = self.book.records.get(world_name)
-        if world is None or world.state is not W.FORMING:
-            return
-        if self.book.seen(world, ranks):  # the whole group met: it exists
-            for member in world.plan.members:
-                rec = self.processes.records[member]
-                if rec.state.alive and not rec.worker.said_hello:
-                    rec.worker.ready.add(world_name)
-                    rec.worker.generations[world_name] = world.generation
-        self.reconcile(*(self.processes.records[m] for m in world.plan.members),
-                    only=[world_name])
-

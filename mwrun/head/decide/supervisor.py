@@ -23,6 +23,7 @@ from mwrun.head.decide.deadlines import Timer, Timers
 from mwrun.head.decide.events import Event, Events, Why
 from mwrun.head.decide.members import Members
 from mwrun.head.decide.moves import checked
+from mwrun.head.decide.plain import PlainGroups
 from mwrun.head.decide.processbook import TICK, Hands, Processes
 from mwrun.head.decide.records import ProcessRecord
 from mwrun.head.decide.reshaping import Reshaping
@@ -67,6 +68,8 @@ class Supervisor:
         # What the library inside each process tells (its hello, beats, worlds).
         self.members = Members(self.processes, self.beats, self.book, self.reshaping,
                                self.reconcile)
+        # What plain torch.distributed groups show in their worlds' stores.
+        self.plain = PlainGroups(self.processes, self.book, self.events.emit, self.reconcile)
         self._handle_timers()
 
     def _handle_timers(self) -> None:

@@ -31,8 +31,6 @@ from mwrun.schema import WORLD_MOVES
 from mwrun.schema import ProcessState as P
 from mwrun.schema import WorldState as W
 
-OPAQUE = "mwrun cannot see this world's process group form in its store"
-
 
 class Stores(Protocol):
     """Where a world's members watch: the part of the host this needs."""
@@ -215,29 +213,3 @@ class Worlds:
             if world.state is not W.CLOSED:
                 self.move(world, W.CLOSED)  # any -> CLOSED
                 self.emit(WorldClosed(name, world.reason))
-
-    def plain_forming(self, unheard: set[str]) -> list[str]:
-        """Worlds forming with a live member that has not spoken the mwrun protocol
-        (yet): the loop looks into their stores for a plain group's rendezvous. Found
-        from the members not heard from (``unheard``, pruned of those no longer alive
-        here), so a job whose members all said hello costs nothing here."""
-        found: dict[str, None] = {}
-        for name in list(unheard):
-            rec = self.procs.get(name)
-            if rec is None or not rec.state.alive or rec.worker.said_hello:
-                unheard.discard(name)
-                continue
-            for world in rec.plan.worlds:
-                record = self.records.get(world)
-                if record is not None and record.state is W.FORMING:
-                    found[world] = None
-        return sorted(found)
-
-    def seen(self, world: WorldRecord, ranks: set[int] | None) -> bool:
-        """What a forming world's store shows of a plain group (see
-        Members.on_store_seen): whether the whole group met there."""
-        opaque = OPAQUE if ranks is None else None
-        if opaque != world.opaque:  # asked every tick: only a change is news
-            world.opaque = opaque
-            self.emit(WorldChanged(world.plan.name, world.state, opaque))
-        return ranks is not None and set(range(world.plan.size)) <= ranks

@@ -64,7 +64,7 @@ class Library:
     def world(self, request: dict) -> None:
         """world {process, pid, world, generation, event, reason?, t?}: a world of the
         member's formed, broke, was added, or its abort hung (then it is killed as hung)."""
-        if request.get("event") == protocol.ABORT_HUNG:
+        if request.get("event") == protocol.WorldReport.ABORT_HUNG:
             self.members.on_abort_hung(_got(request, "process"), _got(request, "pid"),
                                        str(request.get("reason") or ""))
             return
