@@ -235,8 +235,10 @@ class ScriptedHost:
         return 1.8e9 + self.t
 
     def spawn(self, name, generations, restarts, incarnation):
+        from mwrun.head.decide.processbook import Made
+        from mwrun.schema import Start
         self.pid += 1
-        return self.pid
+        return Made(self.pid, Start.COLD)
 
     def join(self, sup, name, only=None):
         """A process's library joining its worlds (``only``: these; it said hello)."""

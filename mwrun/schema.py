@@ -75,6 +75,18 @@ class ProcessState(str, Enum):
         return self.alive or self is ProcessState.RESTARTING
 
 
+class Goal(str, Enum):
+    """What the head wants of a process: its desired state, against which its observed
+    one (ProcessState) is reconciled (mwrun/head/decide/reconcile.py). Set only by the
+    plan and its revisions (RUN, RETIRE), the stop (STOP) and the restart policy (END,
+    or RUN again after a backoff)."""
+
+    RUN = "run"  # running: started, and started again after an end the policy restarts
+    RETIRE = "retire"  # a scale down retired it: its worlds drain, then it ends and leaves
+    STOP = "stop"  # the whole job stops
+    END = "end"  # ended for good: the policy restarts it no more, or nothing is left to join
+
+
 class WorldState(str, Enum):
     FORMING = "forming"
     HEALTHY = "healthy"

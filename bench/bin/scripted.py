@@ -7,6 +7,14 @@ try:
     from mwrun.head.decide.supervisor import TICK, Supervisor
 except ImportError:  # the head before its folders
     from mwrun.head.supervisor import TICK, Supervisor  # type: ignore[no-redef]
+try:
+    from mwrun.head.decide.processbook import Made
+    from mwrun.schema import Start
+    COLD = Start.COLD
+except ImportError:  # an older head: a start made is its pid alone
+    def Made(pid, start):  # type: ignore[no-redef]
+        return pid
+    COLD = None
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import place
 from mwrun.plan.topology import parse
@@ -29,7 +37,7 @@ class Host:
 
     def spawn(self, name, *args):
         self.pid += 1
-        return self.pid
+        return Made(self.pid, COLD)
 
     def probe(self, name):
         return "sleeping"

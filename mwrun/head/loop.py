@@ -54,7 +54,7 @@ from mwrun.membership.revision import Membership
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import Plan
 from mwrun.plan.topology import Topology
-from mwrun.schema import STATE, TOPOLOGY, ZYGOTE_LOG
+from mwrun.schema import STATE, TOPOLOGY, ZYGOTE_LOG, Start
 
 OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
 OUTPUT_SLICE_MIN = 4096
@@ -179,12 +179,11 @@ class Loop:
                                  else lambda process, message: False)
         self.stacks = Stacks(self.downlink.tell, time.monotonic)  # mwrun stacks: the asks
         self.progress = Progress(list(plan.processes), list(plan.worlds), self.say,
-                                 lambda: self.router.starts, self.started_at)  # told by it
+                                 self.started_at)
         self.hands = Hands(self.selector, self, run_dir / ZYGOTE_LOG,
                            lambda: self.supervisor.stopping)  # which acts through them
         self.router = router = Router(lambda: membership.plan, self.hands, agents, stores,
-                                      self.downlink, run_id, control_path,
-                                      self.progress.started)
+                                      self.downlink, run_id, control_path)
         # The listeners hear the supervisor, and read it. The fault timeline (hears each
         # event first; its ids tag history records), scale phases, bundles, state.json.
         self.faults = Faults(View(lambda: self.supervisor.procs, lambda r: list(r.plan.worlds)),
@@ -212,7 +211,7 @@ class Loop:
         self.elastic = Elastic(membership, supervisor, self.ops, router.host_up, run_dir)
         self.status = document.Status(
             document.Facts(run_id, self.started_at, str(run_dir / TOPOLOGY), control_path),
-            supervisor, membership, self.usage, lambda: router.starts, self.traffic,
+            supervisor, membership, self.usage, self.traffic,
             self.faults, self.ops, self.postmortems, self.elastic, agents,
             hosts or [])  # the document's host entries (name, addr)
         # The control verbs: the operator's, the library's, and the one way in to both.
@@ -242,13 +241,11 @@ class Loop:
 
     def spawned(self, name: str, pid: int, warm: bool, at: float | None = None) -> None:
         """``at``: when its host (a remote agent) made it, on the head's clock."""
-        self.supervisor.on_spawned(name, pid, at)
-        self.router.spawned(name, warm)
+        self.supervisor.on_spawned(name, pid, at, Start.WARM if warm else Start.COLD)
         self.dispatcher.pid_told(name, pid)  # what it said before its pid came
 
     def failed(self, name: str, error: str) -> None:
         self.supervisor.on_spawn_failed(name, error)
-        self.progress.started(name)
 
     def lines(self, name: str, lines: list[str]) -> None:
         self.printer.lines(name, lines)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+from mwrun.head.decide.processbook import Made
 from mwrun.head.loop import Loop
 from mwrun.head.serve.dispatcher import Dispatcher
 from mwrun.head.serve.early import MAX_HELD, Early
@@ -27,7 +28,7 @@ class WarmHost(FakeHost):
 
     def spawn(self, name, generations, restarts, incarnation=1):
         super().spawn(name, generations, restarts, incarnation)
-        return None
+        return Made(None, None)
 
 
 def head(sup):

@@ -658,6 +658,46 @@ def test_the_mover_check_sees_a_state_set_elsewhere(tmp_path):
     assert state_writes(bad) == ["processbook.py:5 (hang)", "processbook.py:8 (spawn)"]
 
 
+# Who may ask a mover to move a record: a process's state moves only in its reconcile
+# (decide/reconcile.py: its goal and what was seen of it), a world's only in its book.
+MOVE_CALLERS = {"processes.move": {"reconcile.py"}, "book.move": set(),
+                "self.move": {"processbook.py", "worldbook.py"}}
+
+
+def move_calls(path: Path) -> list[str]:
+    """Every ``X.move(...)`` call in a file, as ``owner.move`` (``self.move`` for the
+    book's own)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "move":
+            owner = node.func.value
+            name = owner.attr if isinstance(owner, ast.Attribute) else \
+                getattr(owner, "id", "?")
+            found.append(f"{name}.move")
+    return found
+
+
+def test_only_the_reconcile_moves_a_process():
+    """A process's state moves in one place, its reconcile; a world's in its book."""
+    wrong = []
+    for path in sorted((PACKAGE / "head" / "decide").glob("*.py")):
+        for call in move_calls(path):
+            if path.name not in MOVE_CALLERS.get(call, set()):
+                wrong.append(f"{path.name}: {call}")
+    assert wrong == []
+    assert "processes.move" in move_calls(PACKAGE / "head" / "decide" / "reconcile.py")
+    # and the process book moves nothing of its own accord
+    assert "self.move" not in move_calls(PACKAGE / "head" / "decide" / "processbook.py")
+
+
+def test_the_move_check_sees_a_move_elsewhere(tmp_path):
+    bad = tmp_path / "beats.py"
+    bad.write_text("def hang(self, rec):\n    self.processes.move(rec, 'hung')\n"
+                   "    self.settle.reconcile(rec)\n")
+    assert move_calls(bad) == ["processes.move"]
+
+
 def test_the_head_keeps_its_timers_in_one_heap():
     """Only decide/deadlines.py keeps a heap; the head makes one ``Timers`` (the loop's;
     a supervisor alone, in tests and benchmarks, makes its own)."""

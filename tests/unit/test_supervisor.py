@@ -7,6 +7,7 @@ import pytest
 from mwrun.errors import StartError
 from mwrun.head.decide import events as ev
 from mwrun.head.decide.policy import STABLE_AFTER
+from mwrun.head.decide.processbook import Made
 from mwrun.head.decide.supervisor import TICK, Supervisor
 from mwrun.head.decide.worldbook import Worlds
 from mwrun.plan.inventory import HostInventory
@@ -14,6 +15,7 @@ from mwrun.plan.placement import place
 from mwrun.plan.topology import parse
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
+from mwrun.schema import Start
 from mwrun.schema import WorldState as W
 
 STAR = """\
@@ -63,7 +65,7 @@ class FakeHost:
             raise StartError("No such file or directory: 'x'")
         self.next_pid += 1
         self.calls.append(("spawn", name, dict(generations), restarts))
-        return self.next_pid
+        return Made(self.next_pid, Start.COLD)
 
     def signal(self, name, sig, why):
         self.calls.append(("signal", name, sig))

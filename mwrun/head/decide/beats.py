@@ -3,27 +3,29 @@ supervisor fools no one), each beat and hello moving the process's next look at 
 silence (a LOOK timer), a look judging it (unresponsive at once, hung later), and a
 hung process's kill held back while its stacks are captured.
 
-It moves process states only through ``Processes.move`` (the records are the book's);
-a process that beats on time costs one heap entry per beat and is never looked at.
+It moves no state: what it judges (late, hung) is marked on the process's Worker and
+reconciled (reconcile.py); a process that beats on time costs one heap entry per beat
+and is never looked at.
 """
 
 from __future__ import annotations
 
 import signal
 
-from mwrun.head.decide import events as ev
 from mwrun.head.decide import hangs
 from mwrun.head.decide.deadlines import Timer, next_on_grid, on_grid
 from mwrun.head.decide.events import Why
 from mwrun.head.decide.processbook import LOOKED, TICK, Processes
+from mwrun.head.decide.reconcile import ProcessReconciler
 from mwrun.head.decide.records import ProcessRecord
 from mwrun.plan import nccl as nccl_rules
 from mwrun.schema import ProcessState as P
 
 
 class Beats:
-    def __init__(self, processes: Processes, capture_wait: float = 0.0):
-        self.processes, self.host = processes, processes.host
+    def __init__(self, processes: Processes, settle: ProcessReconciler,
+                 capture_wait: float = 0.0):
+        self.processes, self.settle, self.host = processes, settle, processes.host
         # A member declared hung is killed once its world's stacks are captured
         # (postmortem.py says so: ``kill_hung``), or this long after at the latest.
         self.capture_wait = capture_wait
@@ -104,28 +106,24 @@ class Beats:
 
     def responsive(self, rec: ProcessRecord, late: str | None) -> None:
         """Show at once that a running process stopped answering (``late``: hangs.LATE
-        or hangs.STOPPED), long before it is declared hung; and that it answers again."""
-        if late is not None and rec.state is P.RUNNING:
-            self.processes.move(rec, P.UNRESPONSIVE)  # RUNNING -> UNRESPONSIVE
-            rec.why = f"{rec.plan.name} is unresponsive ({late})"
-        elif late is None and rec.state is P.UNRESPONSIVE:
-            self.processes.move(rec, P.RUNNING)  # UNRESPONSIVE -> RUNNING
-            rec.why = f"{rec.plan.name} responds again"
-        else:
+        or hangs.STOPPED), long before it is declared hung; and that it answers again.
+        Marked, and reconciled only when it changed (a beat on time costs nothing)."""
+        if rec.worker.late == late:
             return
-        self.processes.emit(ev.ProcessChanged(rec.plan.name, rec.state, rec.why))
-        self.processes.say(rec.why)
+        rec.worker.late = late
+        old = rec.state
+        if self.settle.reconcile(rec) is not None and P.UNRESPONSIVE in (old, rec.state):
+            self.processes.say(rec.why)  # RUNNING <-> UNRESPONSIVE
 
     def hang(self, rec: ProcessRecord, why: str) -> None:
         """Declared hung: its stacks, and its worlds' other members', are captured
         (the Hung event starts it) before it is killed, within ``capture_wait``."""
-        self.processes.move(rec, P.HUNG)  # STARTING|RUNNING|UNRESPONSIVE -> HUNG
         name = rec.plan.name
         wait = self.capture_wait
         then = f"capturing stacks for at most {wait:g}s, then killing it" if wait \
             else "killing it"
         rec.worker.hung, rec.why = why, f"{name} hung: {why}; {then}"
-        self.processes.emit(ev.Hung(name, why))
+        self.settle.reconcile(rec)  # STARTING|RUNNING|UNRESPONSIVE -> HUNG, told
         self.processes.say(rec.why)
         if wait:
             self.timers.set((Timer.HANG_KILL, name), self.host.now() + wait)

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
-from mwrun.schema import ProcessState, RunState, WorldState
+from mwrun.schema import ProcessState, RunState, Start, WorldState
 
 
 class Why(str, Enum):
@@ -40,6 +40,8 @@ class Spawned:
     pid: int
     restarts: int
     at: float | None = None
+    # How (warm, cold), if its host said: a detail of the start, not what it is.
+    start: Start | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import signal
 from collections import Counter
 from collections.abc import Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from mwrun.errors import StartError
 from mwrun.head.decide import events as ev
@@ -23,11 +23,19 @@ from mwrun.head.decide.events import Event, Why
 from mwrun.head.decide.moves import checked
 from mwrun.head.decide.records import ProcessRecord, Worker
 from mwrun.plan.placement import ProcessPlan
-from mwrun.schema import PROCESS_MOVES
+from mwrun.schema import PROCESS_MOVES, Start
 from mwrun.schema import ProcessState as P
 
 TICK = 0.5  # seconds between the awake clock's readings, and looks at a silent process
 LOOKED = (P.STARTING, P.RUNNING, P.UNRESPONSIVE)  # whose silence is judged (hangs.py)
+
+
+class Made(NamedTuple):
+    """A start its host made: its pid and how (warm, cold); both None when its host
+    answers later (a remote host, a zygote still importing: ``Supervisor.on_spawned``)."""
+
+    pid: int | None
+    start: Start | None
 
 
 class Hands(Protocol):
@@ -36,7 +44,7 @@ class Hands(Protocol):
     def now(self) -> float: ...
     def wall(self) -> float: ...
     def spawn(self, name: str, generations: dict[str, int], restarts: int,
-              incarnation: int) -> int | None: ...
+              incarnation: int) -> Made: ...
     def signal(self, name: str, sig: int, why: Why) -> None: ...
     def probe(self, name: str) -> str | None: ...
 
@@ -62,7 +70,7 @@ class Processes:
 
     def move(self, rec: ProcessRecord, state: P) -> None:
         """Every change of a process's state goes here, checked against its machine;
-        the tally follows it."""
+        the tally follows it. Called by the reconcile alone (reconcile.py)."""
         old = rec.state
         rec.state = checked(PROCESS_MOVES, f"process {rec.plan.name}", old, state)
         self.tally[old] -= 1
@@ -85,25 +93,26 @@ class Processes:
             self.timers.clear((kind, name))
 
     def spawn(self, rec: ProcessRecord, generations: dict[str, int]) -> str | None:
-        """Start ``rec`` (again); why it could not, or None."""
+        """Start ``rec`` (again): its new Worker, to be reconciled (reconcile.py moves
+        it to STARTING and tells the start); why it could not, or None."""
         name = rec.plan.name
-        try:
-            pid = self.host.spawn(name, generations, rec.restarts, rec.worker.incarnation + 1)
-        except StartError as exc:
-            self.move(rec, P.STARTING)
-            return str(exc)
         now = self.host.now()
-        self.move(rec, P.STARTING)  # RESTARTING -> STARTING, or a first start
+        try:
+            made = self.host.spawn(name, generations, rec.restarts, rec.worker.incarnation + 1)
+        except StartError as exc:
+            # A start tried and not made: a Worker of its own that ends at once, under
+            # the number it had (no process ever had the next one).
+            rec.worker = Worker(rec.worker.incarnation, now, self.host.wall(), generations)
+            return str(exc)
         # A new start is a new Worker: nothing of the last one's is carried, or reset.
-        rec.worker = Worker(rec.worker.incarnation + 1, now, self.host.wall(), generations, pid)
+        rec.worker = Worker(rec.worker.incarnation + 1, now, self.host.wall(), generations,
+                            *made)
         rec.restart_at = None
         self.incarnations[name] = rec.worker.incarnation
         self.unheard.add(name)
         self.timers.clear((Timer.RESTART, name))
         self.timers.clear((Timer.HANG_KILL, name))
         self.timers.set((Timer.LOOK, name), next_on_grid(now, TICK))
-        self.emit(ev.Spawned(name, pid, rec.restarts) if pid is not None else
-                  ev.ProcessChanged(name, P.STARTING, rec.why))  # its pid comes later
         return None
 
     def signal(self, name: str, sig: int, why: Why) -> None:

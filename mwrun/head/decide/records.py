@@ -1,6 +1,8 @@
-"""What the supervisor knows of each process and each world: plain records it alone
-changes (its state machines are in ``states``). Whoever reads them learns of changes
-from the supervisor's events (events.py), never by comparing records.
+"""What the supervisor knows of each process and each world: plain records. A process's
+record holds what is wanted of it (``goal``) and what was seen of its current start
+(``worker``); its state is reconciled from both in reconcile.py, the one place it
+moves. Whoever reads them learns of changes from the supervisor's events (events.py),
+never by comparing records.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mwrun import protocol
+from mwrun.head.decide.policy import Exit
 from mwrun.plan.placement import ProcessPlan, WorldPlan
+from mwrun.schema import Goal, RunState, Start
 from mwrun.schema import ProcessState as P
-from mwrun.schema import RunState
 from mwrun.schema import WorldState as W
 
 
@@ -26,8 +29,14 @@ class Worker:
     started: float = 0.0  # monotonic
     started_at: float | None = None  # wall clock, for people
     generations: dict[str, int] = field(default_factory=dict)  # world -> generation it is in
-    pid: int | None = None  # None until its host tells it (a warm or remote start)
-    exit_code: int | None = None  # how it ended, once it did
+    pid: int | None = None  # None until its host tells it (a warm or remote start); once ended
+    start: Start | None = None  # how it was made (warm, cold), once its host told
+    # What was seen of it (observed state), reconciled into its record's state:
+    exit: Exit | None = None  # how it ended, once it did (or its start could not be made)
+    ended_pid: int | None = None  # the pid it had when it ended
+    ended_at: float | None = None  # when its host saw it end, if its host said
+    late: str | None = None  # why it is late to beat (hangs.LATE, hangs.STOPPED), if it is
+    abandoned: bool = False  # it outlived even the stop's SIGKILL
     ready: set[str] = field(default_factory=set)  # worlds it joined at that generation
     left: set[str] = field(default_factory=set)  # worlds it closed (finished with)
     said_hello: bool = False
@@ -40,6 +49,18 @@ class Worker:
     hung: str | None = None  # why it was declared hung
     joined_at: float | None = None  # monotonic; when it went STARTING -> RUNNING
     drilled: bool = False  # a drill signalled it (policy.crash_loop)
+    # What the reconcile told of it already (its start, its end): each once.
+    told_start: bool = False
+    told_end: bool = False
+
+    @property
+    def made(self) -> bool:
+        """A start was made (or tried): the placeholder of a process never started is not."""
+        return self.started_at is not None or self.exit is not None
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.exit is None else self.exit.code
 
 
 @dataclass
@@ -48,7 +69,8 @@ class ProcessRecord:
     current start is ``worker``."""
 
     plan: ProcessPlan
-    state: P = P.STARTING
+    state: P = P.STARTING  # observed, as reconciled (reconcile.py)
+    goal: Goal = Goal.RUN  # desired
     worker: Worker = field(default_factory=Worker)
     restarts: int = 0
     # The restarts counted against max_restarts: those after a drill's fault are not (the

@@ -27,13 +27,14 @@ from mwrun.head.decide import events as ev
 from mwrun.head.decide.deadlines import Timer
 from mwrun.head.decide.events import Why
 from mwrun.head.decide.processbook import Processes
+from mwrun.head.decide.reconcile import ProcessReconciler
 from mwrun.head.decide.records import ProcessRecord, WorldRecord
 from mwrun.head.decide.worldbook import Worlds
 from mwrun.membership.revision import Action, Revision
 from mwrun.plan.environment import world_spec
 from mwrun.plan.placement import WorldPlan
 from mwrun.protocol import Verb
-from mwrun.schema import ProcessState as P
+from mwrun.schema import Goal
 from mwrun.schema import WorldState as W
 
 DRAINS = (Action.DRAIN, Action.REMOVE)
@@ -47,8 +48,10 @@ class Down(Protocol):
 
 
 class Reshaping:
-    def __init__(self, processes: Processes, book: Worlds, down: Down, grace: float):
-        self.processes, self.book, self.down, self.grace = processes, book, down, grace
+    def __init__(self, processes: Processes, settle: ProcessReconciler, book: Worlds,
+                 down: Down, grace: float):
+        self.processes, self.settle, self.book = processes, settle, book
+        self.down, self.grace = down, grace
         # The head's one heap: (DRAIN, world) when a drain ends at the latest, (LEAVE,
         # process) when a retired process with no world gets SIGTERM, (RETIRE_KILL,
         # process) when it gets SIGKILL; the supervisor says what each calls.
@@ -147,15 +150,13 @@ class Reshaping:
     # -- retired processes ----------------------------------------------------------------
 
     def _retire(self, rec: ProcessRecord, op: str, now: float) -> None:
-        rec.retired = op
+        rec.retired, rec.goal = op, Goal.RETIRE
         self.processes.emit(ev.Retired(rec.plan.name, op))
         if not rec.state.alive:  # restarting, failed, or never started: nothing to drain
             self.gone(rec)
             return
-        if rec.state is not P.HUNG:
-            self.processes.move(rec, P.DRAINING)  # STARTING|RUNNING|UNRESPONSIVE -> DRAINING
         rec.why = f"{rec.plan.name} is retired ({op}): its worlds drain, then it stops"
-        self.processes.emit(ev.ProcessChanged(rec.plan.name, rec.state, rec.why))
+        self.settle.reconcile(rec)  # STARTING|RUNNING|UNRESPONSIVE -> DRAINING, told
         for name in list(rec.plan.worlds):
             world = self.book.records.get(name)
             if world is None or world.state is W.CLOSED:

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from mwrun.head.decide import events as ev
 from mwrun.head.decide import policy
 from mwrun.head.decide.deadlines import Timer
 from mwrun.head.decide.processbook import TICK, Processes
+from mwrun.head.decide.reconcile import ProcessReconciler
 from mwrun.head.decide.records import ProcessRecord
 from mwrun.head.decide.reshaping import Reshaping
 from mwrun.head.decide.stopping import Stopping
 from mwrun.head.decide.worldbook import Worlds
+from mwrun.schema import Goal
 from mwrun.schema import ProcessState as P
 from mwrun.schema import WorldState as W
 
@@ -37,10 +38,10 @@ class Reach(Protocol):
 
 
 class Restarts:
-    def __init__(self, processes: Processes, book: Worlds, reshaping: Reshaping,
-                 stop: Stopping, host: Reach):
-        self.processes, self.book, self.reshaping = processes, book, reshaping
-        self.stop, self.host = stop, host
+    def __init__(self, processes: Processes, settle: ProcessReconciler, book: Worlds,
+                 reshaping: Reshaping, stop: Stopping, host: Reach):
+        self.processes, self.settle, self.book = processes, settle, book
+        self.reshaping, self.stop, self.host = reshaping, stop, host
         self.timers = processes.timers
 
     def start(self, rec: ProcessRecord) -> str | None:
@@ -48,38 +49,37 @@ class Restarts:
         generations its worlds are at; a start that cannot be made ends at once."""
         generations = {w: self.book.records[w].generation for w in rec.plan.worlds}
         error = self.processes.spawn(rec, generations)
-        return None if error is None else self.ended(rec, policy.Exit(None, start_error=error))
+        if error is None:
+            self.settle.reconcile(rec)  # -> STARTING, told
+            return None
+        return self.ended(rec, policy.Exit(None, start_error=error))
 
     def ended(self, rec: ProcessRecord, exit: policy.Exit, at: float | None = None
               ) -> str | None:
         """This start of ``rec`` ended (``at``: when its host saw it, if it said)."""
-        name, pid = rec.plan.name, rec.worker.pid
-        rec.worker.pid, rec.worker.exit_code = None, exit.code
+        name, worker = rec.plan.name, rec.worker
+        worker.exit, worker.ended_pid, worker.ended_at, worker.pid = exit, worker.pid, at, None
         what = exit.describe(name)
-        emit, stopping = self.processes.emit, self.stop.asked
-        if stopping or rec.retired:
-            self.processes.move(rec, P.EXITED if exit.code == 0 or rec.retired
-                                else P.STOPPED)  # live -> EXITED|STOPPED
+        stopping = self.stop.asked
+        if stopping or rec.retired:  # its goal (STOP, RETIRE) says how it ends
             rec.why = f"{what} (retired)" if rec.retired and not stopping else what
-            emit(ev.Exited(name, pid, exit.code, rec.state, rec.why, at, bool(exit.lost)))
+            self.settle.reconcile(rec)  # live -> EXITED|STOPPED, told
             if rec.retired:
                 self.reshaping.gone(rec)
             return None
-        worker = rec.worker
         rec.loop = policy.crash_loop(rec.loop, worker.joined_at, self.host.now(), worker.drilled)
         decision = policy.after_exit(rec.plan.restart, rec.plan.max_restarts,
                                      rec.plan.restart_backoff, rec.spent, exit, rec.loop)
-        if decision.restart:
+        if decision.restart:  # its goal stays RUN: again after the backoff
             rec.loop += 1
-            self.processes.move(rec, P.RESTARTING)  # live -> RESTARTING
             rec.restart_at = self.host.now() + decision.delay
             self.timers.set((Timer.RESTART, name), rec.restart_at)
             when = f"in {decision.delay:g}s" if decision.delay else "at once"
             rec.why = f"{what}; {decision.why} {when}"
         else:
-            self.processes.move(rec, P.EXITED if exit.clean else P.FAILED)  # live -> EXITED|FAILED
+            rec.goal = Goal.END
             rec.why = what if exit.clean else f"{what}; {decision.why}"
-        emit(ev.Exited(name, pid, exit.code, rec.state, rec.why, at, bool(exit.lost)))
+        self.settle.reconcile(rec)  # live -> RESTARTING|EXITED|FAILED, told
         self.processes.say(rec.why)
         for world_name in list(rec.plan.worlds):
             world = self.book.records.get(world_name)
@@ -118,8 +118,8 @@ class Restarts:
     def not_restarted(self, rec: ProcessRecord) -> None:
         """RESTARTING -> FAILED|EXITED: every world it would join has closed for good;
         a failure that is never repaired fails the job."""
-        self.processes.move(rec, P.EXITED if rec.worker.exit_code == 0 else P.FAILED)
+        rec.goal = Goal.END
         self.timers.clear((Timer.RESTART, rec.plan.name))
         rec.why = f"{rec.why}; not restarted: its worlds closed"
-        self.processes.emit(ev.ProcessChanged(rec.plan.name, rec.state, rec.why))
+        self.settle.reconcile(rec)  # RESTARTING -> EXITED|FAILED, told
         self.processes.say(rec.why)

@@ -11,7 +11,9 @@ from mwrun.head.decide import events as ev
 from mwrun.head.decide.deadlines import Timer
 from mwrun.head.decide.events import Why
 from mwrun.head.decide.processbook import Processes
+from mwrun.head.decide.reconcile import ProcessReconciler
 from mwrun.head.decide.records import ProcessRecord
+from mwrun.schema import Goal
 from mwrun.schema import ProcessState as P
 
 KILL_WAIT = 5.0  # after SIGKILL, how long to wait for processes stuck in the kernel
@@ -20,8 +22,8 @@ GIVE_UP = (Timer.STOP, "give_up")  # KILL_WAIT after that: what lives on is left
 
 
 class Stopping:
-    def __init__(self, processes: Processes, grace: float):
-        self.processes, self.grace = processes, grace
+    def __init__(self, processes: Processes, settle: ProcessReconciler, grace: float):
+        self.processes, self.settle, self.grace = processes, settle, grace
         self.timers = processes.timers  # the head's one heap: KILL, then GIVE_UP
         self.asked = False
 
@@ -37,14 +39,15 @@ class Stopping:
                   f" {self.grace:g}s)")
         self.timers.set(KILL, now + self.grace)
         for rec in list(procs.records.values()):
+            if rec.goal is not Goal.RETIRE:  # a retired one ends as it would have
+                rec.goal = Goal.STOP
             if rec.state.alive:
                 procs.signal(rec.plan.name, signal.SIGTERM, Why.STOP)
                 procs.signal(rec.plan.name, signal.SIGCONT, Why.STOP)  # a stopped one must wake
             elif rec.state is P.RESTARTING:
-                procs.move(rec, P.STOPPED)
                 rec.why = "its restart was cancelled by the stop"
                 self.timers.clear((Timer.RESTART, rec.plan.name))
-                procs.emit(ev.ProcessChanged(rec.plan.name, P.STOPPED, rec.why))
+                self.settle.reconcile(rec)  # RESTARTING -> STOPPED, told
         return list(procs.records.values())
 
     def due(self, which: str, now: float) -> list[ProcessRecord]:
@@ -63,10 +66,9 @@ class Stopping:
             for rec in list(procs.records.values()):
                 if rec.state.alive:
                     procs.say(f"{rec.plan.name} (pid {rec.worker.pid}) did not die; giving up")
-                    # live -> FAILED: a process left running is a failed job
-                    procs.move(rec, P.FAILED)
+                    rec.worker.abandoned = True  # a process left running is a failed job
                     rec.why = "did not die after SIGKILL"
-                    procs.emit(ev.Abandoned(rec.plan.name, rec.worker.pid, rec.why))
+                    self.settle.reconcile(rec)  # live -> FAILED, told
                     given_up.append(rec)
         return given_up
 

@@ -25,6 +25,7 @@ from mwrun.head.decide.members import Members
 from mwrun.head.decide.moves import checked
 from mwrun.head.decide.plain import PlainGroups
 from mwrun.head.decide.processbook import TICK, Hands, Processes
+from mwrun.head.decide.reconcile import ProcessReconciler
 from mwrun.head.decide.records import ProcessRecord
 from mwrun.head.decide.reshaping import Reshaping
 from mwrun.head.decide.restarts import Restarts
@@ -32,7 +33,7 @@ from mwrun.head.decide.stopping import Stopping
 from mwrun.head.decide.worldbook import Stores, Worlds
 from mwrun.membership.revision import Revision
 from mwrun.plan.placement import Plan
-from mwrun.schema import RUN_MOVES
+from mwrun.schema import RUN_MOVES, Start
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
 
@@ -57,14 +58,17 @@ class Supervisor:
         # The head's one heap of timers (the loop's, shared with its other parts).
         self.timers = timers if timers is not None else Timers()
         self.processes = Processes(plan.processes, host, self.events.emit, self.timers)
-        self.beats = Beats(self.processes, capture_wait)  # what beats say; hangs
         self.procs = self.processes.records  # read: the status document, the loop, tests
         self.book = Worlds(plan, self.procs, host, self.events.emit)
         self.worlds = self.book.records  # read: the status document, the loop, tests
+        # The one place a process's state moves: its goal and what was seen of it.
+        self.settle = ProcessReconciler(self.processes, self.book.joined_all)
+        self.beats = Beats(self.processes, self.settle, capture_wait)  # what beats say; hangs
         self.failed_stop = False  # the job was stopped because a world said on_failure: stop
-        self.stop = Stopping(self.processes, grace)
-        self.reshaping = Reshaping(self.processes, self.book, host, grace)
-        self.restarts = Restarts(self.processes, self.book, self.reshaping, self.stop, host)
+        self.stop = Stopping(self.processes, self.settle, grace)
+        self.reshaping = Reshaping(self.processes, self.settle, self.book, host, grace)
+        self.restarts = Restarts(self.processes, self.settle, self.book, self.reshaping,
+                                 self.stop, host)
         # What the library inside each process tells (its hello, beats, worlds).
         self.members = Members(self.processes, self.beats, self.book, self.reshaping,
                                self.reconcile)
@@ -153,11 +157,8 @@ class Supervisor:
             self.book.progress(world, now)
         for world in worlds.values():
             for rec in (self.procs[m] for m in world.plan.members):
-                if rec.state is P.STARTING and all(self.book.joined(rec, w)
-                                                   for w in rec.plan.worlds):
-                    self.processes.move(rec, P.RUNNING)  # STARTING -> RUNNING
-                    rec.worker.joined_at = now
-                    self._emit(ev.ProcessChanged(rec.plan.name, P.RUNNING, rec.why))
+                if rec.state is P.STARTING:
+                    self.settle.reconcile(rec)  # STARTING -> RUNNING once it joined all
                 elif rec.state is P.RESTARTING and self.book.nothing_to_join(rec):
                     self.restarts.not_restarted(rec)
         tally = self.processes.tally
@@ -178,12 +179,14 @@ class Supervisor:
             exit = policy.Exit(code, hung=rec.worker.hung, lost=lost, drilled=rec.worker.drilled)
             self.reconcile(*self._then(self.restarts.ended(rec, exit, at), rec))
 
-    def on_spawned(self, name: str, pid: int, at: float | None = None) -> None:
-        """A start its host answered later (a remote host's agent): its pid, made ``at``."""
+    def on_spawned(self, name: str, pid: int, at: float | None = None,
+                   start: Start | None = None) -> None:
+        """A start its host answered later (a remote host's agent, a zygote): its pid,
+        made ``at``, ``start`` (warm, cold)."""
         rec = self.procs.get(name)
         if rec is not None and rec.state is P.STARTING and rec.worker.pid is None:
-            rec.worker.pid = pid
-            self._emit(ev.Spawned(name, pid, rec.restarts, at))
+            rec.worker.pid, rec.worker.start = pid, start
+            self._emit(ev.Spawned(name, pid, rec.restarts, at, start))
 
     def on_spawn_failed(self, name: str, error: str) -> None:
         """A start its host answered later could not be made: as a start error."""

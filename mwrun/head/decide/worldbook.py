@@ -57,6 +57,11 @@ class Worlds:
         """Every change of a world's state goes here, checked against its machine."""
         world.state = checked(WORLD_MOVES, f"world {world.plan.name}", world.state, state)
 
+    def joined_all(self, rec: ProcessRecord) -> bool:
+        """It joined every world it is in (a process in none never joins one)."""
+        worlds = rec.plan.worlds
+        return bool(worlds) and all(self.joined(rec, w) for w in worlds)
+
     def joined(self, rec: ProcessRecord, world: str) -> bool:
         if not rec.state.alive:
             return False

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from mwrun import protocol
 from mwrun.head.decide.events import Why
+from mwrun.head.decide.processbook import Made
 from mwrun.head.decide.worldbook import Stores  # the same seam: the worlds' stores
 from mwrun.head.hosts.downlink import Downlink
 from mwrun.launchspec import LaunchSpec
@@ -54,13 +55,11 @@ class Remote(HostHands, Protocol):
 
 class Router:
     def __init__(self, plan: Callable[[], Plan], hands: Local, agents: Remote | None,
-                 stores: Stores, downlink: Downlink, run_id: str, control_path: str,
-                 started: Callable[[str], None]):
+                 stores: Stores, downlink: Downlink, run_id: str, control_path: str):
         self.plan, self.hands, self.agents, self.stores = plan, hands, agents, stores
         self.downlink, self.run_id, self.control_path = downlink, run_id, control_path
-        self.started = started  # told of each start whose pid is known at once
-        self.host_of: dict[str, str] = {}  # process -> the host it was last started on
-        self.starts: dict[str, Start] = {}  # process -> how it was last started
+        # process -> the host it was last started on (how, and its pid, are its Worker's)
+        self.host_of: dict[str, str] = {}
 
     # -- time ----------------------------------------------------------------------------
 
@@ -106,23 +105,17 @@ class Router:
                                        generations=generations, restart_count=restarts,
                                        incarnation=incarnation)
 
-    def spawn(self, name: str, generations: dict, restarts: int,
-              incarnation: int) -> int | None:
-        """Its pid; or None when its host answers later (a remote host, a zygote still
-        importing): the supervisor then hears of it with on_spawned."""
-        self.starts.pop(name, None)
+    def spawn(self, name: str, generations: dict, restarts: int, incarnation: int) -> Made:
+        """Its pid and how it was made; or neither when its host answers later (a
+        remote host, a zygote still importing): the supervisor then hears of it with
+        on_spawned."""
         self.host_of[name] = self.plan().processes[name].host
         self.downlink.started(name)
         spec = self.spec(name, generations, restarts, incarnation)
         pid = self.hands_of(name).start(spec)
-        if pid is not None:
-            self.spawned(name, bool(self.hands.was_warm(name)))
-        return pid
-
-    def spawned(self, name: str, warm: bool) -> None:
-        """A start made (at once, or told later by a zygote or an agent)."""
-        self.starts[name] = Start.WARM if warm else Start.COLD
-        self.started(name)
+        if pid is None:
+            return Made(None, None)
+        return Made(pid, Start.WARM if self.hands.was_warm(name) else Start.COLD)
 
     def prepare(self, name: str) -> None:
         """The zygote that process ``name`` will be forked from, started now."""
@@ -153,7 +146,6 @@ class Router:
     def forget(self, name: str) -> None:
         """A process left the job (a retired replica that exited)."""
         self.host_of.pop(name, None)
-        self.starts.pop(name, None)
         self.downlink.started(name)
 
     # -- the worlds' stores ----------------------------------------------------------------

@@ -25,7 +25,7 @@ from mwrun.head.observe.faults import Faults
 from mwrun.head.observe.scaleops import Ops
 from mwrun.head.observe.traffic import Traffic
 from mwrun.plan.placement import Plan
-from mwrun.schema import HostState, Start
+from mwrun.schema import HostState
 from mwrun.schema import WorldState as W
 
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
@@ -113,11 +113,11 @@ class Status:
     observers' readings, the run's fixed facts."""
 
     def __init__(self, facts: Facts, job: Job, membership: Revisions, usage: Usage,
-                 starts: Callable[[], Mapping[str, Start]], traffic: Traffic, faults: Faults,
+                 traffic: Traffic, faults: Faults,
                  ops: Ops, postmortems: Bundles, elastic: Scales, agents: Hosts | None,
                  hosts: list):
         self.facts = facts
-        self.job, self.membership, self.usage, self.starts = job, membership, usage, starts
+        self.job, self.membership, self.usage = job, membership, usage
         self.traffic, self.faults, self.ops = traffic, faults, ops
         self.postmortems, self.elastic, self.agents = postmortems, elastic, agents
         self.hosts = hosts  # the document's host entries (name, addr)
@@ -127,7 +127,6 @@ class Status:
         now = time.monotonic()
         usage = self.usage.of([n for n, rec in sup.procs.items() if rec.state.alive], now,
                               fresh_usage)
-        starts = self.starts()
         processes = []
         for name, rec in sup.procs.items():
             cpu, rss = usage.get(name, (None, None)) if rec.state.alive else (None, None)
@@ -143,7 +142,7 @@ class Status:
                 "gpus": [int(g) if g.isdigit() else g for g in rec.plan.gpus],
                 "cpus": list(rec.plan.cpus) if rec.plan.cpus is not None else [],
                 "started_at": rec.worker.started_at, "cpu_percent": cpu, "rss_bytes": rss,
-                "start": _value(starts.get(name)), "nccl": rec.nccl,
+                "start": _value(rec.worker.start), "nccl": rec.nccl,
                 "replica_of": rec.plan.replica_of,
                 "last_event": rec.why or None,
                 "traffic": self.traffic.per_member(name, rec.worker.pid, rec.plan.worlds, now)})

@@ -1,7 +1,8 @@
 """What the launch says while the job comes up: what started how (warm or cold), once
 the first start of every process is known (a warm start waits for its zygote's
-imports), and then when every world has formed. Counts kept as things happen, never a
-look at every process or world after every event.
+imports), and then when every world has formed. Heard from the supervisor's events
+(a start made, a start that could not be), counts kept as things happen, never a look
+at every process or world after every event.
 
 ``view`` is what ``launch --detach`` waits on (the control verb ``bringup``): the
 worlds not formed yet since launch, what can be said of each, and the processes that
@@ -12,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from mwrun.head.decide.events import Event, WorldFormed
+from mwrun.head.decide.events import Event, Exited, Spawned, WorldFormed
 from mwrun.head.decide.records import ProcessRecord, WorldRecord
 from mwrun.schema import ProcessState as P
 from mwrun.schema import Start
@@ -21,30 +22,39 @@ from mwrun.terminal import count
 
 class Progress:
     def __init__(self, processes: list[str], worlds: list[str], say: Callable[[str], None],
-                 starts: Callable[[], dict[str, Start]], started_at: float):
-        self.say, self.starts = say, starts  # process -> how it was started
+                 started_at: float):
+        self.say = say
+        self.starts: dict[str, Start | None] = {}  # process -> how its first start was made
         self.started_at = started_at
         self.unstarted: set[str] | None = set(processes)  # first start not known yet
         self.unformed = set(worlds)  # not formed yet since launch
         self.worlds = len(worlds)
 
-    def started(self, name: str) -> None:
-        """Process ``name`` started (or could not): said once every one is known."""
-        if self.unstarted is None:
+    def started(self, name: str, start: Start | None = None) -> None:
+        """Process ``name`` started (``start``: how), or could not (None): said once
+        every one is known."""
+        if self.unstarted is None or name not in self.unstarted:
             return
         self.unstarted.discard(name)
+        if start is not None:
+            self.starts[name] = start
         if self.unstarted:
             return
         self.unstarted = None
-        starts = self.starts()
+        starts = self.starts
         warm = sum(1 for how in starts.values() if how is Start.WARM)
         self.say(f"{count(len(starts), 'process', 'processes')} started in"
                  f" {time.time() - self.started_at:.1f}s ({warm} warm, {len(starts) - warm}"
                  f" cold); waiting for {count(self.worlds, 'world')} to form")
 
     def __call__(self, event: Event) -> None:
-        """A subscriber of the supervisor's events: said once every world has formed."""
-        if isinstance(event, WorldFormed) and event.world in self.unformed:
+        """A subscriber of the supervisor's events: the starts made (or not), and said
+        once every world has formed."""
+        if isinstance(event, Spawned):
+            self.started(event.process, event.start)
+        elif isinstance(event, Exited) and event.pid is None:  # it could not start
+            self.started(event.process)
+        elif isinstance(event, WorldFormed) and event.world in self.unformed:
             self.unformed.discard(event.world)
             if not self.unformed:
                 self.say(f"every world formed, {time.time() - self.started_at:.1f}s"
