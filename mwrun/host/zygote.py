@@ -104,7 +104,7 @@ def main() -> None:
     # modules' own: every child keeps those descriptors, as a fresh import would hold them.
     opened = child.open_fds() - before
     if "torch" in sys.modules:  # its store connections never reverse-resolve a peer, in
-        from mwrun import lookups  # every warm child too (they inherit the latch)
+        from mwrun import lookups  # every warm child too (they inherit the redirect)
 
         lookups.numeric_only()
     # Objects the children inherit stay out of their garbage collections: a collection

@@ -7,8 +7,14 @@ torch's store reverse-resolves every connection's peer (``::ffff:127.0.0.1``, wh
 nameserver a PTR query per store connection, and the test fails. Each of its three
 calls is needed by a process of this job: the head's (its stores, and the client each
 store connects to itself), the library's (worker-1 starts cold: nothing inherited),
-the zygote's (the plain torch.distributed ranks, warm, never import mwrun)."""
+the zygote's (the plain torch.distributed ranks, warm, never import mwrun).
 
+And what torch prints of a store connection's peers, in a process whose connections
+mwrun made numeric, is the truth: 127.0.0.1 and the store's port, as plain torch prints
+them (until 2026-11 mwrun set torch's own switch, whose messages named addresses of its
+stack frame: ``[::f065:7837:ff7f:0]:3292`` for a store at 127.0.0.1)."""
+
+import os
 import re
 import shutil
 import subprocess
@@ -16,7 +22,7 @@ import sys
 
 import pytest
 
-from tests.helpers import BIN
+from tests.helpers import BIN, ROOT
 from tests.integration.jobs import cli, proc_state, wait_for, wait_status, world_state, write_star
 
 pytestmark = pytest.mark.timeout(240)
@@ -93,3 +99,38 @@ def test_no_process_of_a_job_asks_a_nameserver_while_its_worlds_form(procs, home
     assert wrote_its_store(text, first) and wrote_its_store(text, again)
     asked = [line for line in text.splitlines() if DNS.search(line)]
     assert asked == [], "\n".join(asked[:10])
+
+
+# torch's log line for a client's connection (socket.cpp, at TORCH_CPP_LOG_LEVEL=INFO):
+# the store's address, then the socket's own and its peer's.
+CONNECTED = re.compile(r"connected to (\S+) on SocketImpl\(fd=\d+, addr=(\S+), remote=(\S+)\)")
+LOOPBACK = re.compile(r"(?:\[::ffff:127\.0\.0\.1\]|127\.0\.0\.1):(\d+)")
+
+
+def test_torch_names_a_store_connections_true_peers_once_its_lookups_are_numeric():
+    code = """if True:
+        import datetime
+        import torch.distributed as dist
+        from mwrun import lookups
+        from tests.helpers import store_server
+
+        assert lookups.numeric_only() is None
+        server, port = store_server()
+        client = dist.TCPStore("127.0.0.1", port, is_master=False,
+                               timeout=datetime.timedelta(seconds=30))
+        client.set("k", "v")
+        assert server.get("k") == b"v"
+        print("store port", port, flush=True)
+    """
+    env = {**os.environ, "TORCH_CPP_LOG_LEVEL": "INFO", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    port = int(re.search(r"store port (\d+)", done.stdout)[1])
+    lines = CONNECTED.findall(done.stderr)
+    assert lines, done.stderr[-2000:]  # the store's own client, and ours
+    for store, local, remote in lines:
+        named = [LOOPBACK.fullmatch(address) for address in (store, local, remote)]
+        assert all(named), (store, local, remote)
+        assert int(named[0][1]) == int(named[2][1]) == port, (store, local, remote)
+        assert 0 < int(named[1][1]) < 65536 and int(named[1][1]) != port

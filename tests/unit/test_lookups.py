@@ -1,7 +1,9 @@
-"""mwrun/lookups.py: torch's reverse-lookup latch found in the installed libtorch and set,
-every guard that leaves it alone, and the interface that holds an address (gloo's
-device where binding to the address failed). The job-wide proof (no process of a job
-asks a nameserver) is tests/integration/test_lookups.py."""
+"""mwrun/lookups.py: libtorch's getnameinfo slot redirected to code that asks for
+numbers, every guard that leaves it alone, the code itself (its arguments passed on, its
+flags made numeric), and the interface that holds an address (gloo's device where
+binding to the address failed). The parser of the library's tables, over damaged
+copies, is tests/unit/test_elfslot.py; the job-wide proof (no process of a job asks a
+nameserver) and torch's messages naming true peers are tests/integration/test_lookups.py."""
 
 import ctypes
 import importlib.util
@@ -16,14 +18,14 @@ from typing import ClassVar
 import psutil
 import pytest
 
-from mwrun import lookups
+from mwrun import elfslot, lookups
 from mwrun.worlds import backends
 
 TORCH_LIB = Path(importlib.util.find_spec("torch").submodule_search_locations[0]) / "lib"
 LIBTORCH = TORCH_LIB / lookups.LIBRARY
 ON_X86_LINUX = sys.platform.startswith("linux") and platform.machine() == "x86_64"
 needs_libtorch = pytest.mark.skipif(not (ON_X86_LINUX and LIBTORCH.exists()),
-                                    reason="the latch is checked on x86-64 Linux only")
+                                    reason="the slot is redirected on x86-64 Linux only")
 
 
 def run(code: str) -> list:
@@ -35,41 +37,25 @@ def run(code: str) -> list:
 
 
 @needs_libtorch
-def test_the_installed_libtorch_has_the_latch_where_its_code_uses_it():
-    found = lookups.find_latch(str(LIBTORCH))
-    assert not isinstance(found, str), found
-    latch, function, code = found
-    assert latch != function and len(code) > 16
-    assert lookups.check_code(code, function, latch) is None
-    # The symbol table agrees: one byte in .bss, and a function.
-    listing = subprocess.run(["readelf", "-sW", str(LIBTORCH)], capture_output=True,
-                             text=True).stdout if shutil.which("readelf") else ""
-    if listing:
-        [row] = [r.split() for r in listing.splitlines()
-                 if r.endswith(" " + lookups.LATCH.decode())]
-        assert int(row[1], 16) == latch and row[2:4] == ["1", "OBJECT"]
-
-
-@needs_libtorch
-def test_a_process_sets_the_latch_once_torch_is_loaded_and_keeps_it():
+def test_a_process_redirects_the_slot_once_torch_is_loaded_and_keeps_it():
     code = """if True:
         import ctypes, sys
-        from mwrun import lookups
+        from mwrun import elfslot, lookups
         before = lookups.numeric_only()
         import torch
         set_ = lookups.numeric_only()
-        path, base, latch = sys._mwrun_numeric_only
-        value = ctypes.c_ubyte.from_address(base + latch).value
+        path, base, slot, code = sys._mwrun_numeric_only
+        points = ctypes.c_uint64.from_address(base + slot).value == code
         again = lookups.numeric_only()
         for name in [m for m in sys.modules if m.startswith("mwrun")]:
             del sys.modules[name]  # what a warm child does: mwrun imported afresh
         from mwrun import lookups as fresh
         assert fresh is not lookups
-        print([before, set_, value, again, fresh.numeric_only(), path])
+        print([before, set_, points, again, fresh.numeric_only(), path])
     """
-    before, set_, value, again, fresh, path = run(code)
+    before, set_, points, again, fresh, path = run(code)
     assert "not loaded" in before
-    assert (set_, value, again, fresh) == (None, 1, None, None)
+    assert (set_, points, again, fresh) == (None, True, None, None)
     assert Path(path).resolve() == LIBTORCH.resolve()
 
 
@@ -104,92 +90,82 @@ def test_a_library_in_memory_unlike_its_file_is_left_alone(monkeypatch):
                                    or "is not the file" in reason), reason
 
 
-@pytest.mark.parametrize("value, reason, after", [
-    (0, None, 1), (1, None, 1), (7, "the latch holds 7, not a bool", 7)])
-def test_only_a_bool_is_set(monkeypatch, value, reason, after):
+@pytest.mark.parametrize("held, kind, reason", [
+    ("libc", elfslot.JUMP_SLOT, None), ("first", elfslot.JUMP_SLOT, None),
+    ("libc", elfslot.GLOB_DAT, None), ("first", elfslot.GLOB_DAT, "another hook"),
+    ("other", elfslot.JUMP_SLOT, "another hook")])
+def test_only_libcs_address_or_the_slots_first_value_is_replaced(monkeypatch, held, kind,
+                                                                   reason):
     monkeypatch.setattr(lookups, "_done", False)
     monkeypatch.setattr(sys, lookups._SET, None, raising=False)  # and gone after
-    memory = ctypes.create_string_buffer(b"CODE" + bytes([value]))
+    memory = (ctypes.c_uint64 * 2)()  # the slot at 8
     base = ctypes.addressof(memory)
+    values = {"libc": lookups.libc_function(lookups.FUNCTION), "first": base + 0x40,
+              "other": 0x1234}
+    memory[1] = values[held]
+    asked = []
     monkeypatch.setattr(lookups, "loaded_objects", lambda name: {"/t/lib.so": base})
-    monkeypatch.setattr(lookups, "find_latch", lambda path: (4, 0, b"CODE"))
+    monkeypatch.setattr(lookups.elfslot, "slot_in_file",
+                        lambda path, name: elfslot.Slot(8, 0x40, kind))
     monkeypatch.setattr(lookups, "mapping_of", lambda maps, at, size: ("rw-p", "/t/lib.so"))
-    assert lookups.numeric_only() == reason
-    assert memory.raw[4] == after
+    monkeypatch.setattr(lookups, "numeric_code", lambda target: asked.append(target) or 0xC0DE)
+    found = lookups.numeric_only()
+    if reason is None:
+        assert found is None and memory[1] == 0xC0DE and asked == [values["libc"]]
+    else:
+        assert reason in found and memory[1] == values[held] and asked == []
     assert lookups._done is (reason is None)
 
 
 def test_other_files_are_refused(tmp_path):
     text = tmp_path / "not-elf"
     text.write_bytes(b"#!/bin/sh\n" + bytes(100))
-    assert "not a 64-bit little-endian ELF" in lookups.find_latch(str(text))
-    if LIBTORCH.exists():  # a library of torch's without the latch
-        reason = lookups.find_latch(str(TORCH_LIB / "libc10.so"))
-        assert isinstance(reason, str) and ("no formatSockAddr latch" in reason
-                                            or "no symbol table" in reason)
-    stripped = tmp_path / "stripped.so"
+    assert "not a 64-bit little-endian ELF" in elfslot.slot_in_file(str(text), lookups.FUNCTION)
+    if LIBTORCH.exists():  # a library of torch's that does not call getnameinfo
+        reason = elfslot.slot_in_file(str(TORCH_LIB / "libc10.so"), lookups.FUNCTION)
+        assert isinstance(reason, str) and "not one slot" in reason
+    stripped = tmp_path / "stripped.so"  # stripped: its dynamic tables are all it has
     if shutil.which("strip") and Path("/bin/true").exists():
         subprocess.run(["strip", "-o", str(stripped), "/bin/true"], check=True)
-        assert "no symbol table" in lookups.find_latch(str(stripped))
+        assert "0 relocations" in elfslot.slot_in_file(str(stripped), lookups.FUNCTION)
 
 
-def _code(*instructions: tuple[bytes, int, int]) -> bytes:
-    """x86-64 RIP-relative byte instructions (opcode, target, immediate) laid end to end
-    from address 0x1000, as formatSockAddr's are."""
-    out = b""
-    for opcode, target, imm in instructions:
-        out += opcode + struct.pack("<i", target - (0x1000 + len(out) + 7)) + bytes([imm])
-    return out
+NumericCall = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_char_p,
+                               ctypes.c_uint, ctypes.c_char_p, ctypes.c_uint, ctypes.c_int)
 
 
-def test_the_code_must_test_the_latch_and_set_it_to_one_and_nothing_else():
-    cmp, mov, latch = b"\x80\x3d", b"\xc6\x05", 0x9000
-    assert lookups.check_code(_code((cmp, latch, 0), (mov, latch, 1)), 0x1000, latch) is None
-    assert lookups.check_code(_code((cmp, latch, 0)), 0x1000, latch) is not None
-    assert lookups.check_code(_code((mov, latch, 1)), 0x1000, latch) is not None
-    assert lookups.check_code(_code((cmp, latch, 0), (mov, latch, 1), (mov, latch, 2)),
-                              0x1000, latch) is not None
-    # The same instructions aimed at another byte say nothing of the latch.
-    assert lookups.check_code(_code((cmp, latch + 8, 0), (mov, latch + 8, 1)), 0x1000,
-                              latch) is not None
+@pytest.mark.skipif(not ON_X86_LINUX, reason="the code is x86-64")
+def test_the_code_passes_every_argument_and_adds_numeric_to_the_flags():
+    seen = []
+
+    def getnameinfo(sa, salen, host, hostlen, serv, servlen, flags):
+        seen.append((sa, salen, hostlen, servlen, flags))
+        return 7
+
+    target = NumericCall(getnameinfo)  # stands for libc's: it records what it got
+    code = lookups.numeric_code(ctypes.cast(target, ctypes.c_void_p).value)
+    assert isinstance(code, int), code
+    call = NumericCall(code)
+    host, serv = ctypes.create_string_buffer(8), ctypes.create_string_buffer(8)
+    assert call(0x5A, 28, host, 1025, serv, 32, 2) == 7   # NI_NUMERICSERV
+    assert call(0x5B, 16, host, 1025, serv, 32, 1 | 8) == 7  # already numeric
+    assert seen == [(0x5A, 28, 1025, 32, 2 | lookups.NI_NUMERICHOST), (0x5B, 16, 1025, 32, 9)]
+    # Its page can be run and read, never written.
+    perms, _ = lookups.mapping_of(lookups.mappings(), code, 23)
+    assert perms.startswith("r-x")
 
 
-def _table(names: list[bytes]) -> tuple[bytes, list[int]]:
-    table, offsets = b"\0", []
-    for name in names:
-        offsets.append(len(table))
-        table += name + b"\0"
-    return table, offsets
-
-
-def test_names_and_symbols_are_found_exactly():
-    table, offsets = _table([b"zero", b"_Z1fv.cold", b"_ZZ1fvE5latch", b"_Z1fv"])
-    found = lookups.name_offsets(b"pad" + table, 3, b"1fv")
-    assert found == {b"_Z1fv.cold": [offsets[1]], b"_ZZ1fvE5latch": [offsets[2]],
-                     b"_Z1fv": [offsets[3]]}
-    sym = struct.Struct("<IBBHQQ")
-    one = sym.pack(offsets[2], 1, 0, 5, 0x9000, 1)
-    # A value that equals the name's offset elsewhere in an entry is not a name.
-    other = sym.pack(7, 2, 0, 3, offsets[2], 64)
-    symbols = b"xx" + other + one
-    assert lookups.symbol(symbols, 2, [offsets[2]]) == (offsets[2], 1, 0, 5, 0x9000, 1)
-    assert lookups.symbol(symbols, 2, [offsets[0]]) is None  # none
-    assert lookups.symbol(symbols + one, 2, [offsets[2]]) is None  # two: doubt
-
-
-def test_the_latch_must_be_a_byte_of_writable_data():
-    write_alloc, code = 3, 6
-    sections = [(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-                (0, 8, write_alloc, 0x9000, 0, 0x100, 0, 0, 0, 0),   # .bss
-                (0, 1, code, 0x1000, 0x1000, 0x100, 0, 0, 0, 0)]    # .text
-    assert lookups._check_latch((1, 1, 0, 1, 0x9010, 1), sections) is None
-    assert lookups._check_latch((1, 1, 0, 1, 0x9010, 4), sections) is not None  # size
-    assert lookups._check_latch((1, 2, 0, 1, 0x9010, 1), sections) is not None  # a function
-    assert lookups._check_latch((1, 1, 0, 2, 0x1010, 1), sections) is not None  # in code
-    assert lookups._check_latch((1, 1, 0, 1, 0x9200, 1), sections) is not None  # outside
-    assert lookups._check_function((1, 2, 0, 2, 0x1010, 32), sections) is None
-    assert lookups._check_function((1, 2, 0, 1, 0x9010, 32), sections) is not None
-    assert lookups._check_function((1, 2, 0, 2, 0x10f0, 32), sections) is not None
+@pytest.mark.skipif(not ON_X86_LINUX, reason="the code is x86-64")
+def test_the_code_calls_the_real_getnameinfo_numerically():
+    code = lookups.numeric_code(lookups.libc_function(lookups.FUNCTION))
+    assert isinstance(code, int), code
+    # 127.0.0.1 as a sockaddr_in, port 29500: a name (localhost, from /etc/hosts)
+    # asked for, a number answered.
+    sockaddr = struct.pack("<H", 2) + struct.pack(">H", 29500) + bytes([127, 0, 0, 1]) + bytes(8)
+    host, serv = ctypes.create_string_buffer(1025), ctypes.create_string_buffer(32)
+    got = NumericCall(code)(ctypes.cast(ctypes.c_char_p(sockaddr), ctypes.c_void_p).value,
+                            len(sockaddr), host, 1025, serv, 32, 2)
+    assert (got, host.value, serv.value) == (0, b"127.0.0.1", b"29500")
 
 
 def test_the_interface_that_holds_an_address():
