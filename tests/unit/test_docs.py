@@ -3,7 +3,8 @@ topologies: every ``mwrun`` command a literal block shows parses as the command 
 would parse it (a real command, real options, values of the right kind); every command
 the text mentions, and every row of the command table, names a real command and only
 its real options; every topology snippet parses with mwrun's own parser; the topology
-page names every key the parser takes; the sbatch script is a shell script whose node
+page names every key the parser takes, the library page every variable a launched
+process receives; the sbatch script is a shell script whose node
 count is its topology's host count. Pages are read as tests/docpages.py reads them."""
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ import pytest
 import yaml
 
 from mwrun.cli import main
+from mwrun.plan.environment import launch_spec
 from mwrun.plan.hosts import _HOST_KEYS
+from mwrun.plan.inventory import HostInventory
+from mwrun.plan.placement import place
 from mwrun.plan.processes import _PROCESS_KEYS, _SCALE_KEYS
 from mwrun.plan.templates import _WORLD_KEYS
 from mwrun.plan.topology import _TOP_KEYS, load, parse
@@ -146,3 +150,22 @@ def test_the_sbatch_script_is_a_shell_script_for_as_many_nodes_as_its_topology_h
     topology = load(ROOT / shlex.split(launch)[2])
     assert topology.launcher == "slurm" and len(topology.hosts) == nodes
     assert re.search(r"^source /\S+/bin/activate$", script, re.M)  # a venv, by absolute path
+
+
+PINNED_NCCL = """\
+processes:
+  a: {cmd: python a.py, gpus: [0], cpus: "0-1"}
+  b: {cmd: python b.py, gpus: [1]}
+worlds:
+  w: {members: [a, b], backend: nccl}
+"""
+
+
+def test_the_library_page_names_every_variable_a_launched_process_receives():
+    inventory = {"localhost": HostInventory(True, (0, 1, 2, 3), ("0", "1"))}
+    plan = place(parse(PINNED_NCCL, "t.yaml"), inventory, lambda addr, taken: 40000)
+    spec = launch_spec(plan, "a", run_id="r", control="c.sock")
+    receives = sections((ROOT / "docs" / "library.rst").read_text())[
+        "What a launched process receives"]
+    for name in {*spec.env, *spec.prepend}:
+        assert f"``{name}``" in receives or f"``{name}=" in receives, name
