@@ -169,3 +169,15 @@ def test_the_library_page_names_every_variable_a_launched_process_receives():
         "What a launched process receives"]
     for name in {*spec.env, *spec.prepend}:
         assert f"``{name}``" in receives or f"``{name}=" in receives, name
+
+
+def test_a_script_a_page_runs_by_hand_exists_and_takes_the_options_shown():
+    shown = [line.split("  #")[0].split() for page in PAGES
+             for block in literal_blocks(page.read_text()) for line in block.splitlines()
+             if line.startswith("python examples/")]
+    assert shown, "the By hand section shows its commands"
+    common = (ROOT / "examples" / "common.py").read_text()  # the examples' shared options
+    for _python, script, *args in shown:
+        source = (ROOT / script).read_text()
+        known = set(re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", source + common))
+        assert {a for a in args if a.startswith("--")} <= known, (script, args, known)
