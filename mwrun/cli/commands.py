@@ -97,7 +97,7 @@ def validate(topology):
     click.echo(f"{topology}: ok: {count(len(plan.processes), 'process', 'processes')},"
                f" {count(len(plan.worlds), 'world')} ({worlds})")
     # A zygote imports these once for many processes, before any process's own
-    # variables exist: a module that reads them at import cannot see them (README).
+    # variables exist: a module that reads them at import cannot see them (docs/topology.rst).
     beyond = sorted({m for p in plan.processes.values() for m in p.preload
                      if m != "torch" and not m.startswith("torch.")})
     if beyond:
@@ -105,8 +105,8 @@ def validate(topology):
                    " zygote, not in each process; at import these see none of the"
                    " variables mwrun sets per process (RANK, WORLD_SIZE, MASTER_ADDR, ..."
                    " MWRUN_PROCESS, CUDA_VISIBLE_DEVICES), and a value drawn or an object"
-                   " made then is the same in every process forked from it (README: Warm"
-                   " starts)", err=True)
+                   " made then is the same in every process forked from it"
+                   " (docs/topology.rst: Warm starts)", err=True)
 
 
 @main.command()

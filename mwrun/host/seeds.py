@@ -10,7 +10,7 @@ from the OS are reseeded from it in each child, those seeded on purpose
 (``random.Random(7)``, ``random.seed(7)``) stay as they are, alike in every process as
 they would be cold. It also notes the signal handlers the imports set, which a child
 keeps (a fresh import would have set them). A value drawn at import, a numpy
-``Generator`` made at import, are what they are: the README says so.
+``Generator`` made at import, are what they are: docs/topology.rst (Warm starts) says so.
 
 The variables the imports read through ``os.environ`` (``get``, ``[]``, ``in``,
 ``getenv``; a look at all of them, ``copy()`` or ``items()``, counts as reading every

@@ -18,7 +18,8 @@ Which ones can:
   which always count, so two processes that differ there never share one.
 
 What mwrun sets per process (``PER_PROCESS``: ranks, ``MWRUN_*``) is never part of it:
-a preloaded module that reads it at import sees it unset (README; ``validate`` warns).
+a preloaded module that reads it at import sees it unset (docs/topology.rst, Warm starts;
+``validate`` warns).
 
 Exit statuses stay exact: the supervisor makes itself a child subreaper, the zygote
 double-forks, and every forked child becomes the supervisor's own child, waited for
