@@ -257,7 +257,7 @@ def held(state: dict) -> str | None:
     its head alive (running, or still writing its last word), or processes a lost run
     left running on this machine."""
     if supervisor_alive(state):
-        return "live" if state["state"] not in FINAL else "its head is still ending"
+        return "it is live" if state["state"] not in FINAL else "its head is still ending"
     if state["state"] not in FINAL:
         return "its head's state is unknown"  # load_state makes these lost: never here
     left = [p["name"] for p in state["processes"] if p.get("left_behind")]

@@ -37,7 +37,8 @@ def entries() -> list[tuple[Entry, dict | None]]:
     listed: list[tuple[Entry, dict | None]] = [
         (Entry(run_id, doc["state"], doc["started_at"],
                runs.ended_at(run_id) if doc["state"] in runs.FINAL else None,
-               runs.held(doc), runs.disk_bytes(runs.run_path(run_id))), doc)
+               runs.held(doc), runs.disk_bytes(runs.run_path(run_id)),
+               doc["state"] not in runs.FINAL), doc)  # else load_state says lost
         for run_id, doc in found]
     return listed + [(Entry(run_id, None, mtime, None, _unreadable(run_id, why),
                             runs.disk_bytes(runs.run_path(run_id))), None)
@@ -45,8 +46,10 @@ def entries() -> list[tuple[Entry, dict | None]]:
 
 
 def _unreadable(run_id: str, why: str) -> str:
-    return ("its state cannot be read, so nobody can tell whether it is live"
-            f" ({why.removeprefix(f'run {run_id!r}: ')})")
+    from mwrun import runs
+
+    return (f"{why.removeprefix(f'run {run_id!r}: ')}; clean never removes a run whose"
+            f" state it cannot read (rm -r {runs.run_path(run_id)} does)")
 
 
 def retention_line() -> str:

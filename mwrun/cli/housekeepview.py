@@ -31,9 +31,9 @@ def table(listed: list[tuple[Entry, dict | None]], now: float) -> str:
                      "-" if took is None else seconds(took), "-" if code is None else str(code),
                      size(entry.bytes)])
     text = columns(["RUN", "NAME", "STATE", "STARTED", "DURATION", "EXIT", "SIZE"], rows)
-    live = sum(1 for e, _ in listed if e.held == "live")
+    live = sum(1 for e, _ in listed if e.live)
     total = sum(e.bytes for e, _ in listed)
-    notes = [f"{e.run_id}: {e.held}" for e, _ in listed if e.held not in (None, "live")]
+    notes = [f"{e.run_id}: {e.held}" for e, _ in listed if e.held and not e.live]
     return "\n".join([text, "", f"{count(len(listed), 'run')} ({live} live),"
                                 f" {size(total)} on disk", *notes])
 
@@ -44,7 +44,7 @@ def as_json(entry: Entry, doc: dict | None, now: float, path: str) -> dict:
     whatever its age (null: it may go)."""
     took = duration(entry, now)
     return {"run_id": entry.run_id, "name": (doc or {}).get("name"), "state": entry.state,
-            "live": entry.held == "live", "started_at": entry.started_at,
+            "live": entry.live, "started_at": entry.started_at,
             "ended_at": entry.ended_at if entry.finished else None,
             "duration_s": None if took is None else round(took, 3),
             "exit_code": (doc or {}).get("exit_code"), "bytes": entry.bytes, "path": path,
@@ -68,7 +68,8 @@ def summary(choice: Choice, removed: int, freed: int, dry_run: bool,
     rules = (f"the newest {count(choice.keep, 'finished run')}" if choice.keep is not None
              else "the finished runs") + (f" that ended within {age(choice.older_than)}"
                                           if choice.older_than is not None else "")
-    live = sum(1 for e in listed if e.held == "live")
+    rules = "no finished run" if choice.keep == 0 else rules
+    live = sum(1 for e in listed if e.live)
     kept = f"kept {rules}" + (f"; {live} live" if live else "")
     if not choice.remove:
         return f"nothing to clean ({count(len(listed), 'run')}; {kept})"

@@ -40,6 +40,7 @@ class Entry:
     ended_at: float | None  # its head's last word (final once ended)
     held: str | None  # why its folder must stay (mwrun.runs.held), None when it may go
     bytes: int = 0
+    live: bool = False  # its head runs the run
 
     @property
     def finished(self) -> bool:

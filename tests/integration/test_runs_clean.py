@@ -60,7 +60,7 @@ def test_runs_lists_them_and_clean_removes_only_finished_ones(procs, home, tmp_p
     assert "would remove old (finished," in dry.stdout and "would remove new" in dry.stdout
     assert "nothing was removed (--dry-run)" in dry.stdout
     assert "would remove live" not in dry.stdout and "would remove broken" not in dry.stdout
-    assert "kept broken: its state cannot be read" in dry.stderr
+    assert "kept broken: its state.json is damaged" in dry.stderr
     assert set(listed(home)) == {"old", "new", "live", "broken"}  # nothing removed
 
     kept = cli(home, "clean", "--keep", "1", check=True)
