@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -120,14 +121,21 @@ def read_plan(run_id: str) -> dict | None:
 
 
 def read_revisions(run_id: str) -> list[dict]:
-    """Every revision of the plan since the launch (mwrun scale, mwrun drain), oldest
+    """Every revision of the plan the run keeps (mwrun scale, mwrun drain), oldest
     first: what each added (``started``: process -> its plan as people read it), retired
-    and did to each world (membership/revision.py ``Revision.record``). A line cut short
-    (the run is writing it) or damaged is left out."""
-    try:
-        text = (run_path(run_id) / schema.REVISIONS).read_text(errors="replace")
-    except OSError:
-        return []
+    and did to each world (membership/revision.py ``Revision.record``). Past its cap
+    the file was rotated and begins with a ``summary`` record, the revisions before it
+    summed up (head/observe/revisions.py): laid over the launch plan in order, they give
+    the plan as it is. A line cut short (the run is writing it) or damaged is left out."""
+    return revisions_in(run_path(run_id))
+
+
+def revisions_in(folder: Path) -> list[dict]:
+    """``read_revisions`` of the run folder ``folder``."""
+    text = ""
+    for name in (schema.REVISIONS_ROTATED, schema.REVISIONS):
+        with contextlib.suppress(OSError):
+            text += (folder / name).read_text(errors="replace") + "\n"
     found = []
     for line in text.splitlines():
         with contextlib.suppress(ValueError):
@@ -242,6 +250,61 @@ def end_left_behind(doc: dict, wait: float = 5.0) -> tuple[list[str], list[str]]
     said = {proc.pid: f"{p['name']} (pid {proc.pid})" for p, proc in found}
     stuck = [said[proc.pid] for proc in alive]
     return [s for pid, s in said.items() if s not in stuck], stuck
+
+
+def held(state: dict) -> str | None:
+    """Why a run's folder must stay, or None when nothing of the run can still use it:
+    its head alive (running, or still writing its last word), or processes a lost run
+    left running on this machine."""
+    if supervisor_alive(state):
+        return "it is live" if state["state"] not in FINAL else "its head is still ending"
+    if state["state"] not in FINAL:
+        return "its head's state is unknown"  # load_state makes these lost: never here
+    left = [p["name"] for p in state["processes"] if p.get("left_behind")]
+    if left:
+        return (f"{len(left)} of its processes still run unsupervised ({', '.join(left[:3])}"
+                f"{', ...' if len(left) > 3 else ''}); mwrun stop {state['run_id']} ends them")
+    return None
+
+
+def ended_at(run_id: str) -> float | None:
+    """When a run's head last wrote its state (final once the run ended)."""
+    try:
+        return (run_path(run_id) / schema.STATE).stat().st_mtime
+    except OSError:
+        return None
+
+
+def disk_bytes(folder: Path) -> int:
+    """Bytes a folder takes on disk: its files' blocks, as ``du`` counts them."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+    return total
+
+
+def remove(run_id: str) -> int:
+    """Remove a run's folder (and its control socket, where that lay elsewhere); the
+    bytes freed. RunError when the run is held (``held``, looked at again now: it may
+    have changed since it was listed) or cannot be removed."""
+    path = run_path(run_id)
+    state = load_state(run_id)
+    why = held(state)
+    if why is not None:
+        raise RunError(f"run {run_id} was kept: {why}")
+    freed = disk_bytes(path)
+    try:
+        shutil.rmtree(path)
+    except OSError as exc:
+        raise RunError(f"run {run_id}: cannot remove {exc.filename or path}:"
+                       f" {exc.strerror or exc}") from None
+    control = Path(str(state.get("control") or ""))
+    if control.is_socket() and not control.is_relative_to(path):  # /tmp/mwrun-UID/...
+        with contextlib.suppress(OSError):
+            control.unlink()
+    return freed
 
 
 def is_live(state: dict) -> bool:

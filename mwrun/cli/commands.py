@@ -9,7 +9,7 @@ import warnings
 import click
 
 from mwrun import __version__
-from mwrun.cli import acting, inspecting, reading, scaling
+from mwrun.cli import acting, housekeeping, inspecting, reading, scaling
 from mwrun.cli.common import SECONDS, run_arg, topology_arg, warn
 from mwrun.errors import MwrunError, RunError, TopologyError
 from mwrun.schema import FINAL
@@ -28,10 +28,13 @@ Examples:
   mwrun logs worker-0 -f
   mwrun stop
   mwrun report -o drill.png
+  mwrun runs
+  mwrun clean --dry-run
 
 Runs live under $MWRUN_HOME (default ~/.mwrun). Without RUN, status and logs
 mean the newest run, live or not; kill-world and stop the only live run (with
 two or more live, name one). A run whose head died without ending it is lost.
+mwrun clean keeps the newest 20 finished runs unless told otherwise.
 """
 
 
@@ -69,7 +72,8 @@ def main():
 
 
 for _command in (acting.kill_world, acting.drill, acting.stop, scaling.scale,
-                 scaling.drain, inspecting.stacks, reading.logs, reading.report):
+                 scaling.drain, inspecting.stacks, reading.logs, reading.report,
+                 housekeeping.runs_, housekeeping.clean):
     main.add_command(_command)
 
 

@@ -2,7 +2,8 @@
 counts, events and faults (``timeline``, ``faults``), pace over exact windows
 (``counts``), what each fault cost (``impact``), scale operations (``scaleops``), and
 what a drill comes to (``drills``; ``ledger`` for what it counts from the status
-documents while it runs). ``mwrun report`` and ``mwrun drill`` read through it (``status``
+documents while it runs), and which finished runs ``mwrun clean`` removes
+(``retention``). ``mwrun report`` and ``mwrun drill`` read through it (``status``
 shows the status document, which the head keeps: it needs no history); what it gives
 is numbers and records, never text on a terminal.
 
@@ -33,13 +34,14 @@ from mwrun.records.faults import DRILL, KILL_LEADS, Fault
 from mwrun.records.history import load
 from mwrun.records.impact import Impact, Meanwhile, impact
 from mwrun.records.ledger import Ledger, Life
+from mwrun.records.retention import DEFAULT_KEEP, KEEP_ENV, Choice, Entry, cleanable, parse_age
 from mwrun.records.scaleops import Changes, recorded, reshaped, scale_summary
 from mwrun.records.timeline import Pace, Timeline, build, mean_rate, pace, read
 
 __all__ = [
-    "BASELINE_MAX", "BASELINE_MIN", "DRILL", "KILL_LEADS", "Changes", "Fault", "Impact",
-    "Ledger", "Life", "Meanwhile", "Outcome", "Pace", "Sent", "Shot", "Timeline", "Window",
-    "baseline", "build", "exit_status", "impact", "load", "match", "mean_rate", "pace",
-    "pace_of", "problems", "read", "recorded", "reshaped", "scale_summary", "steps",
-    "summarize",
+    "BASELINE_MAX", "BASELINE_MIN", "DEFAULT_KEEP", "DRILL", "KEEP_ENV", "KILL_LEADS",
+    "Changes", "Choice", "Entry", "Fault", "Impact", "Ledger", "Life", "Meanwhile", "Outcome",
+    "Pace", "Sent", "Shot", "Timeline", "Window", "baseline", "build", "cleanable",
+    "exit_status", "impact", "load", "match", "mean_rate", "pace", "pace_of", "parse_age",
+    "problems", "read", "recorded", "reshaped", "scale_summary", "steps", "summarize",
 ]

@@ -16,7 +16,8 @@ member's stacks from inside and outside, its call, what could not be read and wh
 culprit line), ``stacks.txt`` (the same as ``mwrun stacks`` prints, after the culprit
 line), ``logs/NAME.log`` (each member's last lines) and, once the fault closes,
 ``fault.json`` (its record with phases, faults.py). The history gets a ``postmortem``
-record, which ``report`` and ``status`` show.
+record, which ``report`` and ``status`` show. The run keeps each world's first and
+latest bundle and a bounded number of the others (shelf.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mwrun.head.decide import events as ev
 from mwrun.head.decide.records import ProcessRecord, WorldRecord
 from mwrun.head.postmortem import bundles
 from mwrun.head.postmortem.bundles import Bundle
+from mwrun.head.postmortem.shelf import Shelf
 from mwrun.head.postmortem.stacks import Stacks
 from mwrun.schema import LOGS, POSTMORTEM
 from mwrun.schema import Event as E
@@ -75,6 +77,7 @@ class Postmortems:
                  wall: Callable[[], float], wait: float = CAPTURE_WAIT,
                  env: Mapping[str, str] = os.environ):
         self.folder = run_dir / POSTMORTEM
+        self.shelf = Shelf(self.folder)  # how many bundles the run keeps
         self.logs = run_dir / LOGS
         self.stacks, self.spies, self.job = stacks, spies(self.outside_told), job
         self.hosts, self.record = hosts, record
@@ -250,6 +253,7 @@ class Postmortems:
         except OSError:
             return  # a full disk must not stop the supervisor
         bundle.written = folder
+        self.shelf.add(bundle.world, folder)
         self.latest[bundle.world] = {"path": str(folder), "culprit": line,
                                      "generation": bundle.generation}
         self.changes += 1

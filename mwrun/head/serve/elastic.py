@@ -1,7 +1,7 @@
 """Scale and drain requests, from the command line (``mwrun scale``, ``mwrun drain``)
 and from inside the job (``job.scale``): checked, turned into a plan revision
 (membership/), applied by the supervisor, followed phase by phase (scaleops.py) and
-kept in the run folder (``revisions.jsonl``).
+kept in the run folder (``revisions.jsonl``, bounded: observe/revisions.py).
 
 Every request is whole or nothing: one that cannot be met (an unknown process, a count
 beyond its ``scale``, a replica on a host that is lost now, a job that is stopping)
@@ -12,16 +12,15 @@ that operation as it stands: a retried command never scales twice.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 from mwrun.head.decide import events as ev
+from mwrun.head.observe.revisions import RevisionLog
 from mwrun.head.observe.scaleops import Ops
 from mwrun.membership import requests
 from mwrun.membership.requests import Refused
 from mwrun.membership.revision import Membership, Revision
-from mwrun.schema import REVISIONS
 
 
 class Elastic:
@@ -29,7 +28,7 @@ class Elastic:
                  host_up: Callable[[str], bool], run_dir: Path):
         self.membership, self.supervisor, self.ops = membership, supervisor, ops
         self.host_up = host_up  # a host can start a process now (a lost one cannot)
-        self.path = Path(run_dir) / REVISIONS
+        self.log = RevisionLog(Path(run_dir))  # revisions.jsonl, bounded
         self.count = 0
 
     def scale(self, changes: list[str], op: str | None) -> dict:
@@ -75,16 +74,8 @@ class Elastic:
         if not revision.empty:
             self.membership.adopt(revision)  # the plan new starts are made from
             self.supervisor.revise(revision)
-            self._keep(revision)
+            self.log.keep(revision.record())  # the command line reads them back
         return {"ok": True, **found.view()}
-
-    def _keep(self, revision: Revision) -> None:
-        """The run folder keeps every revision: the command line reads them back."""
-        try:
-            with open(self.path, "a", encoding="utf-8") as out:
-                out.write(json.dumps(revision.record()) + "\n")
-        except OSError:
-            pass  # a full disk must not stop the job
 
     def __call__(self, event: ev.Event) -> None:
         """A subscriber of the supervisor's events: a retired replica that is gone
