@@ -60,7 +60,7 @@ def built(tmp_path) -> dict:
     bundles.step()  # the break's bundle, written at its deadline
     membership = Membership(topo, plan, inventory, None, lambda a, t: next(ports))
     status = Status(Facts("serve-1", host.wall(), "topology.yaml", "control.sock"), sup,
-                    membership, Usage(lambda name: (1.0, 2048), lambda: None), lambda: {},
+                    membership, Usage(lambda name: (1.0, 2048), lambda: None),
                     traffic, faults, ops, bundles,
                     Elastic(membership, sup, ops, lambda h: True, tmp_path), None,
                     [("localhost", "127.0.0.1")])
