@@ -98,8 +98,8 @@ def _ask(run: str | None, message: dict, no_wait: bool) -> None:
     run_id, state = runs.find(run, warn=warn)
     require_live(run_id, state)
     path = state["control"]
-    reply = runs.request(path, {k: v for k, v in message.items() if v is not None},
-                         check=False)
+    reply = runs.ask(run_id, state, {k: v for k, v in message.items() if v is not None},
+                     check=False, say=warn)
     if not reply.get("ok"):
         error = reply.get("error", "the supervisor refused")
         raise UsageError(error) if reply.get("refused") else RunError(error)

@@ -45,8 +45,13 @@ def dump(now: Callable[[], float] = time.monotonic) -> dict:
     where ``call`` is ``{world, call, for_s}`` or None."""
     named = {t.ident: t for t in threading.enumerate()}
     calls, at = dict(inflight.CALLS), now()
+    main = threading.main_thread().ident
+    current = sys._current_frames()
+    # beyond MAX_THREADS, the main thread and those in a world call are kept first
+    order = sorted(current, key=lambda ident: (ident != main, ident not in calls))
     threads = []
-    for ident, frame in list(sys._current_frames().items())[:MAX_THREADS]:
+    for ident in order[:MAX_THREADS]:
+        frame = current[ident]
         thread = named.get(ident)
         call = calls.get(ident)
         threads.append({
@@ -57,7 +62,12 @@ def dump(now: Callable[[], float] = time.monotonic) -> dict:
             "call": None if call is None else
             {"world": call[0], "call": call[1], "for_s": round(max(at - call[2], 0.0), 3)}})
     threads.sort(key=lambda t: (not t["main"], t["name"]))  # the main thread first
-    return fit({"threads": threads})
+    told = fit({"threads": threads})
+    if len(order) > MAX_THREADS:
+        told["trimmed"] = "; ".join(
+            [f"{len(order) - MAX_THREADS} of {len(order)} threads left out (the most told"
+             f" is {MAX_THREADS})", *([told["trimmed"]] if told.get("trimmed") else [])])
+    return told
 
 
 def told(process: str, rid: str, flight: bool = False) -> dict:

@@ -2,6 +2,8 @@
 beside them; an answer too big for one line trimmed, never lost."""
 
 import json
+import re
+import threading
 
 from mwrun import stacktext
 from mwrun.head.postmortem import stacks as head_stacks
@@ -94,3 +96,23 @@ def test_a_dump_that_fits_is_never_marked_trimmed():
     told = {"threads": [{"name": "MainThread", "main": True, "stack": [["f.py", 1, "f", ""]],
                          "call": None}]}
     assert stacks.fit(told) == told
+
+
+def test_a_process_of_more_threads_than_are_told_keeps_its_main_thread():
+    release = threading.Event()
+    extra = [threading.Thread(target=release.wait, name=f"a-{i}", daemon=True)
+             for i in range(stacks.MAX_THREADS + 4)]  # "a-": before MainThread by name
+    for thread in extra:
+        thread.start()
+    try:
+        told = stacks.dump()
+    finally:
+        release.set()
+        for thread in extra:
+            thread.join()
+    assert len(told["threads"]) == stacks.MAX_THREADS
+    assert told["threads"][0]["main"]
+    left, total = map(int, re.fullmatch(
+        rf"(\d+) of (\d+) threads left out \(the most told is {stacks.MAX_THREADS}\)",
+        told["trimmed"]).groups())
+    assert left >= 4 and total - left == stacks.MAX_THREADS
