@@ -39,8 +39,7 @@ def test_an_op_id_is_known_however_many_operations_came_after(tmp_path):
 
 
 def test_an_operation_under_way_is_never_forgotten(tmp_path):
-    sup, host, membership, _ = make()
-    ops = Ops(host.events.append, host.wall, book=OpBook(tmp_path / OPS))
+    sup, _, membership, ops = make(book=OpBook(tmp_path / OPS))
     join(sup)
     revise(sup, membership, ops, "worker=+1")  # under way: its replica has not joined
     for i in range(KEEP + 1):
@@ -93,3 +92,19 @@ def test_a_drill_summary_takes_the_first_call_the_history_recorded_later():
     assert "worker-2 add: started +100 ms, formed +200 ms, told +500 ms, first_call" \
            " +600 ms" in "\n".join(drillview.lines(record))
     assert json.loads(json.dumps(record)) == record
+
+
+def test_an_operation_whose_first_call_is_awaited_keeps_it_however_many_came_after(tmp_path):
+    book = OpBook(tmp_path / OPS)
+    sup, host, membership, ops = make(book=book)
+    join(sup)
+    revise(sup, membership, ops, "worker=+1")
+    join(sup)
+    ops.added("pair-2", "frontend", host.wall())  # done: its first call still to come
+    for i in range(KEEP + 1):
+        ops.begin(f"noop-{i}", "scale", membership.scale([], f"noop-{i}"), {})
+    host.t += 0.5
+    ops.first_call("pair-2", host.wall())
+    for found in (ops.view("op"), book.find("op")):
+        [shown] = found["changes"]
+        assert shown["phases"]["first_call"] is not None and not shown["awaits_first_call"]

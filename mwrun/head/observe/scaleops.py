@@ -143,9 +143,11 @@ class Ops:
         return found
 
     def _forget(self) -> None:
-        """Memory holds the operations under way (at most one per process: a change
-        retires the one before it) and the last KEEP ended; the book keeps the rest."""
-        ended = [op for op, found in self.ops.items() if found.state is not OpState.RUNNING]
+        """Memory holds the operations under way or with a record still to write (at
+        most one per process: a change retires the one before it) and the last KEEP
+        others; the book keeps them all."""
+        ended = [op for op, found in self.ops.items() if found.state is not OpState.RUNNING
+                 and all(self.open.get(c.process) is not c for c in found.changes)]
         for op in ended[:max(len(ended) - KEEP, 0)]:
             del self.ops[op]
 
