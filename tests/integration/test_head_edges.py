@@ -54,7 +54,7 @@ def test_an_op_id_is_kept_however_many_operations_came_after(procs, home, tmp_pa
     reply = runs.request(path, {"verb": "scale", "changes": ["trainer=3"]})
     assert reply["op"] == "op-2" and not reply.get("repeated")
 
-    history = [json.loads(x) for x in (home / "runs").glob("*/history.jsonl").__next__()
+    history = [json.loads(x) for x in next((home / "runs").glob("*/history.jsonl"))
                .read_text().splitlines()]
     job.signal(2)
     assert job.wait(timeout=60) == 0, job.output()[-3000:]
