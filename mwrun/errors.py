@@ -47,6 +47,11 @@ class RunError(MwrunError):
     """A run that cannot be found, reached or started."""
 
 
+class NotListening(RunError):
+    """No one answers on a run's control socket: its supervisor is not listening (yet,
+    while the run starts, or any more)."""
+
+
 class StartError(RunError):
     """A process could not be started (command not found, not executable, bad cwd...)."""
 

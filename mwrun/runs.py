@@ -23,12 +23,13 @@ import signal
 import socket
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
 from mwrun import schema
-from mwrun.errors import RunError
+from mwrun.errors import NotListening, RunError
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
 from mwrun.schema import WorldState as W
@@ -422,8 +423,8 @@ def request(path: str, message: dict, timeout: float = 10.0, check: bool = True)
                     break
                 data += chunk
     except (FileNotFoundError, ConnectionRefusedError):
-        raise RunError("its supervisor is not running (no one answers on"
-                       f" {path})") from None
+        raise NotListening("its supervisor is not running (no one answers on"
+                           f" {path})") from None
     except OSError as exc:
         raise RunError(f"cannot reach its supervisor at {path}: {exc}") from None
     try:
@@ -433,6 +434,37 @@ def request(path: str, message: dict, timeout: float = 10.0, check: bool = True)
     if check and not reply.get("ok"):
         raise RunError(reply.get("error", "the supervisor refused"))
     return reply
+
+
+START_WAIT = 60.0  # seconds a request waits for a starting run's supervisor to listen
+
+
+def ask(run_id: str, state: dict, message: dict, check: bool = True,
+        say: Callable[[str], None] = lambda text: None, clock=time.monotonic,
+        sleep=time.sleep) -> dict:
+    """``request`` to run ``run_id``'s supervisor (``state``: its state.json). A run's
+    folder names its control socket from the first moment, while its supervisor is
+    still starting (imports, zygotes) and not listening yet: a request then waits for
+    it, saying so once, until the run has left ``starting`` (it listens before), its
+    supervisor has gone, or START_WAIT has passed."""
+    deadline, said, pause, last = clock() + START_WAIT, False, 0.02, False
+    while True:
+        try:
+            return request(state["control"], message, check=check)
+        except NotListening:
+            if last:
+                raise
+            now = read_state(run_id) or {}
+            # once it has left starting, one try more: it listens before it says so
+            last = now.get("state") != R.STARTING or not supervisor_alive(now) \
+                or clock() >= deadline
+        if last:
+            continue
+        if not said:
+            say(f"run {run_id} is starting; waiting for its supervisor to listen")
+            said = True
+        sleep(pause)  # another process's start; nothing to block on
+        pause = min(pause * 2, 0.2)
 
 
 # The status document's shape: what every reader checks before using one.

@@ -257,6 +257,7 @@ TOPOLOGY = "topology.yaml"  # the topology as launched
 PLAN = "plan.json"  # the plan it was launched with
 REVISIONS = "revisions.jsonl"  # every revision of the plan since (scale, drain), one a line
 REVISIONS_ROTATED = "revisions.1.jsonl"  # the part before, once REVISIONS grew past its cap
+OPS = "ops"  # every scale operation's id, as it last stood: OPS/NN.jsonl (head/observe/opbook.py)
 LOGS = "logs"  # the folder of every process's output, LOGS/NAME.log
 LOG_BACKUPS = 3  # rotated logs kept beside each: NAME.log.1 ... NAME.log.3
 SUPERVISOR_LOG = "supervisor.log"  # a detached head's console

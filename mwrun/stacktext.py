@@ -35,6 +35,8 @@ def _member(member: dict) -> str:
     lines = [f"{where}  {call_text(member_call(threads))}  ({len(threads)} threads)"]
     if member.get("error"):
         lines.append(f"  its library could not read its stacks: {member['error']}")
+    if member.get("trimmed"):
+        lines.append(f"  its answer was trimmed to fit one message: {member['trimmed']}")
     for thread in threads:
         lines += _thread(thread)
     return "\n".join(lines) + "\n"

@@ -41,8 +41,8 @@ def kill_world(world, run, rank, sig):
         raise click.BadParameter(str(exc), param_hint="--signal") from None
     run_id, state = runs.find_sole(run, f"mwrun kill-world {world} RUN", warn=warn)
     require_live(run_id, state)
-    reply = runs.request(state["control"], {"verb": "kill_world", "world": world,
-                                                "rank": rank, "signal": sig})
+    reply = runs.ask(run_id, state, {"verb": "kill_world", "world": world, "rank": rank,
+                                     "signal": sig}, say=warn)
     for hit in reply["signalled"]:
         click.echo(f"sent SIG{sig.upper().removeprefix('SIG')} to {hit['process']}"
                    f" (pid {hit['pid']}, rank {hit['rank']} of {world})")
@@ -111,7 +111,7 @@ def stop(run, no_wait, force):
         _end_lost(run_id, state)
         return
     require_live(run_id, state)
-    reply = runs.request(state["control"], {"verb": "stop", "force": force})
+    reply = runs.ask(run_id, state, {"verb": "stop", "force": force}, say=warn)
     if reply.get("already") and not force:
         left = reply.get("grace_left")
         click.echo(f"run {run_id} is already stopping ("

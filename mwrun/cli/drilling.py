@@ -73,7 +73,7 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
         run_id, state = runs.find(run, warn=warn)
         if not runs.is_live(state):
             raise RunError(f"run {run_id} is not running (it is {state.get('state')})")
-        doc = runs.request(state["control"], {"verb": "status"})["status"]
+        doc = runs.ask(run_id, state, {"verb": "status"}, say=warn)["status"]
     except RunError as exc:
         raise UsageError(str(exc)) from None
     ds.check_scales(doc, scales)

@@ -47,7 +47,7 @@ def stacks(args, world, as_json):
     message: dict = {"verb": "stacks", "processes": names}
     if world is not None:
         message = {"verb": "stacks", "world": world}
-    answer = stacksview.collect(lambda m: runs.request(state["control"], m), message)
+    answer = stacksview.collect(lambda m: runs.ask(run_id, state, m, say=warn), message)
     members = stacksview.settled(answer)
     if as_json:
         click.echo(json.dumps({"run_id": run_id, "deadline_s": stacksview.DEADLINE,

@@ -23,6 +23,9 @@ from mwrun.schema import ScalePhase as S
 from mwrun.terminal import count
 
 POLL = 0.02  # seconds between looks at the operation
+# Seconds a done addition's first call is waited for: it comes up with the new
+# replica's heartbeats, one a second while its calls move (worlds/beats.py).
+FIRST_CALL_WAIT = 3.0
 _CHANGE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*=[+-]?\d+$")
 
 
@@ -95,8 +98,8 @@ def _ask(run: str | None, message: dict, no_wait: bool) -> None:
     run_id, state = runs.find(run, warn=warn)
     require_live(run_id, state)
     path = state["control"]
-    reply = runs.request(path, {k: v for k, v in message.items() if v is not None},
-                         check=False)
+    reply = runs.ask(run_id, state, {k: v for k, v in message.items() if v is not None},
+                     check=False, say=warn)
     if not reply.get("ok"):
         error = reply.get("error", "the supervisor refused")
         raise UsageError(error) if reply.get("refused") else RunError(error)
@@ -128,8 +131,11 @@ def _follow(path: str, reply: dict) -> int:
     replica's phases. The exit status."""
     tty = sys.stderr.isatty()
     began, shown = time.monotonic(), ""
+    ended_at: float | None = None
     try:
-        while reply["state"] == OpState.RUNNING:
+        while reply["state"] == OpState.RUNNING or _awaits_first_call(reply, ended_at):
+            if ended_at is None and reply["state"] != OpState.RUNNING:
+                ended_at = time.monotonic()
             line = _progress(reply["changes"], time.monotonic() - began)
             if tty and line != shown:
                 click.echo(f"\r\033[K{line}", nl=False, err=True)
@@ -157,6 +163,13 @@ def _follow(path: str, reply: dict) -> int:
     return 0
 
 
+def _awaits_first_call(reply: dict, ended_at: float | None) -> bool:
+    """Whether to look again for a done addition's first call: the head still waits
+    for it, and it has had less than FIRST_CALL_WAIT since the operation ended."""
+    return any(c.get("awaits_first_call") for c in reply["changes"]) and (
+        ended_at is None or time.monotonic() - ended_at < FIRST_CALL_WAIT)
+
+
 def _took(changes: list[dict]) -> float:
     """From the request to the last phase any change reached (its first call aside:
     that comes with the traffic, not with the change)."""
@@ -172,12 +185,17 @@ def _progress(changes: list[dict], waited: float) -> str:
     for change in changes:
         phases = change["phases"]
         reached = [p for p in S if phases.get(p.value) is not None]
-        parts.append(f"{change['process']} {reached[-1].value if reached else 'asked'}")
+        last = reached[-1].value if reached else "asked"
+        if change.get("awaits_first_call"):
+            last += ", waiting for its first call"
+        parts.append(f"{change['process']} {last}")
     return f"{', '.join(parts)} ({waited:.1f}s)"
 
 
 def phases_line(change: dict) -> str:
-    """'worker-2  add     started +52 ms, formed +88 ms, told +95 ms, first_call -'."""
+    """'worker-2  add     started +52 ms, formed +88 ms, told +95 ms, first_call +140 ms';
+    a first call the head still waits for reads 'first_call pending' (mwrun report
+    shows it once it came), one it gave up on 'first_call -'."""
     phases = change["phases"]
     at = phases.get(S.REQUESTED.value)
     shown = []
@@ -185,6 +203,8 @@ def phases_line(change: dict) -> str:
         if phase is S.REQUESTED or phase.value not in phases:
             continue
         t = phases[phase.value]
-        shown.append(f"{phase.value} " + ("-" if t is None or at is None
+        none = "pending" if phase is S.FIRST_CALL and change.get("awaits_first_call") \
+            else "-"
+        shown.append(f"{phase.value} " + (none if t is None or at is None
                                           else f"+{(t - at) * 1000:.0f} ms"))
     return f"{change['process']:<12} {change['change']:<7} {', '.join(shown)}"

@@ -36,6 +36,7 @@ from mwrun.head.observe import document
 from mwrun.head.observe.console import Printer
 from mwrun.head.observe.faults import Faults
 from mwrun.head.observe.history import SAMPLE_EVERY, History
+from mwrun.head.observe.opbook import OpBook
 from mwrun.head.observe.progress import Progress
 from mwrun.head.observe.scaleops import Ops
 from mwrun.head.observe.traffic import Traffic
@@ -54,7 +55,7 @@ from mwrun.membership.revision import Membership
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import Plan
 from mwrun.plan.topology import Topology
-from mwrun.schema import STATE, TOPOLOGY, ZYGOTE_LOG, Start
+from mwrun.schema import OPS, STATE, TOPOLOGY, ZYGOTE_LOG, Start
 
 OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
 OUTPUT_SLICE_MIN = 4096
@@ -193,7 +194,7 @@ class Loop:
                              self._fault_closed, time.time)
         self.history = History(run_dir, {"run_id": run_id, "name": plan.name, "worlds": {
             n: list(w.members) for n, w in plan.worlds.items()}}, tags=self.faults.tags)
-        self.ops = Ops(self.history.scale, time.time, self.say)
+        self.ops = Ops(self.history.scale, time.time, self.say, OpBook(run_dir / OPS))
         self.postmortems = Postmortems(  # bundles: stacks from inside (asks), outside (py-spy)
             run_dir, self.stacks, lambda told: Spies(self.selector, time.monotonic, told),
             lambda: self.supervisor, lambda: router,

@@ -115,8 +115,11 @@ class Membership:
     def drain(self, names: Iterable[str], op: str) -> Revision:
         """The revision that retires these replicas."""
         indices: dict[str, tuple[int, ...]] = {}
-        for name in names:
+        names = list(names)
+        for at, name in enumerate(names):
             spec, index = requests.replica(self.topology.specs, name)
+            if name in names[:at]:  # else the second would read "not running": untrue
+                raise Refused(f"replica {name} is named twice in one request")
             now = indices.get(spec.name, self.desired[spec.name])
             if index not in now:
                 state = "is being retired already" if name in self.retiring else "is not running"

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from mwrun.records import counts as pc
 from mwrun.records.faults import DRILL, KILL_LEADS, Fault
-from mwrun.records.scaleops import reshaped, scale_summary
+from mwrun.records.scaleops import recorded, reshaped, scale_summary, settled
 from mwrun.records.timeline import Timeline
 from mwrun.schema import FAULT_IDS, Phase
 from mwrun.schema import Event as E
@@ -209,7 +209,7 @@ def summarize(tl: Timeline, sent: list[Sent], window: Window, settings: dict,
               "not_recovered": [_named(o) for o in outcomes if not o.recovered],
               "pace_left_out": left_out}
     if ops is not None:
-        record["scale"] = scale_summary(ops, skipped_ops or [])
+        record["scale"] = scale_summary(settled(ops, recorded(tl)[0]), skipped_ops or [])
     if watch is not None:
         record["outside"] = watch
     return record

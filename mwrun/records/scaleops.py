@@ -70,6 +70,29 @@ def reshaped(tl: Timeline, since: float) -> dict[str, str]:
     return found
 
 
+def settled(ops: list[dict], records: list[dict]) -> list[dict]:
+    """A drill's operations, each change's phases completed by the history's ``scale``
+    record of it: the head answers an operation done before the new replica's first
+    call is known (it comes with a heartbeat), and records it once it is."""
+    found = {(r.get("op"), r.get("process")): r["phases"] for r in records
+             if isinstance(r.get("phases"), dict)}
+    out = []
+    for op in ops:
+        changes = []
+        for change in op.get("changes") or []:
+            phases = found.get((op.get("op"), change.get("process")))
+            if phases is not None:
+                change = {**change, "phases": {**change["phases"], **{
+                    p: t for p, t in phases.items() if p in change["phases"]
+                    and isinstance(t, int | float) and change["phases"][p] is None}}}
+                if change.get("awaits_first_call") and \
+                        change["phases"].get(ScalePhase.FIRST_CALL.value) is not None:
+                    change["awaits_first_call"] = False
+            changes.append(change)
+        out.append({**op, "changes": changes})
+    return out
+
+
 def scale_summary(ops: list[dict], skipped: list[str]) -> dict:
     """A drill's scale operations: how many, how they ended, and per replica change
     the time from the request to its peers told (additions) or to its exit (removals),

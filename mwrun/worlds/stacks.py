@@ -6,7 +6,10 @@ thread's or a signal handler's business: a process whose main thread is blocked 
 call answers; one that is stopped, or holds the GIL in C, cannot (the head says so).
 
 The dump is bounded to fit one line to the head (``fit``): the innermost frames are
-what a hang shows, so the outer ones go first.
+what a hang shows, so the outer ones go first; then long names; then whole threads,
+the main one and those in a world call last. What was left out is said (``trimmed``):
+an answer is cut, never lost (a line over the head's 1 MiB would be dropped whole, and
+the member taken for one that cannot answer).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ MAX_THREADS = 256
 MAX_FRAMES = 64  # per thread, innermost kept
 MAX_TEXT = 160  # characters of a frame's source line
 MAX_BYTES = 512 * 1024  # the whole dump, as JSON (the head reads lines up to 1 MiB)
+MAX_NAME = 200  # characters of a thread's name, a file or a function kept when cutting
 
 
 def frames(frame, limit: int = MAX_FRAMES) -> list[list]:
@@ -41,8 +45,13 @@ def dump(now: Callable[[], float] = time.monotonic) -> dict:
     where ``call`` is ``{world, call, for_s}`` or None."""
     named = {t.ident: t for t in threading.enumerate()}
     calls, at = dict(inflight.CALLS), now()
+    main = threading.main_thread().ident
+    current = sys._current_frames()
+    # beyond MAX_THREADS, the main thread and those in a world call are kept first
+    order = sorted(current, key=lambda ident: (ident != main, ident not in calls))
     threads = []
-    for ident, frame in list(sys._current_frames().items())[:MAX_THREADS]:
+    for ident in order[:MAX_THREADS]:
+        frame = current[ident]
         thread = named.get(ident)
         call = calls.get(ident)
         threads.append({
@@ -53,7 +62,12 @@ def dump(now: Callable[[], float] = time.monotonic) -> dict:
             "call": None if call is None else
             {"world": call[0], "call": call[1], "for_s": round(max(at - call[2], 0.0), 3)}})
     threads.sort(key=lambda t: (not t["main"], t["name"]))  # the main thread first
-    return fit({"threads": threads})
+    told = fit({"threads": threads})
+    if len(order) > MAX_THREADS:
+        told["trimmed"] = "; ".join(
+            [f"{len(order) - MAX_THREADS} of {len(order)} threads left out (the most told"
+             f" is {MAX_THREADS})", *([told["trimmed"]] if told.get("trimmed") else [])])
+    return told
 
 
 def told(process: str, rid: str, flight: bool = False) -> dict:
@@ -70,11 +84,56 @@ def told(process: str, rid: str, flight: bool = False) -> dict:
 
 
 def fit(told: dict, limit: int = MAX_BYTES) -> dict:
-    """``told`` with each thread's outer frames dropped until its JSON fits ``limit``."""
-    keep = MAX_FRAMES
-    while len(json.dumps(told)) > limit and keep > 1:
+    """``told`` within ``limit`` bytes of JSON: each thread's outer frames dropped
+    first, then names cut to MAX_NAME, then whole threads, the main thread and those in
+    a world call last; ``trimmed`` says what was left out."""
+    keep, cuts = MAX_FRAMES, []
+    while _size(told) > limit and keep > 1:
         keep //= 2
         told = {**told, "threads": [{**t, "stack": t["stack"][-keep:],
                                      "cut": t.get("cut", False) or len(t["stack"]) > keep}
                                     for t in told["threads"]]}
-    return told
+    if keep < MAX_FRAMES:
+        cuts.append("outer frames left out")
+    if _size(told) > limit:
+        told = {**told, "threads": [_short(t) for t in told["threads"]]}
+        cuts.append(f"names cut to {MAX_NAME} characters")
+    if _size(told) > limit:
+        told, dropped = _fewer(told, limit)
+        cuts.append(f"{dropped} of {len(told['threads']) + dropped} threads left out")
+    return {**told, "trimmed": "; ".join(cuts)} if cuts else told
+
+
+def _size(value) -> int:
+    return len(json.dumps(value))
+
+
+def _cut(text, end: bool = False) -> str:
+    """A long name to MAX_NAME characters: its start, or its end (a file's path)."""
+    text = str(text)
+    if len(text) <= MAX_NAME:
+        return text
+    return "..." + text[-MAX_NAME + 3:] if end else text[:MAX_NAME - 3] + "..."
+
+
+def _short(thread: dict) -> dict:
+    return {**thread, "name": _cut(thread.get("name", "")),
+            "stack": [[_cut(f[0], end=True), f[1], _cut(f[2]), f[3]] for f in thread["stack"]]}
+
+
+def _fewer(told: dict, limit: int) -> tuple[dict, int]:
+    """Threads left out, from the last, until the rest fit (with room for what the
+    answer says of it): the main thread and those in a world call go last."""
+    threads = told["threads"]
+    order = sorted(range(len(threads)), key=lambda i: (
+        not threads[i].get("main"), threads[i].get("call") is None, i))
+    room = limit - _size({**told, "threads": []}) - 200  # the trimmed note, the commas
+    kept, used = set(), 0
+    for i in order:
+        size = _size(threads[i]) + 2
+        if used + size > room:
+            break
+        kept.add(i)
+        used += size
+    return {**told, "threads": [t for i, t in enumerate(threads) if i in kept]}, \
+        len(threads) - len(kept)

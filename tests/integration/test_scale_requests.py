@@ -54,6 +54,7 @@ BAD = [
     (["drain", "trainer-7"], "replica trainer-7 is not running"),
     (["drain", "fixed"], "'fixed' is not a replica of a scaled process"),
     (["drain", "trainer-0", "trainer-1"], "would have 0 replicas"),
+    (["drain", "trainer-1", "trainer-1"], "replica trainer-1 is named twice in one request"),
     (["scale", "trainer"], "write PROCESS=N, PROCESS=+K or PROCESS=-K"),
 ]
 

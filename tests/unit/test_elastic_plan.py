@@ -175,6 +175,8 @@ def test_a_drain_names_its_replica():
     (lambda m: m.drain(["nobody-1"], "x"), "no replica 'nobody-1'"),
     (lambda m: m.drain(["worker"], "x"), "names a process, not one replica"),
     (lambda m: m.drain(["worker-0", "worker-1"], "x"), "would have 0 replicas"),
+    (lambda m: m.drain(["worker-1", "worker-1"], "x"),
+     "^replica worker-1 is named twice in one request$"),
 ])
 def test_a_request_that_cannot_be_met_is_refused_whole(ask, expected):
     m = membership()

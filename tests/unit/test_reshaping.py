@@ -58,13 +58,13 @@ class ElasticHost(FakeHost):
         self.calls.append(("remove", world, generation, reason))
 
 
-def make(text=SERVE):
+def make(text=SERVE, book=None):
     topo = parse(text, "t.yaml")
     inv = {"localhost": HostInventory(True, (0, 1), ())}
     ports = iter(range(40000, 41000))
     plan = place(topo, inv, lambda a, t: next(ports))
     host = ElasticHost()
-    ops = Ops(host.events.append, host.wall)
+    ops = Ops(host.events.append, host.wall, book=book)
     sup = Supervisor(plan, host, ev.Events((host.hear, ops)), grace=3.0)
     sup.start()
     membership = Membership(topo, plan, inv, None, lambda a, t: next(ports))

@@ -1,7 +1,8 @@
 """What the head shows and keeps: the status document (``document``), the run folder
 (``rundir``), the run's ``history`` and the plan's ``revisions`` (both bounded), the
-fault timeline (``faults``), each scale operation's phases (``scaleops``), the worlds'
-``traffic``, the launch's ``progress`` lines and the ``console``.
+fault timeline (``faults``), each scale operation's phases (``scaleops``) and its id for
+the life of the run (``opbook``), the worlds' ``traffic``, the launch's ``progress``
+lines and the ``console``.
 
 Each only listens (a subscriber of the supervisor's events, or a reader of its
 records); none moves a state. May import the head's ``decide`` (events, records),

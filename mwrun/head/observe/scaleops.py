@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mwrun.head.decide import events as ev
+from mwrun.head.observe.opbook import OpBook
 from mwrun.membership.revision import Action, Revision
 from mwrun.schema import Event as E
 from mwrun.schema import OpState
@@ -33,7 +34,7 @@ from mwrun.schema import ScalePhase as S
 
 TOLD_WAIT = 5.0  # seconds after formed that a peer's word is waited for
 FIRST_CALL_WAIT = 60.0  # seconds after done that a first call is waited for
-KEEP = 256  # operations remembered (for --op and the op verb)
+KEEP = 256  # operations ended that are kept in memory (all of them are in the OpBook)
 ADD, REMOVE = "add", "remove"
 
 
@@ -50,20 +51,27 @@ class Change:
     outcome: str | None = None  # None: under way; "done", "failed", "cancelled"
     error: str | None = None
     done_at: float | None = None
+    written: bool = False  # its record is in the history: no phase comes any more
 
     @property
     def done(self) -> bool:
         return self.outcome is not None
 
-    def view(self) -> dict:
-        """What the op verb, and through it mwrun scale, shows."""
+    def fields(self) -> dict:
         return {"process": self.process, "change": self.kind, "outcome": self.outcome,
                 "error": self.error, "phases": {p.value: _ms(self.phases[p])
                                                 for p in self.phases}}
 
+    def view(self) -> dict:
+        """What the op verb, and through it mwrun scale, shows: with whether the head
+        still waits for its first call (it comes with a heartbeat, after the change
+        is done), so a null first_call is not read as none."""
+        return {**self.fields(), "awaits_first_call": self.kind == ADD and not self.written
+                and self.outcome == "done" and self.phases[S.FIRST_CALL] is None}
+
     def record(self) -> dict:
         """The history's ``scale`` record."""
-        return {"event": E.SCALE, "op": self.op, **self.view()}
+        return {"event": E.SCALE, "op": self.op, **self.fields()}
 
 
 @dataclass
@@ -93,9 +101,10 @@ def _ms(t: float | None) -> float | None:
 
 class Ops:
     def __init__(self, write: Callable[[dict], None], clock: Callable[[], float],
-                 say: Callable[[str], None] = lambda text: None):
+                 say: Callable[[str], None] = lambda text: None, book: OpBook | None = None):
         self.write, self.clock, self.say = write, clock, say
-        self.ops: OrderedDict[str, Op] = OrderedDict()
+        self.book = book  # every operation of the run, by id (None: the recent ones only)
+        self.ops: OrderedDict[str, Op] = OrderedDict()  # those under way and the KEEP last
         self.open: dict[str, Change] = {}  # process -> its change under way (or unwritten)
         self.changes = 0  # state.json compares this
 
@@ -128,10 +137,23 @@ class Ops:
         self.say(f"{op}: {request}: " + "; ".join(
             [f"adding {', '.join(adds)}"] * bool(adds)
             + [f"draining {', '.join(removes)}"] * bool(removes) or ["nothing to change"]))
-        while len(self.ops) > KEEP:
-            self.ops.popitem(last=False)
+        self._kept(found)
+        self._forget()
         self.changes += 1
         return found
+
+    def _forget(self) -> None:
+        """Memory holds the operations under way or with a record still to write (at
+        most one per process: a change retires the one before it) and the last KEEP
+        others; the book keeps them all."""
+        ended = [op for op, found in self.ops.items() if found.state is not OpState.RUNNING
+                 and all(self.open.get(c.process) is not c for c in found.changes)]
+        for op in ended[:max(len(ended) - KEEP, 0)]:
+            del self.ops[op]
+
+    def _kept(self, op: Op | None) -> None:
+        if op is not None and self.book is not None:
+            self.book.keep(op.view())
 
     @staticmethod
     def _phases(now: float, kind: str) -> dict[S, float | None]:
@@ -139,7 +161,16 @@ class Ops:
                                                             else p.removes)}}
 
     def get(self, op: str) -> Op | None:
+        """An operation under way or among the recent ones."""
         return self.ops.get(op)
+
+    def view(self, op: str) -> dict | None:
+        """Any operation of the run, as it stands (one the book alone keeps: as it
+        stood when last written down), or None when no operation had that id."""
+        found = self.ops.get(op)
+        if found is not None:
+            return found.view()
+        return self.book.find(op) if self.book is not None else None
 
     # -- what the supervisor tells ------------------------------------------------------
 
@@ -233,6 +264,9 @@ class Ops:
     def _end(self, change: Change, outcome: str, error: str | None = None) -> None:
         change.outcome, change.error, change.done_at = outcome, error, self.clock()
         self.changes += 1
+        op = self.ops.get(change.op)
+        if op is not None and op.state is not OpState.RUNNING:
+            self._kept(op)
         at = change.phases[S.REQUESTED] or 0.0
         took = ", ".join(f"{p.value} +{(t - at) * 1000:.0f} ms" for p, t in
                          change.phases.items() if p is not S.REQUESTED and t is not None)
@@ -245,4 +279,6 @@ class Ops:
     def _write(self, change: Change) -> None:
         if self.open.get(change.process) is change:
             del self.open[change.process]
+            change.written = True
             self.write(change.record())
+            self._kept(self.ops.get(change.op))

@@ -6,7 +6,12 @@ The head never waits for an answer: the command line reads the ask again
 (``stacks_result``) until every member answered or its own deadline passed, and names
 those that did not. A member that cannot be asked at all (not running, no library:
 a plain torch script, or one that left its worlds) is named at once with the reason.
-Later askers (a bundle taken before a hang kill) read the same ``Ask``.
+
+Asks are kept while their askers read them: however many ask at once, each is
+answered; one unread for UNREAD seconds goes. At most MAX_ASKS of the command line's
+are kept at once (a bound on the head's memory): one more is refused, saying so, never
+one dropped under its asker. A bundle's asks (``start``, before a hang kill) are kept
+for the bundle until ``done`` and never count among the command line's.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from dataclasses import dataclass, field
 from mwrun.head.decide.records import ProcessRecord
 from mwrun.protocol import Verb
 
-KEEP = 8  # asks kept for their askers to read (the oldest goes first)
+UNREAD = 30.0  # seconds an ask is kept after its asker last read it (mwrun stacks: 2 s)
+MAX_ASKS = 64  # the command line's asks kept at once
 
 
 def select(procs: Mapping[str, ProcessRecord], worlds: Mapping[str, Iterable[str]],
@@ -72,6 +78,8 @@ class Ask:
     id: str
     at: float  # the head's monotonic clock when asked
     members: dict[str, Member] = field(default_factory=dict)
+    read_at: float = 0.0  # when its asker last read it
+    bundle: bool = False  # a bundle's (``start``): not among the command line's MAX_ASKS
 
     def fields(self, now: float) -> dict:
         waiting = [m.process for m in self.members.values()
@@ -87,21 +95,32 @@ class Stacks:
         self.asks: collections.OrderedDict[str, Ask] = collections.OrderedDict()
         self.live: dict[str, Ask] = {}  # asks a bundle still waits on (``start``)
 
-    def ask(self, recs: Iterable[ProcessRecord]) -> dict:
-        """Ask each member that can answer; the ask as it stands (``Ask.fields``)."""
+    def ask(self, recs: Iterable[ProcessRecord]) -> dict | None:
+        """Ask each member that can answer; the ask as it stands (``Ask.fields``), or
+        None when MAX_ASKS are being read already (nothing was asked)."""
+        self._prune()
+        if sum(1 for a in self.asks.values() if not a.bundle) >= MAX_ASKS:
+            return None
         return self._ask(recs).fields(self.now())
 
     def start(self, recs: Iterable[ProcessRecord]) -> Ask:
         """The ask itself, for an asker that reads it as it fills (a bundle), kept
-        for its answers until ``done`` whatever the KEEP kept for ``result``; it asks
-        for torch's Flight Recorder too (worlds/flight.py)."""
-        ask = self._ask(recs, flight=True)
+        apart from the command line's asks until ``done``; it asks for torch's Flight
+        Recorder too (worlds/flight.py)."""
+        self._prune()
+        ask = self._ask(recs, bundle=True)
         self.live[ask.id] = ask
         return ask
 
-    def _ask(self, recs: Iterable[ProcessRecord], flight: bool = False) -> Ask:
-        ask = Ask(self.new_id(), self.now())
-        order = {"verb": Verb.STACKS, "id": ask.id, **({"flight": True} if flight else {})}
+    def _prune(self) -> None:
+        now = self.now()
+        for rid in [rid for rid, a in self.asks.items() if now - a.read_at > UNREAD]:
+            del self.asks[rid]  # its asker has gone (a bundle's: it has its own, in live)
+
+    def _ask(self, recs: Iterable[ProcessRecord], bundle: bool = False) -> Ask:
+        now = self.now()
+        ask = Ask(self.new_id(), now, read_at=now, bundle=bundle)
+        order = {"verb": Verb.STACKS, "id": ask.id, **({"flight": True} if bundle else {})}
         for rec in recs:
             reason = unaskable(rec)
             ask.members[rec.plan.name] = Member(rec.plan.name, rec.worker.pid, rec.plan.host,
@@ -109,8 +128,6 @@ class Stacks:
             if reason is None:
                 self.tell(rec.plan.name, order)
         self.asks[ask.id] = ask
-        while len(self.asks) > KEEP:
-            self.asks.popitem(last=False)
         return ask
 
     def done(self, ask: Ask) -> None:
@@ -118,10 +135,11 @@ class Stacks:
         self.live.pop(ask.id, None)
 
     def told(self, rid: str, process: str, pid: int, threads: list,
-             error: str | None = None, flight: dict | None = None) -> None:
-        """A library's answer (``error``: why it could not read its stacks); one for an
-        ask no longer kept, or from another start of the process than the one asked,
-        is dropped."""
+             error: str | None = None, flight: dict | None = None,
+             trimmed: str | None = None) -> None:
+        """A library's answer (``error``: why it could not read its stacks; ``trimmed``:
+        what it left out to fit one line); one for an ask no longer kept, or from
+        another start of the process than the one asked, is dropped."""
         ask = self.asks.get(rid) or self.live.get(rid)
         if ask is None:
             return
@@ -131,7 +149,12 @@ class Stacks:
                            "told_after_s": round(self.now() - ask.at, 3)}
             if flight is not None:
                 member.told["flight_recorder"] = flight
+            if trimmed:
+                member.told["trimmed"] = trimmed
 
     def result(self, rid: str) -> dict | None:
         ask = self.asks.get(rid)
-        return None if ask is None else ask.fields(self.now())
+        if ask is None:
+            return None
+        ask.read_at = self.now()
+        return ask.fields(ask.read_at)

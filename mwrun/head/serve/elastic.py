@@ -6,8 +6,10 @@ kept in the run folder (``revisions.jsonl``, bounded: observe/revisions.py).
 Every request is whole or nothing: one that cannot be met (an unknown process, a count
 beyond its ``scale``, a replica on a host that is lost now, a job that is stopping)
 changes nothing and says why. An operation has an id (``--op``, else the head's
-``op-N``); a request with an id that was used already changes nothing and answers with
-that operation as it stands: a retried command never scales twice.
+``op-N``); a request with an id that was used already in this run changes nothing and
+answers with that operation as it stands: a retried command never scales twice,
+however many operations came between (scaleops.Ops keeps every id, in the run folder:
+opbook.py).
 """
 
 from __future__ import annotations
@@ -41,10 +43,10 @@ class Elastic:
                              lambda op: self.membership.drain(replicas, op))
 
     def op(self, op: str) -> dict:
-        found = self.ops.get(op)
+        found = self.ops.view(op)
         if found is None:
             return {"ok": False, "error": f"no operation {op!r} in this run"}
-        return {"ok": True, **found.view()}
+        return {"ok": True, **found}
 
     def _scale(self, changes: list[requests.Change], op: str) -> Revision:
         for change in changes:
@@ -56,14 +58,15 @@ class Elastic:
         return self.membership.scale(changes, op)
 
     def _request(self, op: str | None, text: str, propose: Callable[[str], Revision]) -> dict:
-        if op is not None and self.ops.get(op) is not None:
-            return {"ok": True, "repeated": True, **self.op(op)}
+        if op is not None and (used := self.ops.view(op)) is not None:
+            return {"ok": True, "repeated": True, **used}
         if self.supervisor.stopping or self.supervisor.finished:
             return {"ok": False, "refused": True,
                     "error": f"{text}: the job is {self.supervisor.state.value}; nothing"
                              " was changed"}
-        self.count += 1
-        op = op or f"op-{self.count}"
+        while op is None:  # the head's own id: never one used already (--op op-7)
+            self.count += 1
+            op = f"op-{self.count}" if self.ops.view(f"op-{self.count}") is None else None
         try:
             revision = propose(op)
         except Refused as exc:

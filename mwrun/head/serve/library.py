@@ -82,10 +82,11 @@ class Library:
                                     _got(request, "event"), _got(request, "reason", ""))
 
     def stacks_told(self, request: dict) -> None:
-        """stacks_told {process, pid, id, threads, error?, flight_recorder?}: a library's
-        answer to a stacks ask."""
+        """stacks_told {process, pid, id, threads, error?, flight_recorder?, trimmed?}: a
+        library's answer to a stacks ask."""
         self.asks.told(request["id"], request["process"], request["pid"], request["threads"],
-                       request.get("error"), request.get("flight_recorder"))
+                       request.get("error"), request.get("flight_recorder"),
+                       request.get("trimmed"))
 
     def scale(self, request: dict) -> None:
         """scale {process, pid, id, target, count}: the library's ``job.scale``; its

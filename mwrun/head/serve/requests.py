@@ -148,7 +148,8 @@ FIELDS = {
     "world": {**PROCESS, "world": (_name, True), "generation": (_count, True),
               "event": (_event, True), "reason": (_reason, False), "t": (_time, False)},
     "stacks_told": {**PROCESS, "id": (_id, True), "threads": (_threads, True),
-                    "error": (_reason, False), "flight_recorder": (_recorder, False)},
+                    "error": (_reason, False), "flight_recorder": (_recorder, False),
+                    "trimmed": (_reason, False)},
 }
 
 

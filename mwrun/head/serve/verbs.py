@@ -11,7 +11,7 @@ from typing import Protocol
 from mwrun.head.decide.records import Book
 from mwrun.head.observe.history import History
 from mwrun.head.observe.progress import Progress, view
-from mwrun.head.postmortem.stacks import Stacks, select
+from mwrun.head.postmortem.stacks import MAX_ASKS, UNREAD, Stacks, select
 from mwrun.head.serve.elastic import Elastic
 from mwrun.runs import signal_number
 
@@ -104,11 +104,17 @@ class Verbs:
                            request.get("processes", []))
         except ValueError as exc:
             return {"ok": False, "error": str(exc)}
-        return {"ok": True, **self.asks.ask(sup.procs[n] for n in names)}
+        found = self.asks.ask(sup.procs[n] for n in names)
+        if found is None:
+            return {"ok": False, "error": f"{MAX_ASKS} stacks asks are being read now, the"
+                                         " most the supervisor keeps; nothing was asked: try"
+                                         " again in a moment"}
+        return {"ok": True, **found}
 
     def stacks_result(self, request: dict) -> dict:
         """stacks_result {id} -> that ask, with what each member told so far."""
         found = self.asks.result(request["id"])
         if found is None:
-            return {"ok": False, "error": f"no stacks ask {request['id']!r} (too old?)"}
+            return {"ok": False, "error": f"no stacks ask {request['id']!r} (too old: an"
+                                          f" ask goes once unread for {UNREAD:g}s)"}
         return {"ok": True, **found}
