@@ -26,32 +26,48 @@ class Line(Protocol):
     closed: bool
 
 
+class Way:
+    """The way down to one start of a process: what waits for its hello, then its line.
+    A new start is a new Way (``Downlink.started``), never the last one's reset."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.line: Line | None = None  # None: relayed by its agent, or no hello yet
+        self.heard = False  # it said hello
+        self.held: collections.deque[dict] = collections.deque(maxlen=HELD)
+
+
 class Downlink:
     def __init__(self, local: Callable[[Any, dict], None],
                  remote: Callable[[str, dict], bool]):
         self.local = local  # writes to a connection here (never waits)
         self.remote = remote  # sends through the process's agent; False: not remote
-        self.lines: dict[str, tuple[int, Line | None]] = {}  # process -> (pid, connection)
-        self.held: dict[str, collections.deque[dict]] = {}
+        self.ways: dict[str, Way] = {}  # process -> the way to its current start
 
     def hello(self, process: str, pid: int, line: Line | None) -> None:
         """``process`` (as ``pid``) said hello on ``line`` (None: relayed by its agent)."""
-        self.lines[process] = (pid, line)
-        for message in self.held.pop(process, ()):
+        way = self.ways.setdefault(process, Way())
+        way.pid, way.line, way.heard = pid, line, True
+        held, way.held = way.held, collections.deque(maxlen=HELD)
+        for message in held:
             self._send(process, line, message)
 
     def started(self, process: str) -> None:
         """A new start: what waited for the last one is not news to this one."""
-        self.lines.pop(process, None)
-        self.held.pop(process, None)
+        self.ways[process] = Way()
+
+    def forget(self, process: str) -> None:
+        """It left the job."""
+        self.ways.pop(process, None)
 
     def tell(self, process: str, message: dict) -> None:
-        found = self.lines.get(process)
-        if found is None or (found[1] is not None and found[1].closed):
-            self.lines.pop(process, None)
-            self.held.setdefault(process, collections.deque(maxlen=HELD)).append(message)
+        way = self.ways.setdefault(process, Way())
+        if way.heard and way.line is not None and way.line.closed:
+            self.ways[process] = way = Way()  # its line closed: held for whoever comes next
+        if not way.heard:
+            way.held.append(message)
             return
-        self._send(process, found[1], message)
+        self._send(process, way.line, message)
 
     def _send(self, process: str, line: Line | None, message: dict) -> None:
         if line is not None:

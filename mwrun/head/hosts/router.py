@@ -146,7 +146,7 @@ class Router:
     def forget(self, name: str) -> None:
         """A process left the job (a retired replica that exited)."""
         self.host_of.pop(name, None)
-        self.downlink.started(name)
+        self.downlink.forget(name)
 
     # -- the worlds' stores ----------------------------------------------------------------
 
