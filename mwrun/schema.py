@@ -87,6 +87,16 @@ class Goal(str, Enum):
     END = "end"  # ended for good: the policy restarts it no more, or nothing is left to join
 
 
+class WorldGoal(str, Enum):
+    """What the head wants of a world: its desired state, against which its observed one
+    (WorldState) is reconciled (mwrun/head/decide/worldreconcile.py)."""
+
+    FORM = "form"  # formed with its plan's members (re-formed after each break, resized)
+    DRAIN = "drain"  # its calls work until released or its drain_timeout, then it goes on
+    GONE = "gone"  # removed from the job on purpose (a scale down, a drain)
+    END = "end"  # closed: a member will never come back, or the job is over
+
+
 class WorldState(str, Enum):
     FORMING = "forming"
     HEALTHY = "healthy"

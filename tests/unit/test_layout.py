@@ -660,9 +660,9 @@ def test_the_mover_check_sees_a_state_set_elsewhere(tmp_path):
 
 
 # Who may ask a mover to move a record: a process's state moves only in its reconcile
-# (decide/reconcile.py: its goal and what was seen of it), a world's only in its book.
-MOVE_CALLERS = {"processes.move": {"reconcile.py"}, "book.move": set(),
-                "self.move": {"processbook.py", "worldbook.py"}}
+# (decide/reconcile.py: its goal and what was seen of it), a world's only in its own
+# (decide/worldreconcile.py); no book moves a record of its own accord.
+MOVE_CALLERS = {"processes.move": {"reconcile.py"}, "book.move": {"worldreconcile.py"}}
 
 
 def move_calls(path: Path) -> list[str]:
@@ -679,8 +679,8 @@ def move_calls(path: Path) -> list[str]:
     return found
 
 
-def test_only_the_reconcile_moves_a_process():
-    """A process's state moves in one place, its reconcile; a world's in its book."""
+def test_only_the_reconcile_moves_a_record():
+    """A process's state moves in one place, its reconcile; a world's in its own."""
     wrong = []
     for path in sorted((PACKAGE / "head" / "decide").glob("*.py")):
         for call in move_calls(path):
@@ -688,8 +688,7 @@ def test_only_the_reconcile_moves_a_process():
                 wrong.append(f"{path.name}: {call}")
     assert wrong == []
     assert "processes.move" in move_calls(PACKAGE / "head" / "decide" / "reconcile.py")
-    # and the process book moves nothing of its own accord
-    assert "self.move" not in move_calls(PACKAGE / "head" / "decide" / "processbook.py")
+    assert "book.move" in move_calls(PACKAGE / "head" / "decide" / "worldreconcile.py")
 
 
 def test_the_move_check_sees_a_move_elsewhere(tmp_path):

@@ -99,3 +99,38 @@ def test_a_start_is_told_once_whether_or_not_it_moved():
     sup.on_tick()
     again = [e for e in told if isinstance(e, ev.Spawned) and e.process == "worker-0"]
     assert len(again) == 2 and sup.procs["worker-0"].state is P.STARTING
+
+
+def test_a_world_is_moved_by_its_reconcile_from_what_was_marked_on_it():
+    """A break is marked, then reconciled: the world breaks once, told once, and (every
+    member still alive: a member saw a timeout) forms again at the next generation;
+    asked again, nothing more moves or is told."""
+    from mwrun.schema import WorldState as W
+    told = []
+    sup, host = make(subscribers=[told.append])
+    join_all(sup)
+    world = sup.worlds["world1"]
+    generation = world.generation
+    world.lost = "worker-0 was killed by SIGKILL"
+    sup.book.settle.reconcile(world, host.now())
+    assert world.state is W.FORMING and world.breaks == 1 and world.lost is None
+    assert world.generation == generation + 1
+    broken = [e for e in told if isinstance(e, ev.WorldBroken)]
+    assert [(e.world, e.generation) for e in broken] == [("world1", generation)]
+    before = len(told)
+    sup.book.settle.reconcile(world, host.now())
+    assert world.state is W.FORMING and len(told) == before
+
+
+def test_a_world_the_job_no_longer_wants_closes_once():
+    from mwrun.schema import WorldGoal
+    from mwrun.schema import WorldState as W
+    told = []
+    sup, host = make(subscribers=[told.append])
+    join_all(sup)
+    world = sup.worlds["world1"]
+    world.goal = WorldGoal.END
+    sup.book.settle.reconcile(world, host.now())
+    sup.book.settle.reconcile(world, host.now())
+    assert world.state is W.CLOSED
+    assert [e.world for e in told if isinstance(e, ev.WorldClosed)] == ["world1"]

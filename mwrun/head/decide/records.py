@@ -14,7 +14,7 @@ from typing import Protocol
 from mwrun import protocol
 from mwrun.head.decide.policy import Exit
 from mwrun.plan.placement import ProcessPlan, WorldPlan
-from mwrun.schema import Goal, RunState, Start
+from mwrun.schema import Goal, RunState, Start, WorldGoal
 from mwrun.schema import ProcessState as P
 from mwrun.schema import WorldState as W
 
@@ -102,6 +102,15 @@ class WorldRecord:
     # Why its drain is over, once something said so (released, its deadline, a member
     # ended, nothing to drain): marked where it is heard, ended by the reconcile.
     drained: str | None = None
+    # What is wanted of it (desired: worldreconcile.py moves it there) and what was
+    # marked on it since its last reconcile:
+    goal: WorldGoal = WorldGoal.FORM
+    drain_seconds: float = 0.0  # how long its drain may take, as asked
+    lost: str | None = None  # a member of its current generation ended: why
+    written: bool = False  # ... and a member wrote that break to its store itself
+    resized_from: int | None = None  # a resize is asked: the size it had
+    end: tuple[str, bool] | None = None  # it closes: why, and whether a member finished
+    removed: str | None = None  # it is removed from the job: why
 
     def __post_init__(self):
         if not self.admitted:
