@@ -1,6 +1,7 @@
 """A run's records read back: its history (``history``) into a timeline of per-world
 counts, events and faults (``timeline``, ``faults``), pace over exact windows
-(``counts``), what each fault cost (``impact``), scale operations (``scaleops``), and
+(``counts``), what each fault cost (``impact``), scale operations (``scaleops``), the
+run's restarts and world breaks (``tally``, the head's finish line's count too), and
 what a drill comes to (``drills``; ``ledger`` for what it counts from the status
 documents while it runs). ``mwrun report`` and ``mwrun drill`` read through it (``status``
 shows the status document, which the head keeps: it needs no history); what it gives
@@ -34,12 +35,14 @@ from mwrun.records.history import load
 from mwrun.records.impact import Impact, Meanwhile, impact
 from mwrun.records.ledger import Ledger, Life
 from mwrun.records.scaleops import Changes, recorded, reshaped, scale_summary
+from mwrun.records.tally import Tally, tally
 from mwrun.records.timeline import Pace, Timeline, build, mean_rate, pace, read
 
 __all__ = [
     "BASELINE_MAX", "BASELINE_MIN", "DRILL", "KILL_LEADS", "Changes", "Fault", "Impact",
-    "Ledger", "Life", "Meanwhile", "Outcome", "Pace", "Sent", "Shot", "Timeline", "Window",
+    "Ledger", "Life", "Meanwhile", "Outcome", "Pace", "Sent", "Shot", "Tally", "Timeline",
+    "Window",
     "baseline", "build", "exit_status", "impact", "load", "match", "mean_rate", "pace",
     "pace_of", "problems", "read", "recorded", "reshaped", "scale_summary", "steps",
-    "summarize",
+    "summarize", "tally",
 ]

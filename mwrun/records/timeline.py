@@ -15,6 +15,7 @@ from mwrun.records import counts as pc
 from mwrun.records import faults as fl
 from mwrun.records.faults import Fault
 from mwrun.records.history import load
+from mwrun.records.tally import Tally, tally
 from mwrun.schema import CALLS, FAULT_ID, FAULT_IDS, RATES
 from mwrun.schema import Event as E
 
@@ -45,9 +46,14 @@ class Timeline:
         return any(s for s in self.samples.values())
 
     @property
+    def tally(self) -> Tally:
+        """Restarts (of any process, for any reason) and world breaks the history
+        recorded: counted as the head counts them for its finish line (tally.py)."""
+        return tally(self.events)
+
+    @property
     def restarts(self) -> int:
-        """Restarts the history recorded (of any process, for any reason)."""
-        return sum(1 for e in self.events if e["event"] == E.SPAWN and e.get("restarts", 0) > 0)
+        return self.tally.restarts
 
     def downs(self, world: str) -> pc.Spans:
         """When ``world`` was down: until it first formed, each fault from its start

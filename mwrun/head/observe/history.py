@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import TextIO
 
 from mwrun.head.decide import events as ev
+from mwrun.records import Tally
 from mwrun.schema import CALLS, HISTORY, HISTORY_ROTATED, RATES
 from mwrun.schema import Event as E
 from mwrun.schema import ProcessState as P
@@ -134,6 +135,21 @@ class History:
             with contextlib.suppress(OSError):
                 self.file.close()
             self.file = None
+
+
+class Counted:
+    """A subscriber of the supervisor's events that counts each one's history record
+    into ``tally`` (mwrun.records.Tally): the finish line's restarts and world breaks,
+    counted by ``report``'s own function over the same records, whatever left the job
+    since (a retired replica, a removed world), and whether or not the file took them."""
+
+    def __init__(self, tally: Tally):
+        self.tally = tally
+
+    def __call__(self, event: ev.Event) -> None:
+        found = record(event)
+        if found is not None:
+            self.tally.add(found)
 
 
 def record(event: ev.Event) -> dict | None:
