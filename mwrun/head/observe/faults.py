@@ -31,6 +31,12 @@ world) belongs to the same fault: its ``breaks`` grow, its phases keep their fir
   the supervisor saw the world form).
 - ``first_call``: the first call of that generation that completed, in any member.
 
+No phase is written before its causes (``CAUSES``: the exit after the signal, the
+supervisor's break after the exit, and so on): one told earlier, a time from another
+clock whose correction is off by more than the gap, is put at its cause's time, and the
+record says so (``moved``: by how much). A break a member wrote itself follows only the
+fault's start: it may truly come before the exit was seen (it saw its peer gone first).
+
 A world has at most one fault open. It is closed, and handed to ``write`` (the
 history's ``fault`` record), once its first call is known, or when a new fault starts
 after the re-form (its first call never heard), or the world closes, or the run ends:
