@@ -11,8 +11,8 @@
   generation > 0), ``close`` (world, reason), ``stop``, ``end`` (state);
 - ``{"event": "fault", "id", "world", "generation", "process", "signal", "cause",
   "breaks", "phases": {phase: time | null}, "moved": {phase: seconds}}`` once per
-  fault of a world (faults.py: one outage, from a drill's or a hang's signal or the break until the world's first
-  call after it re-formed), written when it is closed (that first call, or a new
+  fault of a world (faults.py: one outage, from a drill's or a hang's signal or the
+  break until the world's first call after it re-formed), written when it is closed (that first call, or a new
   fault after the re-form, the world closed, or the run ended): ``id`` the fault's
   number in the run, ``generation`` the one that broke first, ``breaks`` how many
   breaks of the world it took, ``process`` the member at fault (null
