@@ -12,20 +12,21 @@
 - ``{"event": "fault", "id", "world", "generation", "process", "signal", "cause",
   "breaks", "phases": {phase: time | null}, "moved": {phase: seconds}}`` once per
   fault of a world (faults.py: one outage, from a drill's or a hang's signal or the
-  break until the world's first call after it re-formed), written when it is closed (that first call, or a new
-  fault after the re-form, the world closed, or the run ended): ``id`` the fault's
-  number in the run, ``generation`` the one that broke first, ``breaks`` how many
-  breaks of the world it took, ``process`` the member at fault (null
-  when a member saw the break first), ``signal`` the signal sent to it (a drill's, a
-  hang's) or that ended it (null: none), ``cause`` the first break's reason; ``phases`` in
-  ``schema.Phase``'s order (t_fault, exit_seen, survivors_told, restarted, reformed,
-  first_call), each a wall-clock time on the head's clock (a remote host's corrected
-  by its measured offset), null when that phase did not happen (see faults.py);
-  ``moved``: each phase told before its cause (another clock's error) and put at its
-  cause's time, by how much. Every event that belongs to a fault carries its id from the moment the fault
-  started, before its ``fault`` record is written: ``fault`` (the id) on a world's
-  ``break``, ``form`` (the re-form that ended it) and ``close``; ``faults`` ({world:
-  id}) on a process's ``signal``, ``exit`` and ``spawn``. Readers join on the id;
+  break until the world's first call after it re-formed), written when it is closed
+  (that first call, or a new fault after the re-form, the world closed, or the run
+  ended): ``id`` the fault's number in the run, ``generation`` the one that broke
+  first, ``breaks`` how many breaks of the world it took, ``process`` the member at
+  fault (null when a member saw the break first), ``signal`` the signal sent to it (a
+  drill's, a hang's) or that ended it (null: none), ``cause`` the first break's
+  reason; ``phases`` in ``schema.Phase``'s order (t_fault, exit_seen, survivors_told,
+  restarted, reformed, first_call), each a wall-clock time on the head's clock (a
+  remote host's corrected by its measured offset), null when that phase did not
+  happen (see faults.py); ``moved``: each phase told before its cause (another
+  clock's error) and put at its cause's time, by how much. Every event that belongs
+  to a fault carries its id from the moment the fault started, before its ``fault``
+  record is written: ``fault`` (the id) on a world's ``break``, ``form`` (the re-form
+  that ended it) and ``close``; ``faults`` ({world: id}) on a process's ``signal``,
+  ``exit`` and ``spawn``. Readers join on the id;
 - ``{"rates": {world: [calls_per_s, bytes_per_s]}, "calls": {world: [calls, t]}}``
   every SAMPLE_EVERY seconds while the run lives: each world's rate over about the
   last beat interval (for the eye), and its completed calls since the run started as
