@@ -123,6 +123,9 @@ def _counts(records: list[dict], worlds, start: float) -> dict[str, pc.Points]:
     for r in records:
         if r.get("event") in (E.REMOVE, E.ADD) and r.get("world") in readers:
             readers[r["world"]].reset()
+            points = counts[r["world"]]
+            if r["event"] == E.REMOVE and r["t"] > points[-1][0]:
+                points.append((r["t"], points[-1][1]))  # no call once it left the job
         elif r.get("event") == E.START and not r.get("continued") and r["t"] > start:
             for reader in readers.values():
                 reader.rebase()

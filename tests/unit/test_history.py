@@ -8,8 +8,8 @@ import pytest
 
 from mwrun.cli.summaryview import summary
 from mwrun.errors import RunError
-from mwrun.head.observe.faults import Faults
 from mwrun.head.decide import events as ev
+from mwrun.head.observe.faults import Faults
 from mwrun.head.observe.history import Counted, History
 from mwrun.records import Tally, build, load, mean_rate, tally
 from tests.unit.test_supervisor import FakeHost, join_all, make
