@@ -69,6 +69,7 @@ CAUSES: dict[Phase, tuple[Phase, ...]] = {
     Phase.REFORMED: (Phase.RESTARTED, Phase.SURVIVORS_TOLD),
     Phase.FIRST_CALL: (Phase.REFORMED,),
 }
+Causes = tuple[Phase, ...] | None  # a phase's causes where not CAUSES' (None: CAUSES')
 
 
 @dataclass
@@ -107,7 +108,7 @@ class Fault:
                            for p, t in self.phases.items()},
                 "moved": {p.value: round(t, 4) for p, t in self.moved.items()}}
 
-    def settle(self, phase: Phase, at: float, causes: tuple[Phase, ...] | None = None) -> None:
+    def settle(self, phase: Phase, at: float, causes: Causes = None) -> None:
         """The phase's time, never before a phase that must come first (``causes``,
         by default CAUSES'), and said in ``moved`` when it was told earlier than that.
         The two can come from two clocks, a remote host's corrected by the offset
@@ -120,8 +121,7 @@ class Fault:
             self.moved[phase] = cause - at
         self.phases[phase] = max(at, cause)
 
-    def set(self, phase: Phase, at: float | None,
-            causes: tuple[Phase, ...] | None = None) -> bool:
+    def set(self, phase: Phase, at: float | None, causes: Causes = None) -> bool:
         """The phase's time, if it has none yet (the first of each counts), settled."""
         if at is None or self.phases[phase] is not None:
             return False
@@ -169,6 +169,13 @@ class Said:
             return
         key = (world, generation)
         self.told[key] = min(self.told.get(key, at), at)
+
+    def _reformed_at(self, world: str, generation: int) -> float | None:
+        """When the last member joined ``generation``, by its own clock, if every member
+        said it joined; else None (a plain torch script's member says nothing: then the
+        moment the supervisor saw the group form counts)."""
+        last, count = self.joins.pop((world, generation), (None, 0))
+        return last if count >= len(self.members[world]) else None
 
     def _told_of(self, world: str, generation: int) -> float | None:
         """When a member wrote ``generation``'s break itself, if one did; what the
@@ -331,8 +338,7 @@ class Faults(Said):
         self.changes += 1
         return fault
 
-    def _phase(self, fault: Fault, phase: Phase, at: float | None,
-               causes: tuple[Phase, ...] | None = None) -> None:
+    def _phase(self, fault: Fault, phase: Phase, at: float | None, causes: Causes = None) -> None:
         if fault.set(phase, at, causes):
             self.changes += 1
 
@@ -351,11 +357,8 @@ class Faults(Said):
         if fault is None or fault.breaks == 0 or generation <= fault.generation \
                 or fault.formed is not None:
             return None
-        last, count = self.joins.pop((world, generation), (None, 0))
-        # Each member's own time of joining, when all said it (a plain torch script's
-        # member says nothing: then when the supervisor saw the group form).
-        fault.settle(Phase.REFORMED, last if count >= len(self.members[world]) and
-                     last is not None else self.clock())
+        said = self._reformed_at(world, generation)
+        fault.settle(Phase.REFORMED, self.clock() if said is None else said)
         fault.formed = generation
         self.changes += 1
         first = self.firsts.pop((world, generation), None)
