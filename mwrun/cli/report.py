@@ -20,7 +20,7 @@ from mwrun.schema import Event as E
 
 FORMATS = (".png", ".svg", ".pdf")
 DPI = 90
-MAX_ROWS = 3  # rows of downtime labels over a lane; more faults than fit: the summary's
+MAX_ROWS = 3  # rows of downtime labels over a lane; past it, arrows only (the summary lists them)
 LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5}
 MARKS = {  # event -> (colour, line style, legend label)
     "kill": ("#d62728", "--", "kill (drill)"),
