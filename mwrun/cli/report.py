@@ -19,6 +19,9 @@ from mwrun.schema import REPORT
 from mwrun.schema import Event as E
 
 FORMATS = (".png", ".svg", ".pdf")
+DPI = 90
+MAX_ROWS = 3  # rows of downtime labels over a lane; past it, arrows only (the summary lists them)
+LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5}
 MARKS = {  # event -> (colour, line style, legend label)
     "kill": ("#d62728", "--", "kill (drill)"),
     "break": ("#d62728", "-", "break"),
@@ -30,16 +33,17 @@ MARKS = {  # event -> (colour, line style, legend label)
 
 
 def report(run: str | None, output: str | None) -> list[str]:
-    """``mwrun report``: draw RUN (default: the newest run); the lines to print."""
+    """``mwrun report``: draw RUN (default: the newest run); the lines to print, the
+    last saying where the picture is, in full (``-o r.png`` is in the current folder)."""
     if run is None:
         found = runs.all_runs()
         if not found:
             raise RunError(f"no runs under {runs.runs_root()}")
         run = found[0][0]
-    runs.find(run)  # a clear error for a run that is not there
+    _, state = runs.find(run)  # a clear error for a run that is not there
     tl = read(runs.run_path(run), run)
-    out = Path(output) if output else runs.run_path(run) / REPORT
-    return [*draw(tl, out), f"picture: {out}"]
+    out = (Path(output) if output else runs.run_path(run) / REPORT).absolute()
+    return [*draw(tl, out, runs.is_live(state)), f"picture: {out}"]
 
 
 def pyplot():
@@ -54,14 +58,27 @@ def pyplot():
     return plt
 
 
-def draw(tl: Timeline, out: Path) -> list[str]:
+def draw(tl: Timeline, out: Path, live: bool | None = None) -> list[str]:
     """Write the picture of ``tl`` to ``out`` (format from its suffix); return the
-    summary it carries (each drill's in full: the picture has its lines per world)."""
+    summary it carries (each drill's in full: the picture has its lines per world).
+    ``live``: whether the run's head still runs (None: not known)."""
     if out.suffix.lower() not in FORMATS:
         raise UsageError(f"{out}: the picture can be {', '.join(FORMATS)}, not"
                          f" {out.suffix or 'a file without a suffix'}")
     plt = pyplot()
-    lines = summary(tl) + drills(tl, brief=True)
+    fig = figure(plt, tl, live)
+    try:
+        fig.savefig(out, dpi=DPI, bbox_inches="tight", pad_inches=0.2)  # all the text
+    except OSError as exc:
+        raise MwrunError(f"cannot write {out}: {exc.strerror}") from None
+    finally:
+        plt.close(fig)
+    return summary(tl, live) + drills(tl)
+
+
+def figure(plt, tl: Timeline, live: bool | None = None):
+    """The picture of ``tl`` as a matplotlib figure, laid out and labelled."""
+    lines = summary(tl, live) + drills(tl, brief=True)
     lanes = list(tl.worlds)
     text_height = 0.16 * len(lines) + 0.3
     lane = 1.5 if len(lanes) <= 4 else 0.75  # many worlds: thinner lanes, one picture
@@ -69,8 +86,9 @@ def draw(tl: Timeline, out: Path) -> list[str]:
                              figsize=(10, lane * len(lanes) + text_height + 0.8),
                              gridspec_kw={"height_ratios": [lane] * len(lanes) + [text_height]})
     axes = [a[0] for a in axes]
+    tops = {}
     for ax, world in zip(axes, lanes, strict=False):
-        _lane(ax, tl, world)
+        tops[world] = _lane(ax, tl, world)
         ax.sharex(axes[0])
         if ax is not axes[-2]:
             ax.tick_params(labelbottom=False)
@@ -86,13 +104,10 @@ def draw(tl: Timeline, out: Path) -> list[str]:
     text.text(0, 1, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=7.5,
               transform=text.transAxes)
     fig.tight_layout(h_pad=0.4)
-    try:
-        fig.savefig(out, dpi=90, bbox_inches="tight", pad_inches=0.2)  # all the text
-    except OSError as exc:
-        raise MwrunError(f"cannot write {out}: {exc.strerror}") from None
-    finally:
-        plt.close(fig)
-    return summary(tl) + drills(tl)
+    renderer = fig.canvas.get_renderer()
+    for ax, world in zip(axes, lanes, strict=False):  # once the lanes' sizes are final
+        downtimes(ax, tl, world, tops[world], live, renderer)
+    return fig
 
 
 def drills(tl: Timeline, brief: bool = False) -> list[str]:
@@ -108,7 +123,8 @@ def drills(tl: Timeline, brief: bool = False) -> list[str]:
     return found
 
 
-def _lane(ax, tl: Timeline, world: str) -> None:
+def _lane(ax, tl: Timeline, world: str) -> float:
+    """One world's lane: its calls/s, its marks, its down spans; the top of its scale."""
     t0 = tl.start
     if tl.counts.get(world):  # calls/s from the counts: 0 inside every down span
         edges, ys = steps(tl.counts[world], tl.downs(world))
@@ -128,8 +144,8 @@ def _lane(ax, tl: Timeline, world: str) -> None:
         if points:
             ax.plot(xs, ys, drawstyle="steps-pre", color="#1f77b4", linewidth=1.2)
             ax.fill_between(xs, ys, step="pre", color="#1f77b4", alpha=0.15)
-    ax.set_ylim(0, top * 1.35)
     ax.set_xlim(0, max(tl.last - t0, 1.0))
+    ax.set_ylim(0, top * 1.1)
     ax.set_ylabel(world, rotation=0, ha="right", va="center", fontsize=9)
     ax.tick_params(labelsize=8)
     ax.grid(axis="y", alpha=0.3)
@@ -139,22 +155,69 @@ def _lane(ax, tl: Timeline, world: str) -> None:
         if kind is not None:
             colour, style, _ = MARKS[kind]
             ax.axvline(e["t"] - t0, color=colour, linestyle=style, linewidth=1)
-    near = 0.09 * max(tl.last - t0, 1.0)  # labels closer than this would overlap
-    placed = -near
-    high = True
     for f in (f for f in tl.faults if f.world == world):
+        ax.axvspan(f.start - t0, (f.back if f.back is not None else tl.last) - t0,
+                   color="#d62728", alpha=0.15, linewidth=0)
+    return top
+
+
+def downtimes(ax, tl: Timeline, world: str, top: float, live: bool | None, renderer) -> list:
+    """Each fault's downtime over the lane, an arrow across it with its label above,
+    in rows that never overlap: each label (with its arrow) takes the lowest row where
+    it clears the ones before it, measured as drawn; the lane's scale leaves room for
+    the rows above its traffic. The labels, for whoever checks them."""
+    from matplotlib import transforms
+
+    t0 = tl.start
+    mine = [f for f in tl.faults if f.world == world]
+    if not mine:
+        return []
+    at = transforms.blended_transform_factory(ax.transData, ax.transAxes)
+    placed = []  # (label, arrow's ends in data, its extent in pixels)
+    for f in mine:
         a, b = f.start - t0, (f.back if f.back is not None else tl.last) - t0
-        ax.axvspan(a, b, color="#d62728", alpha=0.15, linewidth=0)
-        high = not high if a - placed < near else True  # close labels take turns
-        placed = a
-        y = top * (1.15 if high else 1.02)
-        ax.annotate("", xy=(a, y), xytext=(b, y),
-                    arrowprops={"arrowstyle": "<->", "color": "#d62728", "lw": 1})
         down = f.downtime(tl.last)
-        label = f"down {down * 1000:.0f} ms" if down < 1 else f"down {down:.2f} s"
-        more = "" if f.back is not None else " (so far)" if tl.ended is None else ""
-        ax.text((a + b) / 2, y + top * 0.05, label + more,
-                ha="center", va="bottom", fontsize=8, color="#d62728")
+        text = f"down {down * 1000:.0f} ms" if down < 1 else f"down {down:.2f} s"
+        more = " (so far)" if f.back is None and live else ""
+        label = ax.text((a + b) / 2, 0, text + more, ha="center", va="bottom", fontsize=8,
+                        color="#d62728", transform=at, bbox=LABEL_BOX)
+        box = label.get_window_extent(renderer)
+        ends = ax.transData.transform([(a, 0), (b, 0)])[:, 0]
+        placed.append((label, a, b, (min(box.x0, *ends), max(box.x1, *ends))))
+    row_of = rows([extent for *_, extent in placed], gap=4.0)
+    height = max(lab.get_window_extent(renderer).height for lab, *_ in placed)
+    step = (height + 6.0) / max(ax.get_window_extent(renderer).height, 1.0)  # axes share
+    count = max(row_of) + 1
+    if count > MAX_ROWS:  # too many to read over the lane: arrows only, one row (a
+        for label, *_ in placed:  # world's faults never overlap), numbers below
+            label.remove()
+        ax.set_ylabel(f"{world}\n({len(mine)} faults:\nsee below)", rotation=0, ha="right",
+                      va="center", fontsize=9)
+        placed, row_of, count = [(None, a, b, e) for _, a, b, e in placed], [0] * len(mine), 1
+    base = 1.0 - count * step  # the lowest row's arrow; the traffic stays under it
+    ax.set_ylim(0, top * 1.1 / max(base - 0.02, 0.2))
+    for (label, a, b, _), row in zip(placed, row_of, strict=True):
+        y = base + row * step
+        ax.annotate("", xy=(a, y), xytext=(b, y), xycoords=at, textcoords=at,
+                    arrowprops={"arrowstyle": "<->", "color": "#d62728", "lw": 1})
+        if label is not None:
+            label.set_y(y + 0.01)
+    return [label for label, *_ in placed if label is not None]
+
+
+def rows(extents: list[tuple[float, float]], gap: float) -> list[int]:
+    """For each (left, right), in order, the lowest row where it starts at least
+    ``gap`` after the last one placed in that row ends: none overlap in a row."""
+    ends: list[float] = []  # each row's rightmost end so far
+    found = []
+    for left, right in extents:
+        row = next((i for i, end in enumerate(ends) if left >= end + gap), len(ends))
+        if row == len(ends):
+            ends.append(right)
+        else:
+            ends[row] = max(ends[row], right)
+        found.append(row)
+    return found
 
 
 def _mark(e: dict, world: str, members: list[str]) -> str | None:

@@ -15,12 +15,16 @@ from mwrun.terminal import size
 MANY = 4  # faults in a run past which the summary gives each one line (a drill's)
 
 
-def summary(tl: Timeline) -> list[str]:
-    """The text under the picture: per world, its breaks, downtime, and pace."""
+def summary(tl: Timeline, live: bool | None = None) -> list[str]:
+    """The text under the picture: per world, its breaks, downtime, and pace. ``live``:
+    whether the run's head still runs (None: not known), for a history with no end."""
     took = tl.last - tl.start
-    state = tl.ended or "live, or cut short"
+    state = tl.ended or {True: "live", False: "cut short (its head died without"
+                         " ending it)", None: "live, or cut short"}[live]
+    counted = tl.tally  # as the launch's finish line counts them (records.Tally)
     lines = [f"run {tl.run_id} ({tl.name}): {took:.1f} s of history, {state};"
-             f" {len(tl.faults)} fault(s), {tl.restarts} restart(s)"]
+             f" {len(tl.faults)} fault(s), {counted.restarts} restart(s),"
+             f" {counted.breaks} world break(s)"]
     calm = [w for w in tl.worlds if not any(f.world == w for f in tl.faults)]
     for world in tl.worlds:
         mine = [f for f in tl.faults if f.world == world]

@@ -21,7 +21,8 @@ without importing this.
 May import: ``mwrun.errors``, ``mwrun.protocol``, ``mwrun.terminal``, ``mwrun.machine``,
 ``mwrun.schema``, ``mwrun.runs``, ``mwrun.launchspec``, ``mwrun.lookups``,
 ``mwrun.stacktext``, ``plan``,
-``membership``, ``host``. Never
+``membership``, ``host``, ``records`` (observe counts the finish line's restarts and
+breaks with its tally, as ``report`` does). Never
 ``worlds`` or ``cli``. Only ``hosts/stores`` imports torch, and only once a launch is
 under way.
 """

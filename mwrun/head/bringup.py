@@ -34,6 +34,7 @@ from mwrun.terminal import count, seconds, use_colour
 
 if TYPE_CHECKING:
     from mwrun.head.decide.supervisor import Supervisor
+    from mwrun.records import Tally
 
 DETACH_WAIT = 120.0  # seconds --detach waits for its supervisor to run
 FORM_WAIT = 120.0  # then, for the run's worlds to form
@@ -232,7 +233,7 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         loop = Loop(plan, run_id, run_dir, stores, printer, grace,
                     str(rundir.control_path(run_id)), topo, inv, links, reach, topo_hosts)
         code = loop.run()
-        _summary(printer, loop.supervisor, loop.run_id, loop.started_at)
+        _summary(printer, loop.supervisor, loop.tally, loop.run_id, loop.started_at)
     except BaseException as exc:
         _never_started(run_dir, exc)
         raise
@@ -258,13 +259,15 @@ def _more_descriptors() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
 
 
-def _summary(printer: Printer, sup: Supervisor, run_id: str, started_at: float) -> None:
+def _summary(printer: Printer, sup: Supervisor, tally: Tally, run_id: str,
+             started_at: float) -> None:
+    """The finish line. Its restarts and world breaks are the run's, counted over its
+    history records as ``report`` counts them (records.Tally): what the job holds at
+    the end has forgotten a retired replica's restarts and a removed world's breaks."""
     took = seconds(time.time() - started_at)
     failed = [r for r in sup.procs.values() if r.state is P.FAILED]
-    restarts = sum(r.restarts for r in sup.procs.values())
     printer.event(f"run {run_id} {sup.state.value} after {took}:"
-                  f" {restarts} restart{'s' * (restarts != 1)},"
-                  f" {count(sum(w.breaks for w in sup.worlds.values()), 'world break')}"
+                  f" {count(tally.restarts, 'restart')}, {count(tally.breaks, 'world break')}"
                   + (f"; failed: {', '.join(r.plan.name for r in failed)}" if failed else ""))
 
 

@@ -35,7 +35,7 @@ from mwrun.head.hosts.router import Router
 from mwrun.head.observe import document
 from mwrun.head.observe.console import Printer
 from mwrun.head.observe.faults import Faults
-from mwrun.head.observe.history import SAMPLE_EVERY, History
+from mwrun.head.observe.history import SAMPLE_EVERY, Counted, History
 from mwrun.head.observe.opbook import OpBook
 from mwrun.head.observe.progress import Progress
 from mwrun.head.observe.scaleops import Ops
@@ -55,6 +55,7 @@ from mwrun.membership.revision import Membership
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import Plan
 from mwrun.plan.topology import Topology
+from mwrun.records import Tally
 from mwrun.schema import OPS, STATE, TOPOLOGY, ZYGOTE_LOG, Start
 
 OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
@@ -202,9 +203,10 @@ class Loop:
         self.writer = document.Writer(run_dir / STATE, lambda: self.status.build(),
                                       lambda: self.status.outside())
         # Who hears it: console and events.log, faults, history, scale operations, state.json.
+        self.tally = Tally()  # restarts and breaks for the finish line, as report counts
         self.events = Events((lines(printer.event), self.faults, self.history, self.ops,
                               self.writer, self.progress, self.postmortems,
-                              Leaving(membership, router, self.traffic)))
+                              Leaving(membership, router, self.traffic), Counted(self.tally)))
         self.supervisor = supervisor = Supervisor(plan, router, self.events, grace,
                                                   self.postmortems.wait, self.timers)
         self.usage = document.Usage(router.usage_of, agents.refresh_usage

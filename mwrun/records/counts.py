@@ -19,6 +19,40 @@ Points = list[tuple[float, float]]  # (head wall time, calls since the run start
 Spans = list[tuple[float, float]]  # intervals a world was down, (from, to)
 
 
+class Counter:
+    """One world's count as the history wrote it (its head's ``totals``), read into
+    calls since the run started that never go back. A head's count of a world only
+    goes back when the world's members' counts started again (the world removed and
+    made again under its name): a reset, as Prometheus' ``rate()`` takes one, the
+    calls counted since then added to what came before (a counter that was reset
+    and is read again is all new calls)."""
+
+    def __init__(self):
+        self.before = 0.0  # what was counted up to the last reset
+        self.raw: float | None = None  # the last count written
+        self.fresh = False  # the next count is a new incarnation's (reset, rebase)
+        self.base = False  # the next count only sets where counting resumes (rebase)
+
+    def reset(self) -> None:
+        """The world was made again: its next count counts from 0."""
+        self.fresh = True
+
+    def rebase(self) -> None:
+        """A new head writes from here: its first count is where the next ones count
+        from, the calls between the two heads unknown (never invented as a burst)."""
+        self.fresh = self.base = True
+
+    def read(self, raw: float) -> float:
+        """Calls since the run started, after one more count written."""
+        last = self.raw if self.raw is not None else 0.0
+        if self.base:
+            self.before += last - raw  # the count carries on from where it was
+        elif self.fresh or raw < last:
+            self.before += last  # a reset: all of ``raw`` is new
+        self.raw, self.fresh, self.base = raw, False, False
+        return self.before + raw
+
+
 def down_within(a: float, b: float, downs: Spans) -> float:
     """Seconds of [a, b] the world was down (the spans may overlap each other)."""
     cuts = sorted((max(a, x), min(b, y)) for x, y in downs if y > a and x < b)

@@ -15,6 +15,7 @@ from mwrun.records import counts as pc
 from mwrun.records import faults as fl
 from mwrun.records.faults import Fault
 from mwrun.records.history import load
+from mwrun.records.tally import Tally, tally
 from mwrun.schema import CALLS, FAULT_ID, FAULT_IDS, RATES
 from mwrun.schema import Event as E
 
@@ -45,20 +46,33 @@ class Timeline:
         return any(s for s in self.samples.values())
 
     @property
+    def tally(self) -> Tally:
+        """Restarts (of any process, for any reason) and world breaks the history
+        recorded: counted as the head counts them for its finish line (tally.py)."""
+        return tally(self.events)
+
+    @property
     def restarts(self) -> int:
-        """Restarts the history recorded (of any process, for any reason)."""
-        return sum(1 for e in self.events if e["event"] == E.SPAWN and e.get("restarts", 0) > 0)
+        return self.tally.restarts
 
     def downs(self, world: str) -> pc.Spans:
-        """When ``world`` was down: until it first formed, then each fault from its
-        start until it was back."""
+        """When ``world`` was down: until it first formed, each fault from its start
+        until it was back, and from each removal until it formed again (a world made
+        again under its name, or never)."""
         if world not in self.down_spans:  # asked per window: worked out once per world
-            formed = next((e["t"] for e in self.events
-                           if e["event"] == E.FORM and e.get("world") == world), self.last)
-            self.down_spans[world] = [(self.start, formed)] + [
+            mine = [e for e in self.events if e.get("world") == world]
+            spans = [(self.start, self._formed(mine, self.start))]
+            spans += [(e["t"], self._formed(mine, e["t"]))
+                      for e in mine if e["event"] == E.REMOVE]
+            self.down_spans[world] = spans + [
                 (f.start, f.back if f.back is not None else self.last)
                 for f in self.faults if f.world == world]
         return self.down_spans[world]
+
+    def _formed(self, events: list[dict], since: float) -> float:
+        """When the world of ``events`` first formed after ``since`` (else the end)."""
+        return next((e["t"] for e in events if e["event"] == E.FORM and e["t"] >= since),
+                    self.last)
 
 
 def build(records: list[dict], notes: list[str], run_id: str) -> Timeline:
@@ -96,20 +110,38 @@ def build(records: list[dict], notes: list[str], run_id: str) -> Timeline:
 
 
 def _counts(records: list[dict], worlds, start: float) -> dict[str, pc.Points]:
-    """Each world's (time, calls so far) points, from 0 at the run's start; a count
-    that went back (a history spliced from two heads) is held, never undone."""
+    """Each world's (time, calls so far) points, from 0 at the run's start, read as
+    Prometheus' ``rate()`` reads a counter: a count that went down was reset (the world
+    was removed and made again under its name, its count starting from 0 again), so
+    what it counts from then on adds to what came before, never held until it passes
+    the old count. A world made again (``remove`` or ``add`` since its last point) is a
+    reset whatever its count. A new head's history (another ``start`` record, not a
+    rotation's) is no reset: its counts are its own, so its first one only sets where
+    the world's count goes on from (pc.Counter)."""
     counts: dict[str, pc.Points] = {}
+    readers: dict[str, pc.Counter] = {}
     for r in records:
+        if r.get("event") in (E.REMOVE, E.ADD) and r.get("world") in readers:
+            readers[r["world"]].reset()
+            points = counts[r["world"]]
+            if r["event"] == E.REMOVE and r["t"] > points[-1][0]:
+                points.append((r["t"], points[-1][1]))  # no call once it left the job
+        elif r.get("event") == E.START and not r.get("continued") and r["t"] > start:
+            for reader in readers.values():
+                reader.rebase()
         for world, point in (r.get(CALLS) or {}).items():
             if world not in worlds or not isinstance(point, list) or len(point) != 2 \
                     or not all(isinstance(x, int | float) for x in point):
                 continue
             points = counts.setdefault(world, [(start, 0.0)])
-            t, count = float(point[1]), max(float(point[0]), points[-1][1])
+            t = float(point[1])
+            if t < points[-1][0]:
+                continue  # out of order: what it says is in the points after it
+            count = readers.setdefault(world, pc.Counter()).read(float(point[0]))
             if t > points[-1][0]:
                 points.append((t, count))
-            elif t == points[-1][0]:
-                points[-1] = (t, count)
+            else:
+                points[-1] = (t, max(count, points[-1][1]))
     return counts
 
 

@@ -307,3 +307,47 @@ def test_a_signal_starts_no_fault_in_a_world_closed_for_good():
     sup.kill_world("world1", 0, signal.SIGSTOP)  # the leader, in both worlds
     assert faults.last_fault("world1")["open"]
     assert faults.last_fault("world2") is None
+
+
+def test_a_remote_exit_told_before_its_cause_is_moved_to_it_and_said():
+    """A remote worker's exit, on its agent's clock corrected by an offset measured
+    19 ms off: told before the drill's signal that caused it and after the break the
+    supervisor wrote on hearing it. Each phase is put at its cause, and the record
+    says by how much; a phase told in order is never moved."""
+    sup, host, faults, written = tracked()
+    sup.kill_world("world1", None, signal.SIGKILL)
+    t_fault = host.wall()
+    host.t += 0.002
+    sup.on_exit("worker-0", -9, at=t_fault - 0.019)  # before the signal: the offset's error
+    assert faults.last_fault("world1")["moved"] == {"exit_seen": 0.019}
+    host.t += 1.0
+    sup.on_tick()
+    rejoin(sup, host, faults)
+    faults.first_call("world1", sup.worlds["world1"].generation, host.wall() + 0.01)
+    [record] = written
+    times = list(record["phases"].values())
+    assert times == sorted(times) and record["phases"]["exit_seen"] == round(t_fault, 4)
+    assert record["moved"] == {"exit_seen": 0.019}
+
+    sup, host, faults, written = tracked()
+    host.t += 0.05
+    sup.on_exit("worker-0", -9, at=host.wall() + 0.019)  # seen 19 ms after it was told
+    assert faults.last_fault("world1")["moved"] == {"survivors_told": 0.019}
+    assert faults.last_fault("world1")["phases"]["survivors_told"] == \
+        faults.last_fault("world1")["phases"]["exit_seen"]
+
+
+def test_a_break_a_member_wrote_before_the_exit_was_seen_stays_where_it_was():
+    """The member saw its peer gone before the peer's agent saw the exit: no clock
+    error, an order that happened (the break follows the fault's start, not the exit)."""
+    sup, host, faults, _written = tracked()
+    sup.kill_world("world1", None, signal.SIGKILL)
+    host.t += 0.004
+    leader = sup.procs["leader"]
+    faults.broken("world1", 0, host.wall())
+    sup.members.on_world_event("leader", leader.worker.pid, "world1", 0, "broken", "gone")
+    host.t += 0.01
+    sup.on_exit("worker-0", -9, at=host.wall())
+    fault = faults.last_fault("world1")
+    assert fault["moved"] == {}
+    assert fault["phases"]["survivors_told"] == 0.004 and fault["phases"]["exit_seen"] == 0.014

@@ -8,9 +8,10 @@ import pytest
 
 from mwrun.cli.summaryview import summary
 from mwrun.errors import RunError
+from mwrun.head.decide import events as ev
 from mwrun.head.observe.faults import Faults
-from mwrun.head.observe.history import History
-from mwrun.records import build, load, mean_rate
+from mwrun.head.observe.history import Counted, History
+from mwrun.records import Tally, build, load, mean_rate, tally
 from tests.unit.test_supervisor import FakeHost, join_all, make
 
 
@@ -207,3 +208,22 @@ def test_an_unresponsive_process_is_no_exit_in_the_history(tmp_path):
     history.close()
     records = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert [r for r in records if r.get("event") == "exit"] == []
+
+
+def test_the_finish_lines_count_is_reports_over_the_same_records(tmp_path):
+    """A retired replica's restart and its removed world's break stay counted: the head
+    folds each record it writes (Counted), report the records it reads back, with one
+    function (records.Tally)."""
+    history = History(tmp_path, {"run_id": "r", "name": "serve",
+                                 "worlds": {"pair-0": ["frontend", "worker-0"]}})
+    counted = Tally()
+    events = [ev.Spawned("worker-0", 10, 0), ev.WorldBroken("pair-0", 0, "worker-0 killed"),
+              ev.Spawned("worker-0", 11, 1), ev.WorldFormed("pair-0", 1),
+              ev.WorldRemoved("pair-0", "drained"),  # the replica retired: gone from the job
+              ev.WorldAdded("pair-0", ("frontend", "worker-0")), ev.Spawned("worker-0", 12, 0)]
+    for event in events:
+        history(event)
+        Counted(counted)(event)
+    history.close()
+    assert counted == Tally(restarts=1, breaks=1)
+    assert tally(load(tmp_path, "r")[0]) == counted

@@ -102,3 +102,45 @@ def test_a_restarted_members_count_never_makes_the_world_go_back():
 def test_down_time_counts_overlapping_spans_once():
     assert pace.down_within(0.0, 10.0, [(1.0, 3.0), (2.0, 4.0), (9.0, 12.0)]) == 4.0
     assert pace.count_at([(0.0, 0.0), (2.0, 10.0)], [], 3.0) is None  # no guess beyond
+
+
+def remade_history():
+    """pair-3 at 10 calls/s from 0 to 20 s (200 calls), removed at 20 s (a scale down),
+    made again at 30 s (a scale up) and formed at 31 s, then at 10 calls/s counting
+    from 0 again: at 40 s its new count (90) is still below the old one's (200)."""
+    worlds = {"pair-3": ["frontend", "worker-3"]}
+    records = [{"t": 0.0, "event": "start", "run_id": "r", "name": "serve", "worlds": worlds},
+               {"t": 0.0, "event": "form", "world": "pair-3", "generation": 0},
+               {"t": 20.0, "event": "remove", "world": "pair-3", "reason": "drained"},
+               {"t": 30.0, "event": "add", "world": "pair-3",
+                "members": ["frontend", "worker-3"]},
+               {"t": 31.0, "event": "form", "world": "pair-3", "generation": 0}]
+    records += [{"t": t + 0.3, "calls": {"pair-3": [PACE * t, t]}} for t in range(1, 20)]
+    records += [{"t": t + 0.3, "calls": {"pair-3": [PACE * (t - 31), t]}}
+                for t in range(32, 41)]
+    return sorted(records, key=lambda r: r["t"])
+
+
+def test_a_world_made_again_counts_on_from_its_old_count():
+    """Its count starting from 0 again is a reset (Prometheus' rate()), never a count
+    held at the old one's until the new world's passes it."""
+    tl = build(remade_history(), [], "r")
+    counts, downs = tl.counts["pair-3"], tl.downs("pair-3")
+    assert counts[-1] == (40.0, 190.0 + PACE * 9)  # the old 190 seen, then 90 more
+    assert pace.pace(counts, downs, 32.0, 40.0) == pytest.approx(PACE)
+    assert pace.pace(counts, downs, 20.0, 31.0) == 0.0  # removed: down until it formed
+    edges, values = pace.steps(counts, downs)
+    after = [v for a, v in zip(edges, values, strict=False) if a >= 32.0]
+    assert after and all(v == pytest.approx(PACE) for v in after)
+
+
+def test_a_count_that_goes_down_is_a_reset_and_a_new_heads_first_count_a_base():
+    records = [{"t": 0.0, "event": "start", "run_id": "r", "name": "star", "worlds": WORLDS},
+               {"t": 1.0, "calls": {"world1": [100, 1.0]}},
+               {"t": 2.0, "calls": {"world1": [5, 2.0]}},  # reset: 5 new calls
+               {"t": 3.0, "calls": {"world1": [15, 3.0]}},
+               {"t": 4.0, "event": "start", "run_id": "r", "name": "star", "worlds": WORLDS},
+               {"t": 5.0, "calls": {"world1": [400, 5.0]}},  # a new head's: a base
+               {"t": 6.0, "calls": {"world1": [410, 6.0]}}]
+    tl = build(records, [], "r")
+    assert [c for _, c in tl.counts["world1"]] == [0.0, 100.0, 105.0, 115.0, 115.0, 125.0]

@@ -2,13 +2,17 @@
 message, never a traceback."""
 
 import json
+import os
 import struct
 import subprocess
 import sys
+import time
 
 from click.testing import CliRunner
 
+from mwrun.cli import report as drawing
 from mwrun.cli.commands import main
+from mwrun.records import build
 from tests.unit.test_history import record_drill
 
 
@@ -165,3 +169,84 @@ def test_a_drill_record_of_the_wrong_shape_is_a_note(tmp_path):
     result = report(tmp_path, "r", "-o", str(tmp_path / "r.png"))
     assert result.exit_code == 0, result.output
     assert "note: a drill record could not be read" in result.output
+
+
+def close_faults(n=4, every=0.4, span=60.0):
+    """world1 killed ``n`` times ``every`` seconds apart from 30 s (each down 0.2 s),
+    in a run of ``span`` seconds: labels side by side would run into each other."""
+    worlds = {"world1": ["leader", "worker-0"]}
+    records = [{"t": 0.0, "event": "start", "run_id": "r", "name": "star", "worlds": worlds},
+               {"t": 0.0, "event": "form", "world": "world1", "generation": 0}]
+    for i in range(n):
+        t, one = 30.0 + i * every, {"world1": i + 1}
+        records += [
+            {"t": t, "event": "signal", "process": "worker-0", "signal": "SIGKILL",
+             "why": "drill", "faults": one},
+            {"t": t + 0.01, "event": "break", "world": "world1", "generation": i,
+             "reason": "killed", "fault": i + 1},
+            {"t": t + 0.1, "event": "spawn", "process": "worker-0", "restarts": i + 1,
+             "faults": one},
+            {"t": t + 0.19, "event": "form", "world": "world1", "generation": i + 1,
+             "fault": i + 1},
+            {"t": t + 0.21, "event": "fault", "id": i + 1, "world": "world1",
+             "generation": i, "process": "worker-0", "signal": "SIGKILL", "cause": "killed",
+             "breaks": 1, "phases": {"t_fault": t, "exit_seen": t + 0.005,
+                                     "survivors_told": t + 0.01, "restarted": t + 0.1,
+                                     "reformed": t + 0.19, "first_call": t + 0.2}}]
+    records += [{"t": float(t), "calls": {"world1": [10 * t, float(t)]}}
+                for t in range(1, int(span))]
+    records.append({"t": span, "event": "end", "state": "finished"})
+    return records
+
+
+def lane_labels(records) -> tuple[list, str]:
+    """The downtime labels drawn over world1's lane, as laid out in the file, and
+    the lane's name; checked that no two overlap."""
+    plt = drawing.pyplot()
+    fig = drawing.figure(plt, build(records, [], "r"))
+    try:
+        renderer = fig.canvas.get_renderer()
+        labels = [t for t in fig.axes[0].texts if t.get_text().startswith("down ")]
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+                    if a.overlaps(b)]
+        assert all(0.0 < t.get_position()[1] <= 1.0 for t in labels)  # over the lane
+        return labels, fig.axes[0].get_ylabel()
+    finally:
+        plt.close(fig)
+
+
+def test_close_faults_downtime_labels_never_overlap():
+    labels, lane = lane_labels(close_faults(n=3))
+    assert len(labels) == 3 and lane == "world1"
+    labels, lane = lane_labels(close_faults(n=8))  # too many rows: the summary lists them
+    assert labels == [] and lane == "world1\n(8 faults:\nsee below)"
+
+
+def test_label_rows_take_the_lowest_row_that_is_clear():
+    assert drawing.rows([(0, 10), (5, 15), (8, 20), (16, 30), (40, 50)], gap=1.0) == \
+        [0, 1, 2, 0, 0]
+
+
+def test_the_header_says_live_or_cut_short_and_counts_as_the_finish_line(tmp_path):
+    path = run_folder(tmp_path)
+    records = close_faults(n=2, every=5.0)[:-1]  # no end record
+    (path / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    state = json.loads((path / "state.json").read_text())
+    header = "run r (star): 59.0 s of history, {}; 2 fault(s), 2 restart(s), 2 world break(s)"
+    (path / "state.json").write_text(json.dumps({**state, "state": "running"}))
+    result = report(tmp_path, "r", "-o", str(tmp_path / "r.png"))
+    assert header.format("cut short (its head died without ending it)") in result.output
+    (path / "state.json").write_text(json.dumps({  # this process, as its head
+        **state, "state": "running", "supervisor_pid": os.getpid(), "control": "sock",
+        "started_at": time.time()}))
+    result = report(tmp_path, "r", "-o", str(tmp_path / "r.png"))
+    assert header.format("live") in result.output, result.output
+
+
+def test_a_picture_with_no_folder_says_where_it_was_written(tmp_path, monkeypatch):
+    record_drill(run_folder(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    result = report(tmp_path, "r", "-o", "r.png")
+    assert result.exit_code == 0, result.output
+    assert f"picture: {tmp_path / 'r.png'}\n" in result.output

@@ -5,6 +5,7 @@ the life of the run (``opbook``), the worlds' ``traffic``, the launch's ``progre
 lines and the ``console``.
 
 Each only listens (a subscriber of the supervisor's events, or a reader of its
-records); none moves a state. May import the head's ``decide`` (events, records),
-never ``hosts``, ``serve`` or ``postmortem``.
+records); none moves a state. ``history`` also counts what it hears with
+``mwrun.records``' tally, so the finish line counts as ``report`` does. May import
+the head's ``decide`` (events, records), never ``hosts``, ``serve`` or ``postmortem``.
 """

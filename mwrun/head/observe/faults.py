@@ -31,6 +31,12 @@ world) belongs to the same fault: its ``breaks`` grow, its phases keep their fir
   the supervisor saw the world form).
 - ``first_call``: the first call of that generation that completed, in any member.
 
+No phase is written before its causes (``CAUSES``: the exit after the signal, the
+supervisor's break after the exit, and so on): one told earlier, a time from another
+clock whose correction is off by more than the gap, is put at its cause's time, and the
+record says so (``moved``: by how much). A break a member wrote itself follows only the
+fault's start: it may truly come before the exit was seen (it saw its peer gone first).
+
 A world has at most one fault open. It is closed, and handed to ``write`` (the
 history's ``fault`` record), once its first call is known, or when a new fault starts
 after the re-form (its first call never heard), or the world closes, or the run ends:
@@ -50,9 +56,20 @@ from mwrun.schema import Event as E
 from mwrun.schema import ProcessState as P
 
 FAULT_SIGNALS = (Why.DRILL, Why.HANG)  # a signal that starts a fault (a stop's do not)
-# A phase -> the one that must come before it: a world re-forms only once its restarted
-# member exists, and its first call completes only once it has re-formed.
-CAUSES = {Phase.REFORMED: Phase.RESTARTED, Phase.FIRST_CALL: Phase.REFORMED}
+# A phase -> those that must come before it (its causes): the exit follows the signal
+# sent; the break follows the fault's start, and the exit when the supervisor wrote it
+# (it breaks the world on hearing the exit; a member that saw the break first wrote it
+# on its own, maybe before any exit was seen: ``_broke``); a replacement is made only
+# once the exit was seen and the world broken; the world re-forms only once both, and
+# its first call completes only once it has re-formed.
+CAUSES: dict[Phase, tuple[Phase, ...]] = {
+    Phase.EXIT_SEEN: (Phase.T_FAULT,),
+    Phase.SURVIVORS_TOLD: (Phase.T_FAULT, Phase.EXIT_SEEN),
+    Phase.RESTARTED: (Phase.EXIT_SEEN, Phase.SURVIVORS_TOLD),
+    Phase.REFORMED: (Phase.RESTARTED, Phase.SURVIVORS_TOLD),
+    Phase.FIRST_CALL: (Phase.REFORMED,),
+}
+Causes = tuple[Phase, ...] | None  # a phase's causes where not CAUSES' (None: CAUSES')
 
 
 @dataclass
@@ -67,13 +84,16 @@ class Fault:
         default_factory=lambda: dict.fromkeys(Phase))
     breaks: int = 0  # breaks of the world said while it was open
     formed: int | None = None  # the generation it re-formed in
+    # A phase -> seconds it was moved later than told, to its cause's time (``settle``)
+    moved: dict[Phase, float] = field(default_factory=dict)
 
     def record(self) -> dict:
         """The history's ``fault`` record (history.py)."""
         return {"event": E.FAULT, "id": self.id, "world": self.world,
                 "generation": self.generation, "process": self.process,
                 "signal": self.signal, "cause": self.cause, "breaks": self.breaks,
-                "phases": {p.value: _ms(t) for p, t in self.phases.items()}}
+                "phases": {p.value: _ms(t) for p, t in self.phases.items()},
+                "moved": {p.value: round(t, 4) for p, t in self.moved.items()}}
 
     def summary(self, open_: bool) -> dict:
         """What status shows (``last_fault``): ``at`` the first known phase's time,
@@ -85,21 +105,27 @@ class Fault:
                 "signal": self.signal, "cause": self.cause, "breaks": self.breaks,
                 "at": _ms(at), "open": open_,
                 "phases": {p.value: None if t is None or at is None else round(t - at, 4)
-                           for p, t in self.phases.items()}}
+                           for p, t in self.phases.items()},
+                "moved": {p.value: round(t, 4) for p, t in self.moved.items()}}
 
-    def settle(self, phase: Phase, at: float) -> None:
-        """The phase's time, never before the phase that must come first (CAUSES). The
-        two can come from two clocks, a remote member's corrected by its host's
-        measured offset, whose error (a millisecond or so) could otherwise put an
-        effect before its cause."""
-        cause = self.phases.get(CAUSES[phase]) if phase in CAUSES else None
-        self.phases[phase] = at if cause is None else max(at, cause)
+    def settle(self, phase: Phase, at: float, causes: Causes = None) -> None:
+        """The phase's time, never before a phase that must come first (``causes``,
+        by default CAUSES'), and said in ``moved`` when it was told earlier than that.
+        The two can come from two clocks, a remote host's corrected by the offset
+        measured to its agent, whose error (half the round trip it was measured in: tens
+        of milliseconds on a busy host) could otherwise put an effect before its cause."""
+        known = [t for c in (CAUSES.get(phase, ()) if causes is None else causes)
+                 if (t := self.phases[c]) is not None]
+        cause = max(known, default=at)
+        if cause > at:
+            self.moved[phase] = cause - at
+        self.phases[phase] = max(at, cause)
 
-    def set(self, phase: Phase, at: float | None) -> bool:
-        """The phase's time, if it has none yet (the first of each counts)."""
+    def set(self, phase: Phase, at: float | None, causes: Causes = None) -> bool:
+        """The phase's time, if it has none yet (the first of each counts), settled."""
         if at is None or self.phases[phase] is not None:
             return False
-        self.phases[phase] = at
+        self.settle(phase, at, causes)
         return True
 
 
@@ -143,6 +169,13 @@ class Said:
             return
         key = (world, generation)
         self.told[key] = min(self.told.get(key, at), at)
+
+    def _reformed_at(self, world: str, generation: int) -> float | None:
+        """When the last member joined ``generation``, by its own clock, if every member
+        said it joined; else None (a plain torch script's member says nothing: then the
+        moment the supervisor saw the group form counts)."""
+        last, count = self.joins.pop((world, generation), (None, 0))
+        return last if count >= len(self.members[world]) else None
 
     def _told_of(self, world: str, generation: int) -> float | None:
         """When a member wrote ``generation``'s break itself, if one did; what the
@@ -287,7 +320,10 @@ class Faults(Said):
         if fault.breaks == 0:  # opened by a signal: the break says what it came to
             fault.generation, fault.cause = generation, reason
         fault.breaks += 1
-        self._phase(fault, Phase.SURVIVORS_TOLD, self.clock() if told is None else told)
+        # Written by a member on its own: maybe before any exit was seen (it saw its
+        # peer gone first), so only the fault's start comes before it.
+        self._phase(fault, Phase.SURVIVORS_TOLD, self.clock() if told is None else told,
+                    None if told is None else (Phase.T_FAULT,))
         self.changes += 1
         return fault
 
@@ -296,14 +332,14 @@ class Faults(Said):
         self.count += 1
         fault = Fault(self.count, world, generation, failure.process, failure.signal,
                       cause or failure.cause)
-        fault.phases[Phase.T_FAULT] = failure.t_fault
-        fault.phases[Phase.EXIT_SEEN] = failure.exit_seen
+        fault.set(Phase.T_FAULT, failure.t_fault)
+        fault.set(Phase.EXIT_SEEN, failure.exit_seen)
         self.open[world] = self.last[world] = fault
         self.changes += 1
         return fault
 
-    def _phase(self, fault: Fault, phase: Phase, at: float | None) -> None:
-        if fault.set(phase, at):
+    def _phase(self, fault: Fault, phase: Phase, at: float | None, causes: Causes = None) -> None:
+        if fault.set(phase, at, causes):
             self.changes += 1
 
     def _spawned(self, process: str, at: float) -> list[Fault]:
@@ -321,11 +357,8 @@ class Faults(Said):
         if fault is None or fault.breaks == 0 or generation <= fault.generation \
                 or fault.formed is not None:
             return None
-        last, count = self.joins.pop((world, generation), (None, 0))
-        # Each member's own time of joining, when all said it (a plain torch script's
-        # member says nothing: then when the supervisor saw the group form).
-        fault.settle(Phase.REFORMED, last if count >= len(self.members[world]) and
-                     last is not None else self.clock())
+        said = self._reformed_at(world, generation)
+        fault.settle(Phase.REFORMED, self.clock() if said is None else said)
         fault.formed = generation
         self.changes += 1
         first = self.firsts.pop((world, generation), None)

@@ -10,21 +10,23 @@
   ``break`` (world, generation, reason), ``form`` (world, generation; a re-form when
   generation > 0), ``close`` (world, reason), ``stop``, ``end`` (state);
 - ``{"event": "fault", "id", "world", "generation", "process", "signal", "cause",
-  "breaks", "phases": {phase: time | null}}`` once per fault of a world (faults.py:
-  one outage, from a drill's or a hang's signal or the break until the world's first
-  call after it re-formed), written when it is closed (that first call, or a new
-  fault after the re-form, the world closed, or the run ended): ``id`` the fault's
-  number in the run, ``generation`` the one that broke first, ``breaks`` how many
-  breaks of the world it took, ``process`` the member at fault (null
-  when a member saw the break first), ``signal`` the signal sent to it (a drill's, a
-  hang's) or that ended it (null: none), ``cause`` the first break's reason; ``phases`` in
-  ``schema.Phase``'s order (t_fault, exit_seen, survivors_told, restarted, reformed,
-  first_call), each a wall-clock time on the head's clock (a remote host's corrected
-  by its measured offset), null when that phase did not happen (see faults.py).
-  Every event that belongs to a fault carries its id from the moment the fault
-  started, before its ``fault`` record is written: ``fault`` (the id) on a world's
-  ``break``, ``form`` (the re-form that ended it) and ``close``; ``faults`` ({world:
-  id}) on a process's ``signal``, ``exit`` and ``spawn``. Readers join on the id;
+  "breaks", "phases": {phase: time | null}, "moved": {phase: seconds}}`` once per
+  fault of a world (faults.py: one outage, from a drill's or a hang's signal or the
+  break until the world's first call after it re-formed), written when it is closed
+  (that first call, or a new fault after the re-form, the world closed, or the run
+  ended): ``id`` the fault's number in the run, ``generation`` the one that broke
+  first, ``breaks`` how many breaks of the world it took, ``process`` the member at
+  fault (null when a member saw the break first), ``signal`` the signal sent to it (a
+  drill's, a hang's) or that ended it (null: none), ``cause`` the first break's
+  reason; ``phases`` in ``schema.Phase``'s order (t_fault, exit_seen, survivors_told,
+  restarted, reformed, first_call), each a wall-clock time on the head's clock (a
+  remote host's corrected by its measured offset), null when that phase did not
+  happen (see faults.py); ``moved``: each phase told before its cause (another
+  clock's error) and put at its cause's time, by how much. Every event that belongs
+  to a fault carries its id from the moment the fault started, before its ``fault``
+  record is written: ``fault`` (the id) on a world's ``break``, ``form`` (the re-form
+  that ended it) and ``close``; ``faults`` ({world: id}) on a process's ``signal``,
+  ``exit`` and ``spawn``. Readers join on the id;
 - ``{"rates": {world: [calls_per_s, bytes_per_s]}, "calls": {world: [calls, t]}}``
   every SAMPLE_EVERY seconds while the run lives: each world's rate over about the
   last beat interval (for the eye), and its completed calls since the run started as
@@ -58,6 +60,7 @@ from pathlib import Path
 from typing import TextIO
 
 from mwrun.head.decide import events as ev
+from mwrun.records import Tally
 from mwrun.schema import CALLS, HISTORY, HISTORY_ROTATED, RATES
 from mwrun.schema import Event as E
 from mwrun.schema import ProcessState as P
@@ -134,6 +137,21 @@ class History:
             with contextlib.suppress(OSError):
                 self.file.close()
             self.file = None
+
+
+class Counted:
+    """A subscriber of the supervisor's events that counts each one's history record
+    into ``tally`` (mwrun.records.Tally): the finish line's restarts and world breaks,
+    counted by ``report``'s own function over the same records, whatever left the job
+    since (a retired replica, a removed world), and whether or not the file took them."""
+
+    def __init__(self, tally: Tally):
+        self.tally = tally
+
+    def __call__(self, event: ev.Event) -> None:
+        found = record(event)
+        if found is not None:
+            self.tally.add(found)
 
 
 def record(event: ev.Event) -> dict | None:
