@@ -17,12 +17,16 @@ and never written outside this class.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import torch
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError, WorldClosedError, WorldEnded
 from mwrun.worlds.events import EventKind
+
+if TYPE_CHECKING:  # backends imports torch.distributed: only its type is needed here
+    from mwrun.worlds.backends import Backend
 
 CLOSED_HERE = "this process closed it"
 
@@ -137,7 +141,7 @@ class GenerationState:
             return error, True, group
 
     # any -> CLOSED
-    def close(self, end_waits) -> tuple[int, object, bool] | None:
+    def close(self, end_waits) -> tuple[int, Backend | None, bool] | None:
         """This member leaves: (generation, group to let go, whether the head had
         closed it already), or None if it had left before. ``end_waits()`` runs
         under the lock: no wait starts once the world is closed."""

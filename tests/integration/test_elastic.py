@@ -180,7 +180,7 @@ def test_members_that_disagree_on_a_worlds_size_are_told_so_at_once(procs):
         proc = procs.start(python("misfit.py", "--rank", rank, "--size", size, "--port-a",
                                   free_port(), "--port-b", pb, "--timeout", 20))
         said[rank] = proc
-    for rank, proc in said.items():
+    for proc in said.values():
         assert proc.wait(90) == 0, proc.output()
         seen = proc.records()[-1]
         assert seen["kind"] == "WorldClosed", seen  # a BrokenWorldError that will not re-form

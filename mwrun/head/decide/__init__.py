@@ -4,9 +4,10 @@ moves their states, the restart and failure policy, and the head's timers.
 ``supervisor`` takes what happened (an exit, a hello, a tick, a request) and decides;
 ``processbook`` and ``worldbook`` keep each process's and each world's record and
 state machine (``records``); ``reshaping`` applies a membership that changes (scale,
-drain); ``stopping`` ends the job; ``members`` reads what the library tells, ``plain`` what a plain torch.distributed
-group shows in its world's store; ``beats`` what heartbeats say, and hangs;
-``restarts`` a start's end and the next start;
+drain); ``stopping`` ends the job; ``members`` reads what the library tells,
+``plain`` what a plain torch.distributed group shows in its world's store; ``beats``
+what heartbeats say, and hangs; ``restarts`` a start's end and the next start;
+``firstwords`` what a first start printed before its hello (why it could not start);
 ``policy`` (restarts, crash loops), ``hangs`` (hang detection a stalled head cannot
 fool) and ``drills`` are pure; ``deadlines`` holds the timers; ``events`` are what the
 supervisor tells, as typed records, to every subscriber.
