@@ -48,7 +48,7 @@ def recover(world, error: mwrun.BrokenWorldError, what: str = "") -> bool:
     say(f"{world.name} {verb}{what}: {error.reason}")
     try:
         world.rejoin()
-    except mwrun.BrokenWorldError as final:
+    except (mwrun.BrokenWorldError, mwrun.WorldClosedError) as final:  # closed: on purpose
         if final.reason != error.reason:  # by hand, "its store host has gone" says it all
             say(f"{world.name} is over: {final.reason}")
         return False

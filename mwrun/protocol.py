@@ -26,6 +26,14 @@ exactly that):
     rank's place, so a stale copy could only ever meet itself. Only the store's host
     (the head) writes these keys; members only read them. By hand there are none, and
     nothing is fenced.
+``mwrun/gN/size``
+    The world's size as the first member to arrive in generation N gave it ("SIZE
+    RANK"). Every member compares its own size with it (compare-and-set) before it
+    sets its arrival key. By hand each member is told the size on its own, and they
+    may disagree: the one that finds another size closes the generation at once with
+    a reason that starts with ``MISFIT`` and says who said what (``misfit``), so no
+    member waits for a rank that will never come, nor builds a group its peers cannot
+    join. Under the launcher the host names the members (``members``): sizes agree.
 ``mwrun/gN/arrive/R``
     Each member sets its own arrival key, then waits for all of them before it
     builds its process group, so the (slow, uninterruptible) rendezvous of the group
@@ -239,6 +247,30 @@ def members(store, generation: int) -> list[str] | None:
 
 def arrival_keys(generation: int, size: int) -> list[str]:
     return [key(generation, f"arrive/{r}") for r in range(size)]
+
+
+MISFIT = "its members disagree on its size"  # a misfit's reason starts with it
+
+
+def first_size(store, generation: int, rank: int, size: int) -> tuple[int, int]:
+    """(size, rank) of the first member to arrive in ``generation``: this one's
+    own, if it is the first."""
+    said = text(store.compare_set(key(generation, "size"), "", f"{size} {rank}"))
+    first_size, first_rank = said.split()
+    return int(first_size), int(first_rank)
+
+
+def misfit(store, generation: int, sizes: dict[int, int]) -> str:
+    """Close ``generation`` because its members gave these sizes (by rank); returns
+    the reason. Every arrival key any of them waits for is set, so none waits on."""
+    said = ", ".join(f"rank {rank} says {size}" for rank, size in sorted(sizes.items()))
+    reason = f"{MISFIT}: {said}"
+    close(store, generation, max(sizes.values()), reason)
+    return reason
+
+
+def is_misfit(reason: str | None) -> bool:
+    return reason is not None and reason.startswith(MISFIT)
 
 
 def mark_broken(store, generation: int, size: int, reason: str) -> str:

@@ -95,11 +95,17 @@ def validate(topology):
 
     Exit status 0 when it is right, 2 when it is not.
     """
+    from mwrun.plan import scripts
     from mwrun.terminal import count
-    _, plan = _plan(topology)
+    topo, plan = _plan(topology)
     worlds = "; ".join(f"{w.name}: {', '.join(w.members)}" for w in plan.worlds.values())
     click.echo(f"{topology}: ok: {count(len(plan.processes), 'process', 'processes')},"
                f" {count(len(plan.worlds), 'world')} ({worlds})")
+    away = scripts.unchecked(topo)
+    if away:  # what validate could not see is said, not passed over in silence
+        click.echo(f"{topology}: note: the python scripts of {', '.join(away)} were not"
+                   " checked: they run on other machines, whose files cannot be seen"
+                   " from here", err=True)
     # A zygote imports these once for many processes, before any process's own
     # variables exist: a module that reads them at import cannot see them (docs/topology.rst).
     beyond = sorted({m for p in plan.processes.values() for m in p.preload

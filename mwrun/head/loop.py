@@ -252,6 +252,7 @@ class Loop:
 
     def lines(self, name: str, lines: list[str]) -> None:
         self.printer.lines(name, lines)
+        self.supervisor.first_words.heard(name, lines)  # why it could not start, if so
 
     def exited(self, name: str, code: int, at: float | None = None) -> None:
         """``at``: when its host (a remote agent) saw the exit, on the head's clock."""

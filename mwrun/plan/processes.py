@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from mwrun.plan import preload as _preload
+from mwrun.plan import scripts
 from mwrun.plan.fields import NAME, NAME_RULE, FieldReader
 from mwrun.plan.yamlread import Pos
 
@@ -89,9 +90,11 @@ class ProcessReader:
     level's preload, the hosts) and what the topology checks across them."""
 
     def __init__(self, r: FieldReader, folder: str, isdir, hosts, preload, has_module,
-                 preload_at: dict[str, Pos]):
+                 preload_at: dict[str, Pos], isfile=None, local: bool = True):
         self.r, self.folder, self.isdir, self.hosts = r, folder, isdir, hosts
         self.preload, self.has_module, self.preload_at = preload, has_module, preload_at
+        self.isfile = isfile  # checks python's scripts (check_script)
+        self.local = local  # without hosts, processes run on this machine
 
     def entry(self, name, key_node, node) -> ProcessSpec | None:
         r = self.r
@@ -128,6 +131,7 @@ class ProcessReader:
             preload=next((p for p in (preload, self.preload) if p is not None),
                          _preload.DEFAULT))
         self.check_preload(base, preload is None)
+        self.check_script(base, spec.get("cmd", (None, node))[1], what)
         scale = self.scale(spec, what)
         replicas = _get(spec, "replicas", r.integer, f"{what}: replicas", minimum=1,
                         maximum=MAX_PROCESSES)
@@ -183,6 +187,15 @@ class ProcessReader:
             for found in _preload.missing(proc.preload, where, self.has_module):
                 if found not in self.r.diagnostics:  # a top-level list, once
                     self.r.diagnostics.append(found)
+
+    def check_script(self, proc: Process, node, what: str) -> None:
+        """A ``python FILE`` whose FILE is not there: every start would fail alike.
+        Known only where the process runs on this machine (scripts.here)."""
+        if self.isfile is not None and scripts.here(self.hosts, proc.host, self.local):
+            path = scripts.missing(proc.cmd, proc.cwd, self.isfile)
+            if path is not None:
+                self.r.error(node, f"{what}: cmd: python cannot open {path}: no such file"
+                                   f" (its cwd is {proc.cwd})")
 
     def host_of(self, spec, what, key_node) -> str | None:
         r, hosts = self.r, self.hosts

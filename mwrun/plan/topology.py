@@ -86,11 +86,12 @@ class Topology:
 
 
 class _Parser:
-    def __init__(self, source: str, folder: str, isdir=None, has_module=None):
+    def __init__(self, source: str, folder: str, isdir=None, has_module=None, isfile=None):
         self.r = FieldReader(source)
         self.source = source
         self.folder = folder
         self.isdir = isdir
+        self.isfile = isfile  # checks the script of each ``python FILE`` run here
         self.has_module = has_module  # checks preload names on this machine's python
         self.made_max: dict[str, int] = {}  # replicated entry -> the most replicas it has
 
@@ -127,7 +128,8 @@ class _Parser:
         preload_at: dict[str, Pos] = {}  # where the top level names each module
         preload = _get(top, "preload", r.preload, "preload", preload_at)
         specs = self.processes(top, processes.ProcessReader(
-            r, self.folder, self.isdir, hosts, preload, self.has_module, preload_at))
+            r, self.folder, self.isdir, hosts, preload, self.has_module, preload_at,
+            self.isfile, local=launcher in (None, "local")))
         made = self.made(specs)
         worlds = self.worlds(top, templates.WorldReader(
             r, specs, None if timeout is None else
@@ -290,17 +292,18 @@ def _get(items, key, read, *args, **kwargs):
 
 
 def parse(text: str, source: str, folder: str = ".", isdir=None,
-          has_module=None) -> Topology:
+          has_module=None, isfile=None) -> Topology:
     """Parse topology text; raise TopologyError with every mistake found.
 
     ``isdir(path)``, when given, checks each process's cwd along with everything else;
-    ``has_module(name)`` (with its ``python``) each module named in a ``preload``.
+    ``has_module(name)`` (with its ``python``) each module named in a ``preload``;
+    ``isfile(path)`` the script of each ``python FILE`` that runs on this machine.
     Timeouts written out of order (plan/timeouts.py) are mistakes too.
     """
     root, diagnostics = compose(text, source)
     if diagnostics:
         raise TopologyError(diagnostics)
-    parser = _Parser(source, os.path.abspath(folder), isdir, has_module)
+    parser = _Parser(source, os.path.abspath(folder), isdir, has_module, isfile)
     topology = parser.topology(root)
     if parser.r.diagnostics or topology is None:
         raise TopologyError(parser.r.diagnostics)
@@ -311,7 +314,8 @@ def parse(text: str, source: str, folder: str = ".", isdir=None,
 
 
 def load(path: str | os.PathLike) -> Topology:
-    """Read and parse a topology file, and check that every cwd exists."""
+    """Read and parse a topology file, and check that every cwd exists (and, on this
+    machine, every script python is told to run)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -319,4 +323,5 @@ def load(path: str | os.PathLike) -> Topology:
         raise UsageError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read: {exc}") from None
-    return parse(text, str(path), str(path.parent), os.path.isdir, _preload.installed)
+    return parse(text, str(path), str(path.parent), os.path.isdir, _preload.installed,
+                 os.path.isfile)

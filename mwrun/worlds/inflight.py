@@ -11,3 +11,8 @@ a send's tens).
 from __future__ import annotations
 
 CALLS: dict[int, tuple[str, str, float]] = {}  # thread id -> (world, call, monotonic start)
+
+
+def busy(world: str) -> bool:
+    """Whether a thread of this process is in a call on ``world`` now."""
+    return any(call[0] == world for call in list(CALLS.values()))

@@ -81,7 +81,7 @@ class Job:
             return world
         self._roster.drop(world)
         world.close()
-        raise error or MwrunError(f"world {name!r}: the job closed while it formed")
+        raise _plainly(error or MwrunError(f"world {name!r}: the job closed while it formed"))
 
     def remove_world(self, name: str) -> None:
         """Leave world ``name`` now (as ``world.close()``: its peers see it end) and drop
@@ -169,6 +169,16 @@ class Job:
             print(f"mwrun: world {world.name!r} did not form: {error.reason}", file=sys.stderr)
 
 
+def _plainly(error: BaseException) -> BaseException:
+    """A world that could not form, raised from the user's call: its reason says why,
+    and the frames of mwrun's forming threads behind it would only bury that line in
+    the user's traceback (a bug, not an MwrunError, keeps them)."""
+    if isinstance(error, MwrunError):
+        error.__suppress_context__ = True
+        return error.with_traceback(None)
+    return error
+
+
 def _count(n) -> str:
     """job.scale's ``n`` as the supervisor reads it: "6", "+1", "-2"."""
     if isinstance(n, bool) or not isinstance(n, int | str) or \
@@ -230,7 +240,7 @@ def init(worlds: Mapping[str, WorldSpec] | None = None, *, timeout: float | None
     failures = job._form_initial(specs, deadline)
     if len(failures) == len(specs):
         job.close()
-        raise next(iter(failures.values()))
+        raise _plainly(next(iter(failures.values())))
     for name, error in failures.items():
         why = error.reason if isinstance(error, BrokenWorldError) else error
         print(f"mwrun: world {name!r} did not form: {why}", file=sys.stderr)

@@ -49,6 +49,7 @@ def join(stores, store, membership, deadline: float | None) -> Seat:
                                 state.size)
         incarnations = fencing.admitted(store, name, generation, rank, size,
                                         membership.incarnation)  # a stale copy ends
+        _same_size(store, name, generation, rank, size)
         arrivals = protocol.arrival_keys(generation, size)
         log.debug("%s: rank %d joins generation %d", name, rank, generation)
         store.set(arrivals[rank], "here")
@@ -60,9 +61,21 @@ def join(stores, store, membership, deadline: float | None) -> Seat:
         state.broke_forming(generation)
 
 
+def _same_size(store, name: str, generation: int, rank: int, size: int) -> None:
+    """By hand every member is told the world's size on its own: one told another size
+    than the first to arrive closes the generation, and it is over for everyone."""
+    first_size, first_rank = protocol.first_size(store, generation, rank, size)
+    if first_size != size:
+        why = protocol.misfit(store, generation, {first_rank: first_size, rank: size})
+        raise WorldClosed(name, generation, why)
+
+
 def _closed(store, name: str, generation: int, why: str) -> Exception:
     """The host closed the world: removed (drained), ended, or closed."""
     if protocol.removed(store, generation):
         return WorldClosedError(name, generation, why)
+    broke = protocol.broken_reason(store, generation)
+    if protocol.is_misfit(broke):  # said first, whatever the host (leaving) said since
+        return WorldClosed(name, generation, str(broke))
     kind = WorldFinished if protocol.ended(store, generation) else WorldClosed
     return kind(name, generation, why)

@@ -87,8 +87,8 @@ class Membership:
         """After a break: let the broken generation go, and form the next one."""
         with self._rejoining, signals.blocked_off_main():
             state = self.state
-            if state.closed or state.gone:  # by another thread, maybe (Ctrl-C): WorldClosed
-                raise state.exiting()
+            if state.closed or state.gone:  # closed on purpose: WorldClosedError
+                raise state.error or state.exiting()
             if state.over is not None:
                 raise state.over
             if state.error is None and state.group is not None:
@@ -202,6 +202,8 @@ class Membership:
         self.stores.leaving(generation, self.state.size, self.state.rank)  # by hand, rank 0
         self.watcher.stop(store)
         if group is not None:
+            if inflight.busy(self.name):  # a thread of ours waits in a call: it fails now
+                self._abort(group, generation)  # (with WorldClosedError, state.close)
             release(group)
         # A rejoin in another thread (Ctrl-C ends the main thread's wait for it) may hold
         # the group already, or the watcher, which watcher.stop() then left to it: wait

@@ -5,7 +5,7 @@ that changes it.
 
     FORMING --formed--> FORMED --broke--> BROKEN --formed (rejoin)--> FORMED ...
     FORMING, BROKEN --give_up--> BROKEN (the world could not form; rejoin may still)
-    any --close--> CLOSED (this member left it)
+    any --close--> CLOSED (this member left it: calls, rejoin() raise WorldClosedError)
     any --gone--> GONE (the head closed it for this member: removed, or resized out)
 
 Every change happens under one lock, and what the job must hear of it (``broken``,
@@ -17,12 +17,18 @@ and never written outside this class.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import torch
 
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError, WorldClosedError, WorldEnded
 from mwrun.worlds.events import EventKind
+
+if TYPE_CHECKING:  # backends imports torch.distributed: only its type is needed here
+    from mwrun.worlds.backends import Backend
+
+CLOSED_HERE = "this process closed it"
 
 
 class WorldClosed(BrokenWorldError):
@@ -64,7 +70,10 @@ class GenerationState:
         return group
 
     def exiting(self) -> BrokenWorldError | WorldClosedError:
-        """What a wait raises when the world closed (or the process exits) meanwhile."""
+        """What a wait raises when the world closed (or the process exits) meanwhile.
+        A rejoin() under way when this process closes the world (Ctrl-C leaving ``with
+        mwrun.init()`` while a thread recovers) ends as a break that will not re-form,
+        which the recovery code written for breaks already ends on."""
         if self.gone is not None:
             return self.gone
         if self.closed:
@@ -89,7 +98,7 @@ class GenerationState:
     def give_up(self, error: BrokenWorldError) -> None:
         """Forming failed for good: the world stays broken until a rejoin() succeeds."""
         with self._lock:
-            if self.gone is None:
+            if self.gone is None and not self.closed:
                 self.error, self.generation = error, error.generation
 
     # FORMED -> BROKEN
@@ -132,7 +141,7 @@ class GenerationState:
             return error, True, group
 
     # any -> CLOSED
-    def close(self, end_waits) -> tuple[int, object, bool] | None:
+    def close(self, end_waits) -> tuple[int, Backend | None, bool] | None:
         """This member leaves: (generation, group to let go, whether the head had
         closed it already), or None if it had left before. ``end_waits()`` runs
         under the lock: no wait starts once the world is closed."""
@@ -141,6 +150,11 @@ class GenerationState:
                 return None
             self.closed = True
             end_waits()
+            if self.gone is None:  # closed on purpose, by this process: not a break, so
+                # code that rejoins after one does not try to rejoin this. Every call from
+                # now on, one blocked now and rejoin() raise it; a break said since
+                # changes nothing.
+                self.error = WorldClosedError(self.name, max(self.generation, 0), CLOSED_HERE)
             group, self.group = self.group, None
             return self.generation, group, self.gone is not None
 

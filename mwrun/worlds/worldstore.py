@@ -18,7 +18,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from mwrun import protocol
-from mwrun.errors import BrokenWorldError
+from mwrun.errors import BrokenWorldError, WorldClosedError
 from mwrun.worlds import failures, storehost
 from mwrun.worlds.failures import summarize
 from mwrun.worlds.interruptible import Waits, interruptible
@@ -115,7 +115,7 @@ class WorldStore:
         try:
             interruptible(self._exiting, self.waits, wait)
             return True
-        except BrokenWorldError:
+        except (BrokenWorldError, WorldClosedError):
             raise  # closed (or exiting) meanwhile: said as it is
         except (RuntimeError, TimeoutError) as exc:
             if not failures.store_timed_out(exc):

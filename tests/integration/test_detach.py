@@ -87,8 +87,10 @@ def test_the_detached_console_is_rotated(tmp_path, monkeypatch):
 
 
 def test_detach_fails_at_once_naming_processes_that_never_ran(home, tmp_path):
-    # Their scripts do not exist: no process ever runs, no world can form.
-    missing = json.dumps([sys.executable, str(tmp_path / "no-such-script.py")])
+    # They cannot start (a module that is not there, which validate cannot see: a
+    # script that is not there is a topology error now, exit 2): no process ever runs,
+    # no world can form.
+    missing = json.dumps([sys.executable, "-c", "import no_such_module_here"])
     path = tmp_path / "missing.yaml"
     path.write_text(f"version: 1\nname: missing\nprocesses:\n  a: {{cmd: {missing}}}\n"
                     f"  b: {{cmd: {missing}}}\nworlds:\n  w1: {{members: [a, b]}}\n")
@@ -98,8 +100,24 @@ def test_detach_fails_at_once_naming_processes_that_never_ran(home, tmp_path):
     assert "every world formed" not in said
     # At once: the first failure is enough (the other may not have happened yet).
     assert " failed before " in said and "mwrun logs PROCESS missing shows why:" in said
-    assert "\n  a exited with code 2" in said or "\n  b exited with code 2" in said, said
+    # Said plainly: why it could not start, in its own words, and that it is not retried.
+    why = (" could not start: ModuleNotFoundError: No module named 'no_such_module_here';"
+           " a command that cannot start is not retried")
+    assert f"\n  a{why}" in said or f"\n  b{why}" in said, said
     wait_gone(home)
+
+
+def test_detach_refuses_a_script_that_is_not_there_and_starts_nothing(home, tmp_path):
+    missing = json.dumps([sys.executable, str(tmp_path / "no-such-script.py")])
+    path = tmp_path / "missing.yaml"
+    path.write_text(f"version: 1\nname: missing\nprocesses:\n  a: {{cmd: {missing}}}\n"
+                    f"  b: {{cmd: {IDLE}}}\nworlds:\n  w1: {{members: [a, b]}}\n")
+    result = cli(home, "launch", str(path), "--detach", "--run-id", "missing")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert f"{path}:4:12: process 'a': cmd: python cannot open" \
+           f" {tmp_path / 'no-such-script.py'}: no such file" in result.stderr, result.stderr
+    assert "nothing was started" in result.stderr
+    assert not (home / "runs" / "missing").exists()
 
 
 @pytest.mark.filterwarnings("ignore:subprocess .* is still running:ResourceWarning")

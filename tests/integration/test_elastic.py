@@ -167,3 +167,45 @@ def test_job_scale_asks_the_head_and_says_its_answer(procs, tmp_path):
         assert frontend.wait(60) == 0, frontend.output()
     finally:
         head.close()
+
+
+def test_members_that_disagree_on_a_worlds_size_are_told_so_at_once(procs):
+    """job.add_world where rank 0 says the world has 2 members and rank 1 says 3: each
+    is told that, naming who said what, well within the add's timeout (before, one
+    waited for a rank 2 that never came and the other sat out the world's 30 s
+    timeout building a group, and neither said why)."""
+    pb = free_port()
+    said = {}
+    for rank, size in ((0, 2), (1, 3)):
+        proc = procs.start(python("misfit.py", "--rank", rank, "--size", size, "--port-a",
+                                  free_port(), "--port-b", pb, "--timeout", 20))
+        said[rank] = proc
+    for proc in said.values():
+        assert proc.wait(90) == 0, proc.output()
+        seen = proc.records()[-1]
+        assert seen["kind"] == "WorldClosed", seen  # a BrokenWorldError that will not re-form
+        assert seen["reason"] == "its members disagree on its size: rank 0 says 2," \
+                                 " rank 1 says 3", seen
+        assert seen["took"] < 20 and seen["worlds"] == ["A"], seen
+
+
+@pytest.mark.parametrize("remover", [0, 1])
+def test_a_call_blocked_in_a_world_its_own_process_removes_raises_world_closed(procs,
+                                                                              remover):
+    """A thread blocked in a recv while its own process removes the world gets
+    WorldClosedError (as README promises of a world closed on purpose), at once, and so
+    do its rejoin() and every later call: code that rejoins after a BrokenWorldError
+    does not try to rejoin it. Before, the store host's thread read "its store host has
+    gone" (a BrokenWorldError), the other's sat out the world's timeout. Its peer sees
+    the world end, as before."""
+    port = free_port()
+    started = {rank: procs.start(python("closer.py", "--rank", rank, "--port", port,
+                                        *(["--remover"] if rank == remover else [])))
+               for rank in (0, 1)}
+    for proc in started.values():
+        assert proc.wait(50) == 0, proc.output()
+    closed = ["WorldClosedError", "this process closed it"]
+    seen = started[remover].records()[-1]
+    assert seen == {"blocked": closed, "rejoin": closed, "after": closed, "worlds": []}, seen
+    peer = started[1 - remover].records()[-1]
+    assert peer["blocked"][0] == "WorldEnded", peer

@@ -319,3 +319,41 @@ worlds:
     assert "finished after" in out and ": 0 restarts, 0 world breaks" in out
     assert "mwrun    | run early-" in out and ": 3 processes in 2 worlds;" in out
     wait_gone(home)
+
+
+def test_a_process_that_cannot_start_is_said_once_plainly_and_not_retried(procs, home,
+                                                                         tmp_path):
+    """worker-0's first start fails before it says hello (a module that is not there:
+    validate cannot see that): the console says why once, in its own words, status says
+    the same, and it is not retried (before: restarted up to max_restarts, each time
+    breaking the leader's world, and 'exited with code 1' said nothing of why). The
+    leader's init ends with that one line, not mwrun's frames."""
+    topology = tmp_path / "cannot.yaml"
+    send_recv = ROOT / "examples" / "send_recv"
+    topology.write_text(f"""\
+version: 1
+name: cannot
+processes:
+  leader: {{cmd: {sys.executable} {send_recv / 'leader.py'}}}
+  worker:
+    replicas: 1
+    cmd: [{sys.executable}, -c, "import no_such_module_here"]
+    restart: on-failure
+    max_restarts: 3
+worlds:
+  world1: {{members: [leader, worker-0]}}
+""")
+    job = launch(procs, home, topology)
+    assert job.wait(timeout=90) == 1, job.output()
+    out = job.output()
+    why = ("worker-0 could not start: ModuleNotFoundError: No module named"
+           " 'no_such_module_here'; a command that cannot start is not retried")
+    assert out.count(f"mwrun    | {why}\n") == 1, out
+    assert "restarting worker-0" not in out and "restart 1 of 3" not in out.split(why)[0]
+    assert out.count("worker-0 | ModuleNotFoundError") == 1  # it ran once
+    assert "mwrun/worlds/forming.py" not in out, out  # the leader's traceback is short
+    doc = status(home)
+    worker = proc_state(doc, "worker-0")
+    assert worker["state"] == "failed" and worker["restarts"] == 0, worker
+    assert why in json.dumps(worker), worker
+    wait_gone(home)

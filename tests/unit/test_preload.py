@@ -89,6 +89,7 @@ def test_a_start_is_kept_as_its_word_and_why_apart_never_as_one_text():
 
 def test_dry_run_shows_which_processes_start_warm(tmp_path):
     path = tmp_path / "job.yaml"
+    (tmp_path / "a.py").write_text("")  # a script python cannot open is a mistake
     path.write_text("processes:\n  a: {cmd: python a.py}\n"
                     "  b: {cmd: python a.py, preload: false}\nworlds:\n  w: {members: [a, b]}\n")
     result = CliRunner().invoke(main, ["launch", str(path), "--dry-run"])
@@ -161,6 +162,8 @@ def test_validate_warns_of_preload_modules_beyond_torch(tmp_path):
             " json]}\n  c: {cmd: python c.py, preload: [torch.nn]}\nworlds:\n"
             "  w: {members: [a, b, c]}\n")
     path.write_text(body)
+    for script in ("a.py", "b.py", "c.py"):  # a script python cannot open is a mistake
+        (tmp_path / script).write_text("")
     result = CliRunner().invoke(main, ["validate", str(path)])
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.stderr.splitlines() if "warning:" in line]

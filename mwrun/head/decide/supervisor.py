@@ -21,6 +21,7 @@ from mwrun.head.decide import events as ev
 from mwrun.head.decide.beats import Beats
 from mwrun.head.decide.deadlines import Timer, Timers
 from mwrun.head.decide.events import Event, Events, Why
+from mwrun.head.decide.firstwords import FirstWords
 from mwrun.head.decide.members import Members
 from mwrun.head.decide.moves import checked
 from mwrun.head.decide.plain import PlainGroups
@@ -72,6 +73,8 @@ class Supervisor:
         # What the library inside each process tells (its hello, beats, worlds).
         self.members = Members(self.processes, self.beats, self.book, self.reshaping,
                                self.reconcile)
+        # What each process printed until its first start said hello (firstwords.py).
+        self.first_words = FirstWords(self.procs, self.worlds)
         # What plain torch.distributed groups show in their worlds' stores.
         self.plain = PlainGroups(self.processes, self.book, self.events.emit, self.reconcile)
         self._handle_timers()
@@ -177,6 +180,8 @@ class Supervisor:
         rec = self.procs.get(name)
         if rec is not None and rec.state.alive:
             exit = policy.Exit(code, hung=rec.worker.hung, lost=lost, drilled=rec.worker.drilled)
+            if not self.stopping:  # a first start that ended before its hello: not started
+                exit = self.first_words.judged(rec, exit)
             self.reconcile(*self._then(self.restarts.ended(rec, exit, at), rec))
 
     def on_spawned(self, name: str, pid: int, at: float | None = None,
