@@ -193,23 +193,103 @@ class Said:
             del self.told[key]
 
 
-class Faults(Said):
-    def __init__(self, worlds_of: Mapping[str, list[str]], members: Mapping[str, list[str]],
-                 generation_of: Callable[[str], int], write: Callable[[dict], None],
+class FaultBook(Said):
+    """The faults themselves: numbered as they start, one open per world, timed phase by
+    phase, closed and handed to ``write`` (the history); what status shows of each
+    world's latest. What the supervisor's events mean for them is ``Faults``'."""
+
+    def __init__(self, members: Mapping[str, list[str]], write: Callable[[dict], None],
                  clock: Callable[[], float]):
         super().__init__(members)
-        self.worlds_of = worlds_of  # process -> its worlds
-        self.generation_of = generation_of  # a world's current generation (supervisor)
         self.write = write
         self.clock = clock
         self.count = 0  # faults started so far: the last one's id
         self.open: dict[str, Fault] = {}  # world -> its fault not closed yet
         self.last: dict[str, Fault] = {}  # world -> its latest fault, open or closed
+        self.changes = 0  # state.json compares this (what it shows moved)
+
+    def _current(self, world: str) -> Fault | None:
+        """The world's open fault that a new failure belongs to: one that has not
+        re-formed yet (after the re-form, a failure is a new fault)."""
+        fault = self.open.get(world)
+        if fault is not None and fault.formed is not None:
+            self._close(world)  # its first call never heard: a new fault starts
+            return None
+        return fault
+
+    def _open(self, world: str, generation: int, failure: Exit,
+              cause: str | None = None) -> Fault:
+        self.count += 1
+        fault = Fault(self.count, world, generation, failure.process, failure.signal,
+                      cause or failure.cause)
+        fault.set(Phase.T_FAULT, failure.t_fault)
+        fault.set(Phase.EXIT_SEEN, failure.exit_seen)
+        self.open[world] = self.last[world] = fault
+        self.changes += 1
+        return fault
+
+    def _phase(self, fault: Fault, phase: Phase, at: float | None, causes: Causes = None) -> None:
+        if fault.set(phase, at, causes):
+            self.changes += 1
+
+    def _formed(self, world: str, generation: int) -> Fault | None:
+        fault = self.open.get(world)
+        if fault is None or fault.breaks == 0 or generation <= fault.generation \
+                or fault.formed is not None:
+            return None
+        said = self._reformed_at(world, generation)
+        fault.settle(Phase.REFORMED, self.clock() if said is None else said)
+        fault.formed = generation
+        self.changes += 1
+        first = self.firsts.pop((world, generation), None)
+        if first is not None:
+            self._first(world, fault, first)
+        return fault
+
+    def _first(self, world: str, fault: Fault, at: float) -> None:
+        fault.settle(Phase.FIRST_CALL, at)
+        self._close(world)
+
+    def _close(self, world: str) -> None:
+        fault = self.open.pop(world, None)
+        if fault is not None:
+            self.changes += 1
+            self.write(fault.record())
+        self._forget(world)
+
+    # -- what the library tells (through the loop) --------------------------------------
+
+    def first_call(self, world: str, generation: int, at: float) -> None:
+        """A member's first completed call in ``generation`` was at ``at``."""
+        fault = self.open.get(world)
+        if fault is not None and fault.formed == generation:
+            self._first(world, fault, at)  # the first reported: beats come together
+        elif fault is not None and generation > fault.generation:  # its form not heard yet
+            key = (world, generation)
+            self.firsts[key] = min(self.firsts.get(key, at), at)
+
+    # -- what status shows --------------------------------------------------------------
+
+    def last_fault(self, world: str) -> dict | None:
+        fault = self.last.get(world)
+        return None if fault is None else fault.summary(self.open.get(world) is fault)
+
+
+class Faults(FaultBook):
+    """A subscriber of the supervisor's events: what each means for the world's faults
+    (a signal or an exit starts one, a break and the restart and the re-form time it),
+    and the tag of each event in the history."""
+
+    def __init__(self, worlds_of: Mapping[str, list[str]], members: Mapping[str, list[str]],
+                 generation_of: Callable[[str], int], write: Callable[[dict], None],
+                 clock: Callable[[], float]):
+        super().__init__(members, write, clock)
+        self.worlds_of = worlds_of  # process -> its worlds
+        self.generation_of = generation_of  # a world's current generation (supervisor)
         self.signalled: dict[str, tuple[float, str]] = {}  # process -> (when, signal)
         self.exits: dict[str, Exit] = {}  # world -> the failure its next break is of
         self.tagged: dict = {}  # the history's tag of the event just handled (``tags``)
         self.closed: set[str] = set()  # worlds closed for good: a signal starts no fault
-        self.changes = 0  # state.json compares this (what it shows moved)
 
     # -- what the supervisor tells ----------------------------------------------------
 
@@ -256,15 +336,6 @@ class Faults(Said):
 
     def _at(self, at: float | None) -> float:
         return self.clock() if at is None else at
-
-    def _current(self, world: str) -> Fault | None:
-        """The world's open fault that a new failure belongs to: one that has not
-        re-formed yet (after the re-form, a failure is a new fault)."""
-        fault = self.open.get(world)
-        if fault is not None and fault.formed is not None:
-            self._close(world)  # its first call never heard: a new fault starts
-            return None
-        return fault
 
     def _signalled(self, process: str, at: float, name: str) -> list[Fault]:
         """A drill's or a hang's signal: a fault of each of the process's worlds starts
@@ -327,21 +398,6 @@ class Faults(Said):
         self.changes += 1
         return fault
 
-    def _open(self, world: str, generation: int, failure: Exit,
-              cause: str | None = None) -> Fault:
-        self.count += 1
-        fault = Fault(self.count, world, generation, failure.process, failure.signal,
-                      cause or failure.cause)
-        fault.set(Phase.T_FAULT, failure.t_fault)
-        fault.set(Phase.EXIT_SEEN, failure.exit_seen)
-        self.open[world] = self.last[world] = fault
-        self.changes += 1
-        return fault
-
-    def _phase(self, fault: Fault, phase: Phase, at: float | None, causes: Causes = None) -> None:
-        if fault.set(phase, at, causes):
-            self.changes += 1
-
     def _spawned(self, process: str, at: float) -> list[Fault]:
         found = []
         for world in self.worlds_of.get(process, ()):
@@ -352,47 +408,6 @@ class Faults(Said):
                 found.append(fault)
         return found
 
-    def _formed(self, world: str, generation: int) -> Fault | None:
-        fault = self.open.get(world)
-        if fault is None or fault.breaks == 0 or generation <= fault.generation \
-                or fault.formed is not None:
-            return None
-        said = self._reformed_at(world, generation)
-        fault.settle(Phase.REFORMED, self.clock() if said is None else said)
-        fault.formed = generation
-        self.changes += 1
-        first = self.firsts.pop((world, generation), None)
-        if first is not None:
-            self._first(world, fault, first)
-        return fault
-
-    def _first(self, world: str, fault: Fault, at: float) -> None:
-        fault.settle(Phase.FIRST_CALL, at)
-        self._close(world)
-
-    def _close(self, world: str) -> None:
-        fault = self.open.pop(world, None)
-        if fault is not None:
-            self.changes += 1
-            self.write(fault.record())
-        self._forget(world)
-
-    # -- what the library tells (through the loop) --------------------------------------
-
-    def first_call(self, world: str, generation: int, at: float) -> None:
-        """A member's first completed call in ``generation`` was at ``at``."""
-        fault = self.open.get(world)
-        if fault is not None and fault.formed == generation:
-            self._first(world, fault, at)  # the first reported: beats come together
-        elif fault is not None and generation > fault.generation:  # its form not heard yet
-            key = (world, generation)
-            self.firsts[key] = min(self.firsts.get(key, at), at)
-
-    # -- what status shows --------------------------------------------------------------
-
-    def last_fault(self, world: str) -> dict | None:
-        fault = self.last.get(world)
-        return None if fault is None else fault.summary(self.open.get(world) is fault)
 
 
 def _by_world(faults: list[Fault]) -> dict:
