@@ -28,13 +28,18 @@ from mwrun.plan.placement import Plan
 from mwrun.schema import HostState
 from mwrun.schema import WorldState as W
 
-USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json
+USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json, at least
+# The most of a core state.json's rewrite for the usage readings alone may take: a job
+# of 1,000 ranks (a 50 ms document) is read every 50 s, not 10 (a live run's status is
+# asked of its head, fresh; state.json's readings serve a head that died).
+USAGE_SHARE = 0.001
 USAGE_FRESH = 1.0  # a status request reuses readings younger than this
 SAVE_GAP = 0.25  # seconds between two writes of state.json at least
 
 
 class Usage:
-    """Each live process's CPU and memory, read every USAGE_EVERY seconds (fresh for a
+    """Each live process's CPU and memory, read every USAGE_EVERY seconds, or as seldom
+    as keeps the document's rewrite for them under USAGE_SHARE of a core (fresh for a
     status request, but at most once a second: a client asking in a loop must not make
     the supervisor read /proc for every process each time)."""
 
@@ -42,9 +47,14 @@ class Usage:
         self.read, self.refresh = read, refresh  # one process's; ask the remote hosts
         self.readings: dict[str, tuple] = {}
         self.at = float("-inf")
+        self.every = USAGE_EVERY
 
     def due(self, now: float) -> bool:
-        return now - self.at >= USAGE_EVERY
+        return now - self.at >= self.every
+
+    def cost(self, seconds: float) -> None:
+        """A document took ``seconds`` to build: the readings' period follows it."""
+        self.every = max(USAGE_EVERY, seconds / USAGE_SHARE)
 
     def of(self, names, now: float, fresh: bool) -> dict[str, tuple]:
         if (fresh and now - self.at >= USAGE_FRESH) or self.due(now):
@@ -123,8 +133,13 @@ class Status:
         self.hosts = hosts  # the document's host entries (name, addr)
 
     def build(self, fresh_usage: bool = False) -> dict:
-        sup = self.job
         now = time.monotonic()
+        doc = self._build(fresh_usage, now)
+        self.usage.cost(time.monotonic() - now)
+        return doc
+
+    def _build(self, fresh_usage: bool, now: float) -> dict:
+        sup = self.job
         usage = self.usage.of([n for n, rec in sup.procs.items() if rec.state.alive], now,
                               fresh_usage)
         processes = []
@@ -177,8 +192,11 @@ class Status:
 
     def rates(self, now: float, span: float) -> dict:
         """Per world [calls/s, bytes/s] for the history (rounded: it is for pictures)."""
-        found = {}
-        for name, world in self.job.worlds.items():
+        found, worlds = {}, self.job.worlds
+        # Only the worlds whose members ever told their traffic (a plain group's tell
+        # none): a sample a second must not cost every world of a large job.
+        for name in [name for name in worlds if name in self.traffic.heard]:
+            world = worlds[name]
             view = self.traffic.view(self._pids(world), name, now, span)
             if view["calls_per_s"] is not None:
                 found[name] = [round(view["calls_per_s"], 2), round(view["bytes_per_s"])]

@@ -52,6 +52,7 @@ class Member:
 class Traffic:
     def __init__(self):
         self.members: dict[tuple[str, str], Member] = {}  # (process, world) -> its counts
+        self.heard: set[str] = set()  # worlds a member told the traffic of, ever
         # (process, world) -> calls its earlier incarnations reported before they ended
         self.carried: dict[tuple[str, str], int] = {}
 
@@ -66,6 +67,7 @@ class Traffic:
                     self.carried[(process, world)] = self.carried.get((process, world), 0) \
                         + member.beats[-1][1]
                 member = self.members[(process, world)] = Member(pid)
+                self.heard.add(world)
             if member.beats and t <= member.beats[-1][0]:
                 continue  # out of order or repeated
             member.beats.append((float(t), int(calls), int(nbytes)))
