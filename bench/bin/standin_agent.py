@@ -84,10 +84,13 @@ while running:
     now = time.time()  # the beats' schedule is the wall clock's, as the library's
     beats = [p for p in procs.values() if p["due"] <= now]
     if beats:
-        send("control", requests=[{"verb": "heartbeat", "process": n, "pid": p["pid"]}
-                                  for n, p in procs.items() if p["due"] <= now])
         for p in beats:
             p["due"] = beat_after(now, p["interval"])
+        # Each beat says when the next is due (``next``), as the library's does
+        # (worlds/beats.py): the head looks at a silence only once that has passed.
+        send("control", requests=[{"verb": "heartbeat", "process": n, "pid": p["pid"],
+                                   "next": round(p["due"] - now, 3)}
+                                  for n, p in procs.items() if p in beats])
     elif time.monotonic() - last_sent >= frames.BEAT:
         send("beat")
     due = min([p["due"] - now for p in procs.values()]

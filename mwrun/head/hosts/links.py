@@ -81,6 +81,11 @@ class Links:
         if link.state == H.UP:
             link.send(kind, **fields)
 
+    def send_all(self, host: str, messages: list[dict]) -> None:
+        link = self.links[host]
+        if link.state == H.UP:
+            link.send_all(messages)
+
     def control_path(self, host: str) -> str:
         """Where the library reaches its supervisor on ``host``: its agent's socket."""
         link = self.links[host]

@@ -116,7 +116,13 @@ class AgentLink:
         return bool(data)
 
     def send(self, kind: str, **fields) -> None:
-        self.outbox.put({"kind": kind, **fields})
+        self.send_all([{"kind": kind, **fields}])
+
+    def send_all(self, messages: list[dict]) -> None:
+        """Frames in one write (as much as the pipe takes): the usage probes of a host's
+        processes are one write, not one each (each write wakes the reader)."""
+        for message in messages:
+            self.outbox.put(message)
         self.sent_at = time.monotonic()
         self.flush()
 

@@ -26,6 +26,7 @@ class Sender(Protocol):
 
     def up(self, host: str) -> bool: ...
     def send(self, host: str, kind: str, **fields: Any) -> None: ...
+    def send_all(self, host: str, messages: list[dict]) -> None: ...
 
 
 class Told(Protocol):
@@ -120,9 +121,14 @@ class RemoteProcesses:
         return (handle.cpu, handle.rss) if handle is not None else (None, None)
 
     def refresh_usage(self) -> None:
+        """Each host's processes probed for their usage, in one write a host."""
+        probes: dict[str, list[dict]] = {}
         for handle in self.handles.values():
             if handle.pid is not None:
-                self.links.send(handle.host, Kind.PROBE, name=handle.name)
+                probes.setdefault(handle.host, []).append({"kind": Kind.PROBE,
+                                                           "name": handle.name})
+        for host, messages in probes.items():
+            self.links.send_all(host, messages)
 
     # -- what the agents tell ----------------------------------------------------------------
 
