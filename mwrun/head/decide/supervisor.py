@@ -1,14 +1,16 @@
-"""The supervisor's decisions: the only place that moves process, world and run states.
+"""The supervisor's decisions: what happens, marked on the records it touches and
+reconciled; the run's own state moves here.
 
 It acts through a ``host`` (the event loop in loop.py, or a fake in tests) that
 spawns and signals processes (told why), writes the worlds' stores, and gives the
 time. What happens comes in as method calls: a process exited, said hello,
-heartbeat, a world event from the library, a tick, a control request. What it
-decides goes out as events (events.py), each emitted where the change is made: the
-console, the history and state.json subscribe. Each process's own state machine is
-in processbook.py, each world's in worldbook.py; what the library tells in members.py;
-a membership that changes while the job runs (elastic jobs: scale and drain) in
-reshaping.py.
+heartbeat, a world event from the library, a tick, a control request. Each is marked on
+the records it touches (a process's goal and what was seen of its start, a world's
+goal and marks) and reconciled at once: a process's state moves in reconcile.py alone,
+a world's in worldreconcile.py alone, each move told as an event there (the console,
+the history and state.json subscribe). What the library tells is in members.py; a
+membership that changes while the job runs (elastic jobs: scale and drain) in
+reshaping.py; ``reconcile`` below ends what was marked over (a drain) and the run.
 """
 
 from __future__ import annotations
