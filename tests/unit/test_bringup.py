@@ -76,3 +76,23 @@ def test_the_verdict():
     assert code == 0 and text.startswith("mwrun cannot tell whether ab, bc will form")
     # Not while a world that can be told is still forming.
     assert judge(seen(ab=(False, False, 6.0), bc=(True, False, 6.0)), 5.0) is None
+
+
+def test_a_long_wait_is_said_again_every_say_every_until_the_verdict(monkeypatch):
+    """``launch --detach`` repeats what it waits for, with how long so far, every
+    SAY_EVERY seconds of a long wait, then says the verdict (a fake clock: on a busy
+    machine the looks' timing is not the point)."""
+    from mwrun.head import bringup
+
+    t = [0.0]
+    looks = iter([{"worlds": 2, "failed": {}, "waiting": {"w1": {}, "w2": {}}}] * 4)
+    monkeypatch.setattr(bringup, "_bringup", lambda run_id: next(looks, {"done": True}))
+    monkeypatch.setattr(bringup, "judge",
+                        lambda seen, quiet: ("gone", 3) if "done" in seen else None)
+    monkeypatch.setattr(bringup.time, "sleep", lambda s: t.__setitem__(0, t[0] + 6.0))
+    said = []
+    code = bringup._wait_formed("r", said.append, lambda: False, clock=lambda: t[0])
+    assert code == 3
+    assert said[0] == "waiting for 2 worlds to form: w1, w2"
+    assert said[1] == "waiting for 2 worlds to form: w1, w2 (0 formed; 12s so far)"
+    assert said[-1] == "gone"
