@@ -68,7 +68,7 @@ class Agent:
 
     def send(self, kind: str, **fields) -> None:
         self.outbox.put({"kind": kind, **fields})
-        self.beat_due = self.clock() + frames.KEEPALIVE  # any frame tells the head we live
+        self.beat_due = self.clock() + frames.BEAT  # any frame tells the head we live
 
     def hello(self, host: str) -> None:
         self.send(Kind.HELLO, protocol=frames.PROTOCOL, version=__version__, host=host,

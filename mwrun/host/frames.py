@@ -36,11 +36,7 @@ from enum import Enum
 # 4: clock exchanges, spawned/exited carry the host's time; 3: a spawn carries a
 # launchspec.LaunchSpec; 2: heartbeats held together
 PROTOCOL = 4
-BEAT = 1.0  # the longest an agent's loop sleeps; heartbeats are held at most this long
-# Seconds without a frame before a side sends a beat (any frame is one): five in a
-# SILENCE window. One a second cost a head of 125 hosts 125 pipe writes a second (about
-# 40 us each: each wakes its reader), a third of its idle CPU.
-KEEPALIVE = 3.0
+BEAT = 1.0  # seconds without a frame before a side sends a beat
 # No frame for this long: the other side is gone. A closed link is seen at once; this
 # is for a head or host that is stopped or cut off, and must outlast a busy moment (a
 # head importing torch on a loaded machine sends nothing for seconds).

@@ -149,7 +149,7 @@ class Links:
                 self._rejoined(self.links[name], attempt)
         for link in self.links.values():
             if link.state == H.UP:
-                if now - link.sent_at >= frames.KEEPALIVE:  # any frame is a beat
+                if now - link.sent_at >= frames.BEAT:  # any frame is a beat
                     link.send(Kind.BEAT)
                 if time.monotonic() - link.heard > frames.SILENCE:
                     self.lost(link, f"silent for {frames.SILENCE:g}s")
