@@ -43,6 +43,12 @@ exactly that):
 ``mwrun/gN/pg/`` (or ``mwrun/gN/pg/I0.I1.../`` under the launcher)
     The key space the generation's torch process group rendezvouses in, named after
     the incarnations it admits (see ``admit``).
+``mwrun/gN/forming/R``
+    While rank R builds its group (over a store connection of its own), a thread of
+    its waits on this key; breaking the generation sets it, and the thread then shuts
+    that connection down, so a rendezvous waiting for a peer that died after arriving
+    fails at once rather than at the world's timeout (mwrun.worlds.formguard). The
+    member sets it itself when its build ends, to end that thread.
 ``mwrun/gN/broken``
     Why generation N broke. Written once (compare-and-set) by whoever notices
     first: the supervisor when a member exits or hangs, a member whose call failed, or
@@ -216,6 +222,10 @@ def wake_key(generation: int, rank: int) -> str:
     return key(generation, f"wake/{rank}")
 
 
+def forming_key(generation: int, rank: int) -> str:
+    return key(generation, f"forming/{rank}")
+
+
 def text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -276,7 +286,8 @@ def is_misfit(reason: str | None) -> bool:
 def mark_broken(store, generation: int, size: int, reason: str) -> str:
     """Break generation ``generation``; returns the reason that won (the first one)."""
     won = text(store.compare_set(key(generation, "broken"), "", reason))
-    wake = [wake_key(generation, r) for r in range(size)] + arrival_keys(generation, size)
+    wake = [wake_key(generation, r) for r in range(size)] + arrival_keys(generation, size) \
+        + [forming_key(generation, r) for r in range(size)]
     store.multi_set(wake, ["broken"] * len(wake))
     return won
 

@@ -35,7 +35,10 @@ _construct_lock = threading.Lock()  # one device at a time, so the fd diff is ou
 _EPOLL = "anon_inode:[eventpoll]"
 
 
-def _fd_targets() -> dict[int, str]:
+def fd_targets() -> dict[int, str]:
+    """What each descriptor of this process is now ("socket:[INODE]", a path...). A
+    change is seen by its target, not its number: the listing's own descriptor is
+    closed by the time a new one is made, which may then take its number."""
     targets: dict[int, str] = {}
     try:
         names = os.listdir("/proc/self/fd")
@@ -140,9 +143,9 @@ def device(create):
     microseconds; the slow rendezvous that builds the group runs outside the lock.
     """
     with _construct_lock:
-        before = _fd_targets()
+        before = fd_targets()
         created = create()
-        after = _fd_targets()
+        after = fd_targets()
     new = {fd for fd, target in after.items() if before.get(fd) != target}
     candidates = []
     for fd in new:

@@ -4,7 +4,7 @@ for every member to arrive (mwrun.protocol has the keys), before its group is bu
 A generation that broke is never joined again, even if the store does not say so yet
 (a peer that left publishes nothing): its key space holds the old group's addresses.
 Its host's word on it (``next``) says whether the next generation may form or the
-world is over.
+world is over. Nor is one that breaks while its group is built (``built``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from mwrun import protocol
 from mwrun.errors import WorldClosedError
-from mwrun.worlds import fencing, seats
+from mwrun.worlds import fencing, formguard, seats
 from mwrun.worlds.state import WorldClosed, WorldFinished
 
 log = logging.getLogger("mwrun")
@@ -59,6 +59,21 @@ def join(stores, store, membership, deadline: float | None) -> Seat:
         # It broke before it formed (a member it counted on died meanwhile): that is
         # no end of the world, whose host opens the next one or closes it.
         state.broke_forming(generation)
+
+
+def built(stores, store, membership, deadline: float | None, create, drop):
+    """(seat, group): ``join``, then build the generation's group (formguard.build:
+    ``create(prefixed_store, seat)``, ``drop(group)``). A generation that breaks while
+    its group is built is left as one that broke before it formed: the next one is
+    joined."""
+    while True:
+        seat = join(stores, store, membership, deadline)
+        group = formguard.build(stores, store, seat, create, drop)
+        if group is not None:
+            return seat, group
+        log.debug("%s: generation %d broke while its group was built", membership.name,
+                  seat.generation)
+        membership.state.broke_forming(seat.generation)
 
 
 def _same_size(store, name: str, generation: int, rank: int, size: int) -> None:

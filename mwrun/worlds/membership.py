@@ -12,14 +12,11 @@ import logging
 import threading
 import time
 
-import torch.distributed as dist
-
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, WorldClosedError, WorldEnded
 from mwrun.protocol import WorldReport
 from mwrun.worlds import aborts, backends, failures, inflight, joining, signals, storehost
 from mwrun.worlds import nccl as discipline
-from mwrun.worlds.failures import summarize
 from mwrun.worlds.interruptible import finish, release
 from mwrun.worlds.reasons import agreed
 from mwrun.worlds.state import GenerationState
@@ -63,25 +60,26 @@ class Membership:
             self.stores.host()  # not once closed: see storehost
             storehost.hosted(self)
         store = self.stores.connect(deadline, max(self.state.generation, 0))
-        seat = joining.join(self.stores, store, self, deadline)
-        try:
-            group = backends.create(self.spec.backend, dist.PrefixStore(seat.prefix, store),
-                                    seat.rank, seat.size, self.spec.timeout,
-                                    local_addr=self._local_addr, device=None,
-                                    group=protocol.group_name(self.name, seat.generation))
-        except RuntimeError as exc:
-            reason = f"rank {seat.rank} could not connect to its peers: {summarize(exc)}"
-            raise BrokenWorldError(self.name, seat.generation, reason) from None
+        seat, group = joining.built(self.stores, store, self, deadline, self._create,
+                                    self._drop)
         if not self.state.formed(seat.generation, seat.rank, seat.size, group,
                                  lambda: self.stores.waits.ended):
-            with self._retiring:  # closed (or exiting) while the group formed
-                release(group)
+            self._drop(group)  # closed (or exiting) while the group formed
             raise self.state.exiting()
         log.debug("%s: generation %d formed (rank %d of %d)", self.name, seat.generation,
                   seat.rank, seat.size)
         self.watcher.start(seat.generation, seat.rank)
         if self.link is not None:
             self.link.world_event(self.name, seat.generation, WorldReport.READY)
+
+    def _create(self, prefixed_store, seat: joining.Seat) -> backends.Backend:
+        return backends.create(self.spec.backend, prefixed_store, seat.rank, seat.size,
+                               self.spec.timeout, local_addr=self._local_addr, device=None,
+                               group=protocol.group_name(self.name, seat.generation))
+
+    def _drop(self, group: backends.Backend) -> None:
+        with self._retiring:  # close() waits for it to reach its reaper
+            release(group)
 
     def rejoin(self, deadline: float | None) -> None:
         """After a break: let the broken generation go, and form the next one."""
