@@ -119,6 +119,15 @@ def validate(topology):
                    " (docs/topology.rst: Warm starts)", err=True)
 
 
+def _listen_addr(ctx, param, value: str | None) -> str | None:
+    from mwrun.plan.fields import listen_error
+
+    why = None if value is None else listen_error(value)
+    if why is not None:
+        raise click.BadParameter(why)
+    return value
+
+
 @main.command()
 @topology_arg
 @click.option("--dry-run", is_flag=True, help="Print the plan and start nothing.")
@@ -127,8 +136,11 @@ def validate(topology):
 @click.option("--run-id", help="Name of the run (default: NAME-YYYYMMDD-HHMMSS).")
 @click.option("--grace", type=SECONDS, default=10.0, show_default=True,
               envvar="MWRUN_GRACE", help="Seconds between SIGTERM and SIGKILL on stop.")
+@click.option("--metrics", metavar="HOST:PORT", callback=_listen_addr,
+              help="Serve Prometheus metrics at http://HOST:PORT/metrics (the topology's"
+                   " 'metrics: {addr: HOST:PORT}'; this wins).")
 @click.option("--detached-child", is_flag=True, hidden=True)
-def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):
+def launch(topology, dry_run, as_json, detach, run_id, grace, metrics, detached_child):
     """Plan, start and supervise the job in TOPOLOGY.
 
     Every process's output is shown prefixed with its name and kept in the run's
@@ -143,6 +155,7 @@ def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):
       mwrun launch configs/star.yaml --dry-run
       mwrun launch configs/star.yaml
       mwrun launch configs/star.yaml --detach --run-id demo
+      mwrun launch configs/serve.yaml --metrics 127.0.0.1:9400
     """
     if as_json and not dry_run:
         raise click.UsageError("--json goes with --dry-run")
@@ -156,14 +169,14 @@ def launch(topology, dry_run, as_json, detach, run_id, grace, detached_child):
     from mwrun.head import bringup
 
     if detach:
-        run, code = bringup.detach(topology, run_id, grace)
+        run, code = bringup.detach(topology, run_id, grace, metrics)
         click.echo(f"started run {run} in the background\n"
                    f"  mwrun status {run} --watch\n  mwrun logs PROCESS {run} -f\n"
                    f"  mwrun stop {run}")
         sys.exit(code)  # 1: a process failed before its worlds formed (said above)
-    if detached_child:
+    if detached_child:  # the plan (its metrics address too) comes from the parent
         sys.exit(bringup.run_detached(topology, run_id, grace))
-    sys.exit(bringup.run(topology, run_id, grace, sys.stdout))
+    sys.exit(bringup.run(topology, run_id, grace, sys.stdout, metrics))
 
 
 def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
 from mwrun import runs
@@ -48,12 +48,19 @@ POLL = 0.2  # seconds between two looks
 
 
 def plan_for_launch(path: str, run_id: str | None = None, connect: bool = True,
-                    progress=None):
+                    progress=None, metrics: str | None = None):
     """(topology, plan, listening socket per world, (agent links, slurm.Steps or None),
     run id or None)
     ready to start, or TopologyError / RunError. With ``connect``, remote hosts' agents are
-    started first (in parallel), and placement uses what each host reports."""
+    started first (in parallel), and placement uses what each host reports. ``metrics``:
+    where the head serves Prometheus metrics, over the topology's word."""
     topo, mapping = _hosts_of(topology.load(path))
+    if metrics is not None:
+        topo = replace(topo, metrics=metrics)
+    if topo.metrics is not None:  # said before anything starts (MetricsError)
+        from mwrun.head.serve import scrapes
+
+        scrapes.check(topo.metrics)
     inv = inventory.inventory(topo)
     if not any(inv[n].local and h.netns is None for n, h in topo.hosts.items()):
         # Before reaching out to any host: the stores must live where we run.
@@ -155,11 +162,13 @@ def _bind(addr: str, port: int) -> socket.socket:
     return sock
 
 
-def run(path: str, run_id: str | None, grace: float, stream=sys.stdout) -> int:
+def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
+        metrics: str | None = None) -> int:
     """Launch in this process and supervise until the job ends; returns the exit status."""
     _more_descriptors()
     topo, plan, listeners, agents, run_id = plan_for_launch(path, run_id,
-                                                           progress=_progress(stream))
+                                                           progress=_progress(stream),
+                                                           metrics=metrics)
     return _supervise(path, topo, plan, listeners, agents, run_id, grace, stream,
                       existing_dir=False)
 
@@ -271,7 +280,8 @@ def _summary(printer: Printer, sup: Supervisor, tally: Tally, run_id: str,
                   + (f"; failed: {', '.join(r.plan.name for r in failed)}" if failed else ""))
 
 
-def detach(path: str, run_id: str | None, grace: float) -> tuple[str, int]:
+def detach(path: str, run_id: str | None, grace: float,
+           metrics: str | None = None) -> tuple[str, int]:
     """Start the supervisor in the background; return once it runs and the job came up
     (or say why not, leaving nothing running): (the run id, the exit status that
     ``launch --detach`` gives: 1 when a process failed before its worlds formed)."""
@@ -280,7 +290,8 @@ def detach(path: str, run_id: str | None, grace: float) -> tuple[str, int]:
     # go once that is known: the child reaches them again, since an agent's link
     # belongs to the process that supervises.
     _, plan, listeners, agents, run_id = plan_for_launch(path, run_id,
-                                                         progress=_progress(sys.stderr))
+                                                         progress=_progress(sys.stderr),
+                                                         metrics=metrics)
     _let_go(agents)
     try:
         run_dir = rundir.create(run_id, plan.name)

@@ -32,7 +32,7 @@ from mwrun.head.decide.supervisor import TICK, Supervisor
 from mwrun.head.hosts.agents import Agents
 from mwrun.head.hosts.downlink import Downlink
 from mwrun.head.hosts.router import Router
-from mwrun.head.observe import document
+from mwrun.head.observe import document, metrics
 from mwrun.head.observe.console import Printer
 from mwrun.head.observe.faults import Faults
 from mwrun.head.observe.history import SAMPLE_EVERY, Counted, History
@@ -46,6 +46,7 @@ from mwrun.head.serve import control
 from mwrun.head.serve.dispatcher import Dispatcher
 from mwrun.head.serve.elastic import Elastic
 from mwrun.head.serve.library import Library
+from mwrun.head.serve.scrapes import Scrapes
 from mwrun.head.serve.verbs import Verbs
 from mwrun.head.wakeups import Wakeups
 from mwrun.host import sockets
@@ -110,6 +111,8 @@ class Rounds:
         self.history, self.status, self.traffic = history, status, traffic
         self.writer, self.postmortems = writer, postmortems
         self.kept: dict[Timer, float | None] = {}  # what behind() last set, per kind
+        self.tick_due: float | None = None  # when the next TICK is due (none set yet)
+        self.lag = 0.0  # how late the last TICK ran (the metrics' loop lag)
         timers.handle(Timer.TICK, self._tick)
         timers.handle(Timer.SAMPLE, self._sample)
         timers.handle(Timer.SAVE, lambda name, now: writer.save())
@@ -120,12 +123,14 @@ class Rounds:
     def _tick(self, name: str, now: float) -> None:
         """Once a TICK, whatever else is due: the agents' links beaten, the reaper, scale
         operations waited for no longer, plain worlds' stores looked into."""
+        self.lag = 0.0 if self.tick_due is None else max(now - self.tick_due, 0.0)
         if self.beat_agents is not None:
             self.beat_agents(now)
         self.hands.tick()
         self.ops.tick()
         self.plain.look_into_stores(self.plain_ranks)
-        self.timers.set((Timer.TICK, name), next_on_grid(now, TICK))
+        self.tick_due = next_on_grid(now, TICK)
+        self.timers.set((Timer.TICK, name), self.tick_due)
 
     def _sample(self, name: str, now: float) -> None:
         self.history.sample(self.status.rates(now, SAMPLE_EVERY),
@@ -199,7 +204,7 @@ class Loop:
         self.postmortems = Postmortems(  # bundles: stacks from inside (asks), outside (py-spy)
             run_dir, self.stacks, lambda told: Spies(self.selector, time.monotonic, told),
             lambda: self.supervisor, lambda: router,
-            self.history.postmortem, time.monotonic, time.time)
+            self._bundle_written, time.monotonic, time.time)
         self.writer = document.Writer(run_dir / STATE, lambda: self.status.build(),
                                       lambda: self.status.outside())
         # Who hears it: console and events.log, faults, history, scale operations, state.json.
@@ -228,6 +233,10 @@ class Loop:
                              self.hands, self.ops, supervisor.plain, stores.plain_ranks,
                              self.history, self.status, self.traffic, self.writer,
                              self.postmortems)
+        self.scrapes = None if plan.metrics is None else Scrapes(self.selector, metrics.Source(
+            self.status.build, self.traffic.counts, lambda: supervisor.procs,
+            lambda: self.rounds.lag, lambda: self.tally.bundles, lambda: self.ops.begun
+        ).families)
 
     @property
     def plan(self) -> Plan:
@@ -235,6 +244,10 @@ class Loop:
         return self.membership.plan
 
     wall = staticmethod(time.time)  # the head's wall clock, as the agents read it
+
+    def _bundle_written(self, record: dict) -> None:
+        self.history.postmortem(record)
+        self.tally.add(record)  # the metrics' count of bundles
 
     def _fault_closed(self, record: dict) -> None:
         self.history.fault(record)
@@ -275,6 +288,8 @@ class Loop:
                      " backlog full keep trying, so they are supervised a little later")
         self.selector.register(listener, selectors.EVENT_READ, (self.clients.accept, listener))
         wakeups = Wakeups(self.selector, self.supervisor.request_stop)
+        if self.scrapes is not None and self.plan.metrics is not None:
+            self.scrapes.start(self.plan.metrics)  # before any process starts
         if self.agents is not None:
             self.agents.attach()
         wakeups.install()
@@ -323,6 +338,8 @@ class Loop:
         stuck in the kernel dies when it can)."""
         deadline = time.monotonic() + FINISH_WAIT
         self.postmortems.close()
+        if self.scrapes is not None:
+            self.scrapes.close()
         codes = self.agents.close() if self.agents is not None else {}
         codes.update(self.hands.close(deadline))
         for name, code in codes.items():

@@ -36,6 +36,17 @@ _FLOAT_12 = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$")
 MAX_SECONDS = 365 * 24 * 3600.0
 
 
+def listen_error(text: str) -> str | None:
+    """Why ``text`` is not HOST:PORT to listen on (an IPv6 address in brackets:
+    [::1]:9400), or None where it is."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"'{text}' is not HOST:PORT (a port from 1 to 65535; 0.0.0.0:9400 for all)"
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        return f"'{text}': write an IPv6 address in brackets, as [::1]:{port}"
+    return None
+
+
 def parse_cpus(text: str) -> tuple[int, ...]:
     """'0-3,6' -> (0, 1, 2, 3, 6); raises ValueError with a readable message."""
     cpus: list[int] = []
@@ -174,6 +185,22 @@ class FieldReader(Reader):
                 if text is not None:
                     env[key] = text
         return env
+
+    def metrics(self, node, what) -> str | None:
+        """``metrics: {addr: HOST:PORT}``: where the head serves Prometheus metrics."""
+        items = self.mapping(node, what)
+        if items is None:
+            return None
+        self.known_keys(items, ("addr",), what)
+        if "addr" not in items:
+            self.error(node, f"{what}: give addr: HOST:PORT (0.0.0.0:9400 serves every"
+                       " address of the head's machine)")
+            return None
+        addr = self.string(items["addr"][1], f"{what} addr")
+        why = None if addr is None else listen_error(addr)
+        if why is not None:
+            self.error(items["addr"][1], f"{what} addr {why}")
+        return addr if why is None else None
 
     def preload(self, node, what, where: dict | None = None) -> tuple[str, ...] | None:
         """Module names to import in the zygote; ``false`` (or ``[]``) turns warm starts

@@ -6,9 +6,14 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from mwrun.plan.fields import NAME, NAME_RULE
 from mwrun.plan.yamlread import Pos
+
+if TYPE_CHECKING:  # the entries it checks; those modules read hosts
+    from mwrun.plan.processes import ProcessSpec
+    from mwrun.plan.templates import WorldTemplate
 
 DEFAULT_HOSTS_ADDR = "127.0.0.1"
 LAUNCHERS = ("ssh", "slurm", "local")
@@ -95,3 +100,37 @@ def read_hosts(r, entry, source: str, slurm: bool = False) -> dict[str, Host] | 
                            tuple(options or ()), python, slurm,
                            r.pos(spec["addr"][1]) if "addr" in spec else None)
     return hosts
+
+
+def check_loopbacks(diagnostics: list, hosts: dict[str, Host], specs: dict[str, ProcessSpec],
+                    worlds: dict[str, WorldTemplate]) -> None:
+    """A world with a member on another machine (an agent's host, a namespace)
+    reaches the store on the head's address and each member on its host's: a
+    loopback there is the member's own machine, where the world would sit forming
+    with nothing said. Every such address is refused where it is written."""
+    head = next((n for n, h in hosts.items() if not elsewhere(h)), None)
+    host_of = {p.name: s.base.host for s in specs.values()
+               for p in s.made(tuple(range(s.scale.max)) if s.scale else None)}
+    host_of.update({n: s.base.host for n, s in specs.items()})
+    said: set[str] = set()
+    for t in worlds.values():
+        on = {host_of[ref] for ref in t.refs if host_of.get(ref) in hosts}
+        away = sorted(h for h in on if elsewhere(hosts[h]))
+        if not away:
+            continue
+        # A member's host is reached by the world's other hosts; the head, by all.
+        reached = (on if len(on) > 1 else set()) | ({head} if head else set())
+        for name in sorted(reached):
+            host = hosts[name]
+            if name in said or not loopback(host.addr):
+                continue
+            said.add(name)
+            other = next((h for h in away if h != name), None)
+            role = "the worlds' stores live there" if name == head else \
+                "its members' peers reach them there"
+            diagnostics.append((host.addr_pos or host.pos).diagnostic(
+                f"host '{name}': addr {host.addr} is a loopback address, but world"
+                f" '{t.name}' has members on "
+                + (f"host '{other}', which would take it for its own machine"
+                   if other else "other machines") +
+                f" ({role}); write an address the other hosts reach it on"))

@@ -78,6 +78,7 @@ class Plan:
     store_host: str  # the host the supervisor (and every world's store) runs on
     processes: dict[str, ProcessPlan]
     worlds: dict[str, WorldPlan]
+    metrics: str | None = None  # HOST:PORT where the head serves Prometheus metrics
 
 
 PortChooser = Callable[[str, set[int]], int]
@@ -266,7 +267,8 @@ def place(topology: Topology, inventory: dict[str, HostInventory],
     processes = {name: process_plan(topology, proc, resources[name], memberships[name],
                                     local[name], python, found.hangs[name].seconds)
                  for name, proc in topology.processes.items()}
-    return Plan(topology.name, topology.source, store_host, processes, worlds)
+    return Plan(topology.name, topology.source, store_host, processes, worlds,
+                topology.metrics)
 
 
 def store_addr(topology: Topology, world, store_host: str) -> str:

@@ -20,7 +20,7 @@ from mwrun.errors import TopologyError, UsageError
 from mwrun.plan import preload as _preload
 from mwrun.plan import processes, templates, timeouts
 from mwrun.plan.fields import NAME, NAME_RULE, FieldReader, parse_cpus  # noqa: F401 - parse_cpus is public here
-from mwrun.plan.hosts import LAUNCHERS, Host, elsewhere, loopback, read_hosts
+from mwrun.plan.hosts import LAUNCHERS, Host, check_loopbacks, read_hosts
 from mwrun.plan.processes import (  # noqa: F401 - public here
     MAX_PROCESSES,
     RESTART_POLICIES,
@@ -40,7 +40,7 @@ from mwrun.plan.timeouts import DEFAULT_TIMEOUT, Setting
 from mwrun.plan.yamlread import Pos, compose
 
 _TOP_KEYS = ("version", "name", "backend", "timeout", "hang_timeout", "preload", "launcher",
-             "hosts", "processes", "worlds")
+             "hosts", "metrics", "processes", "worlds")
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ class Topology:
     specs: dict[str, ProcessSpec] = field(default_factory=dict, compare=False, repr=False)
     templates: dict[str, WorldTemplate] = field(default_factory=dict, compare=False,
                                                 repr=False)
+    metrics: str | None = None  # HOST:PORT of the head's Prometheus endpoint; None: off
 
     def memberships(self, process: str) -> list[tuple[str, int]]:
         """(world, rank) for every world the process belongs to, primary first."""
@@ -125,6 +126,7 @@ class _Parser:
         elif hosts and launcher != "ssh" and any(h.ssh for h in hosts.values()):
             r.error(top["launcher"][1], f"launcher: {launcher} with hosts that name 'ssh:';"
                     " use launcher: ssh, or leave 'ssh:' out")
+        metrics = _get(top, "metrics", r.metrics, "metrics")
         preload_at: dict[str, Pos] = {}  # where the top level names each module
         preload = _get(top, "preload", r.preload, "preload", preload_at)
         specs = self.processes(top, processes.ProcessReader(
@@ -139,7 +141,7 @@ class _Parser:
             expanded = templates.expand(worlds, templates.launch_indices(specs))
             self.check_membership(specs, worlds)
             if hosts:
-                self.check_loopbacks(hosts, specs, worlds)
+                check_loopbacks(r.diagnostics, hosts, specs, worlds)
         if r.diagnostics:
             return None
         return Topology(name=name, source=self.source, folder=self.folder, backend=backend,
@@ -147,7 +149,7 @@ class _Parser:
                         processes=made or {}, worlds=expanded or {},
                         pos={k: r.pos(v[1]) for k, v in top.items()}, hang_timeout=hang_timeout,
                         launcher=launcher or "local", specs=specs or {},
-                        templates=worlds or {})
+                        templates=worlds or {}, metrics=metrics)
 
     # -- processes ---------------------------------------------------------------------
 
@@ -253,38 +255,6 @@ class _Parser:
                         " members"))
 
 
-    def check_loopbacks(self, hosts: dict[str, Host], specs: dict[str, ProcessSpec],
-                        worlds: dict[str, WorldTemplate]) -> None:
-        """A world with a member on another machine (an agent's host, a namespace)
-        reaches the store on the head's address and each member on its host's: a
-        loopback there is the member's own machine, where the world would sit forming
-        with nothing said. Every such address is refused where it is written."""
-        head = next((n for n, h in hosts.items() if not elsewhere(h)), None)
-        host_of = {p.name: s.base.host for s in specs.values()
-                   for p in s.made(tuple(range(s.scale.max)) if s.scale else None)}
-        host_of.update({n: s.base.host for n, s in specs.items()})
-        said: set[str] = set()
-        for t in worlds.values():
-            on = {host_of[ref] for ref in t.refs if host_of.get(ref) in hosts}
-            away = sorted(h for h in on if elsewhere(hosts[h]))
-            if not away:
-                continue
-            # A member's host is reached by the world's other hosts; the head, by all.
-            reached = (on if len(on) > 1 else set()) | ({head} if head else set())
-            for name in sorted(reached):
-                host = hosts[name]
-                if name in said or not loopback(host.addr):
-                    continue
-                said.add(name)
-                other = next((h for h in away if h != name), None)
-                role = "the worlds' stores live there" if name == head else \
-                    "its members' peers reach them there"
-                self.r.diagnostics.append((host.addr_pos or host.pos).diagnostic(
-                    f"host '{name}': addr {host.addr} is a loopback address, but world"
-                    f" '{t.name}' has members on "
-                    + (f"host '{other}', which would take it for its own machine"
-                       if other else "other machines") +
-                    f" ({role}); write an address the other hosts reach it on"))
 
 
 def _get(items, key, read, *args, **kwargs):

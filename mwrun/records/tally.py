@@ -17,6 +17,7 @@ from mwrun.schema import Event as E
 class Tally:
     restarts: int = 0  # spawns of a process that ran before (any reason, any process)
     breaks: int = 0  # world breaks (any world, removed ones included)
+    bundles: int = 0  # post-mortem bundles written
 
     def add(self, record: dict) -> None:
         """One history record (mwrun/head/observe/history.py's ``record``)."""
@@ -25,6 +26,8 @@ class Tally:
             self.restarts += 1
         elif kind == E.BREAK:
             self.breaks += 1
+        elif kind == E.POSTMORTEM:
+            self.bundles += 1
 
 
 def tally(records: Iterable[dict]) -> Tally:

@@ -107,11 +107,14 @@ class Ops:
         self.ops: OrderedDict[str, Op] = OrderedDict()  # those under way and the KEEP last
         self.open: dict[str, Change] = {}  # process -> its change under way (or unwritten)
         self.changes = 0  # state.json compares this
+        self.begun: dict[str, int] = {}  # operation ("scale", "drain") -> how many began
 
     def begin(self, op: str, request: str, revision: Revision,
               worlds_of: dict[str, list[str]]) -> Op:
         """``worlds_of``: each retired process's worlds as they are now."""
         now = self.clock()
+        kind = request.split(" ", 1)[0]
+        self.begun[kind] = self.begun.get(kind, 0) + 1
         changes = []
         for name in revision.started:
             worlds = set(revision.plan.processes[name].worlds)

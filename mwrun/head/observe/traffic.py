@@ -53,8 +53,9 @@ class Traffic:
     def __init__(self):
         self.members: dict[tuple[str, str], Member] = {}  # (process, world) -> its counts
         self.heard: set[str] = set()  # worlds a member told the traffic of, ever
-        # (process, world) -> calls its earlier incarnations reported before they ended
-        self.carried: dict[tuple[str, str], int] = {}
+        # (process, world) -> calls and bytes its earlier incarnations reported before
+        # they ended
+        self.carried: dict[tuple[str, str], tuple[int, int]] = {}
 
     def beat(self, process: str, pid: int, t: float, traffic: dict, now: float) -> None:
         """A heartbeat's counts. A new pid starts afresh: a restarted process counts
@@ -64,8 +65,9 @@ class Traffic:
             member = self.members.get((process, world))
             if member is None or member.pid != pid:
                 if member is not None and member.beats:  # a restart: keep what it counted
-                    self.carried[(process, world)] = self.carried.get((process, world), 0) \
-                        + member.beats[-1][1]
+                    calls0, bytes0 = self.carried.get((process, world), (0, 0))
+                    self.carried[(process, world)] = (calls0 + member.beats[-1][1],
+                                                      bytes0 + member.beats[-1][2])
                 member = self.members[(process, world)] = Member(pid)
                 self.heard.add(world)
             if member.beats and t <= member.beats[-1][0]:
@@ -95,13 +97,25 @@ class Traffic:
         beat, so a count is as of then, not as of the sample)."""
         out: dict[str, list] = {}
         for (process, world), m in self.members.items():
-            count = self.carried.get((process, world), 0) + (m.beats[-1][1] if m.beats else 0)
+            count = self.carried.get((process, world), (0, 0))[0] + \
+                (m.beats[-1][1] if m.beats else 0)
             heard = wall - (now - m.heard)
             if world not in out:
                 out[world] = [count, heard]
             else:
                 out[world] = [max(out[world][0], count), max(out[world][1], heard)]
         return {w: [c, round(t, 3)] for w, (c, t) in out.items()}
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """Per world (calls, bytes) since the run started, never going back: each the
+        busiest member's, its earlier incarnations' counts carried (as ``totals``)."""
+        out: dict[str, tuple[int, int]] = {}
+        for (process, world), m in self.members.items():
+            calls0, bytes0 = self.carried.get((process, world), (0, 0))
+            calls, nbytes = (m.beats[-1][1], m.beats[-1][2]) if m.beats else (0, 0)
+            had = out.get(world, (0, 0))
+            out[world] = (max(had[0], calls0 + calls), max(had[1], bytes0 + nbytes))
+        return out
 
     def member(self, process: str, pid: int | None, world: str) -> Member | None:
         """The live member's record, or None (never beat, or an earlier incarnation's)."""

@@ -1,0 +1,167 @@
+"""The run as Prometheus metrics: the families a scrape shows, made from the status
+document and the head's own readings of the same moment (serve/scrapes.py takes both
+in the loop's thread and hands them to the scrape's).
+
+Pure: a document and its ``Readings`` in, ``prometheus_client`` metric families out;
+the exposition text is prometheus_client's, never ours. Names follow Prometheus'
+conventions: the ``mwrun_`` prefix, base units (seconds, bytes, ratios), ``_total`` for
+counters. Label values are bounded by the job's shape: a world, a process, a state, a
+cause, an operation; never a pid or a generation (a generation is a value).
+
+A state is one gauge per possible state, 1 for the one it is in (so ``sum by (state)``
+counts processes per state and an alert can fire on ``mwrun_world_state{state="broken"}
+== 1``). Counters never go back within a run: breaks and restarts are the records'
+counts, calls and bytes the traffic's totals, which carry an incarnation's count past
+its restart (observe/traffic.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import psutil
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from mwrun.head.decide.records import ProcessRecord
+from mwrun.schema import ProcessState, Start, WorldState
+
+
+@dataclass(frozen=True)
+class Readings:
+    """What the head reads of itself and its records for a scrape, beside the document."""
+
+    head_cpu_seconds: float
+    loop_lag_seconds: float  # how late the loop's last turn timer fired
+    calls: Mapping[str, tuple[int, int]]  # world -> (calls, bytes) since the run started
+    restarts: Mapping[str, tuple[int, int]]  # process -> (after faults, after drills)
+    bundles: int  # post-mortem bundles written in this run
+    operations: Mapping[str, int] = field(default_factory=dict)  # operation -> begun
+
+
+def families(doc: dict, readings: Readings) -> list[Metric]:
+    """Every family of one scrape."""
+    return [*_run(doc, readings), *_worlds(doc, readings), *_processes(doc, readings),
+            *_scale(doc, readings)]
+
+
+def _run(doc: dict, readings: Readings) -> Iterable[Metric]:
+    info = GaugeMetricFamily("mwrun_run_info", "The run: its id and the topology's name",
+                             labels=["run_id", "name"])
+    info.add_metric([doc["run_id"], doc["name"]], 1)
+    cpu = CounterMetricFamily("mwrun_head_cpu_seconds",
+                              "CPU time the head (mwrun launch) has used, user and system")
+    cpu.add_metric([], readings.head_cpu_seconds)
+    lag = GaugeMetricFamily("mwrun_head_loop_lag_seconds",
+                            "How late the head's loop ran its last periodic turn")
+    lag.add_metric([], readings.loop_lag_seconds)
+    bundles = CounterMetricFamily("mwrun_postmortem_bundles",
+                                  "Post-mortem bundles written (one per world break)")
+    bundles.add_metric([], readings.bundles)
+    return info, cpu, lag, bundles
+
+
+def _worlds(doc: dict, readings: Readings) -> Iterable[Metric]:
+    state = GaugeMetricFamily("mwrun_world_state", "1 for the state each world is in",
+                              labels=["world", "state"])
+    generation = GaugeMetricFamily("mwrun_world_generation",
+                                   "The world's generation (it grows by one per re-form)",
+                                   labels=["world"])
+    members = GaugeMetricFamily("mwrun_world_members", "Members of the world",
+                                labels=["world"])
+    breaks = CounterMetricFamily("mwrun_world_breaks", "Times the world broke",
+                                 labels=["world"])
+    calls = CounterMetricFamily("mwrun_world_calls",
+                                "Calls the world carried (its busiest member's count)",
+                                labels=["world"])
+    sent = CounterMetricFamily("mwrun_world_bytes",
+                               "Bytes the world carried (its busiest member's count)",
+                               labels=["world"])
+    for world in doc["worlds"]:
+        name = world["name"]
+        for value in WorldState:
+            state.add_metric([name, value.value], float(world["state"] == value.value))
+        generation.add_metric([name], world["generation"])
+        members.add_metric([name], len(world["members"]))
+        breaks.add_metric([name], world["breaks"])
+        if name in readings.calls:
+            count, nbytes = readings.calls[name]
+            calls.add_metric([name], count)
+            sent.add_metric([name], nbytes)
+    return state, generation, members, breaks, calls, sent
+
+
+def _processes(doc: dict, readings: Readings) -> Iterable[Metric]:
+    state = GaugeMetricFamily("mwrun_process_state", "1 for the state each process is in",
+                              labels=["process", "state"])
+    restarts = CounterMetricFamily(
+        "mwrun_process_restarts", "Restarts of the process, by cause: after a fault (they"
+        " spend max_restarts) or after a drill's fault (they do not)",
+        labels=["process", "cause"])
+    cpu = GaugeMetricFamily("mwrun_process_cpu_ratio",
+                            "CPU the process uses, in cores (1.0: one core busy)",
+                            labels=["process"])
+    memory = GaugeMetricFamily("mwrun_process_resident_memory_bytes",
+                               "Resident memory of the process", labels=["process"])
+    start = GaugeMetricFamily("mwrun_process_start", "1 for how the process last started"
+                              " (warm: forked from its host's zygote)",
+                              labels=["process", "start"])
+    for proc in doc["processes"]:
+        name = proc["name"]
+        for value in ProcessState:
+            state.add_metric([name, value.value], float(proc["state"] == value.value))
+        faults, drills = readings.restarts.get(name, (proc["restarts"], 0))
+        restarts.add_metric([name, "fault"], faults)
+        restarts.add_metric([name, "drill"], drills)
+        if proc["cpu_percent"] is not None:
+            cpu.add_metric([name], proc["cpu_percent"] / 100.0)
+        if proc["rss_bytes"] is not None:
+            memory.add_metric([name], proc["rss_bytes"])
+        if proc["start"] is not None:
+            for kind in Start:
+                start.add_metric([name, kind.value], float(proc["start"] == kind.value))
+    return state, restarts, cpu, memory, start
+
+
+def _scale(doc: dict, readings: Readings) -> Iterable[Metric]:
+    desired = GaugeMetricFamily("mwrun_scale_desired_replicas",
+                                "Replicas a scaled process should have", labels=["process"])
+    running = GaugeMetricFamily("mwrun_scale_running_replicas",
+                                "Replicas running (not draining)", labels=["process"])
+    draining = GaugeMetricFamily("mwrun_scale_draining_replicas",
+                                 "Replicas draining before they stop", labels=["process"])
+    for name, counts in doc["scale"].items():
+        desired.add_metric([name], counts["desired"])
+        running.add_metric([name], counts["current"])
+        draining.add_metric([name], len(counts["draining"]))
+    operations = CounterMetricFamily("mwrun_scale_operations",
+                                     "Operations on the job's shape begun, by operation",
+                                     labels=["operation"])
+    for op, count in sorted(readings.operations.items()):
+        operations.add_metric([op], count)
+    return desired, running, draining, operations
+
+
+class Source:
+    """What a scrape reads, in the loop's thread: the status document and the head's
+    readings of the same moment. ``procs()``: the supervisor's process records;
+    ``lag()``: the loop's lag; ``bundles()``: bundles written; ``operations()``: per
+    operation, how many began."""
+
+    def __init__(self, document: Callable[[], dict], counts: Callable[[], Mapping],
+                 procs: Callable[[], Mapping[str, ProcessRecord]],
+                 lag: Callable[[], float], bundles: Callable[[], int],
+                 operations: Callable[[], Mapping[str, int]]):
+        self.document, self.counts, self.procs = document, counts, procs
+        self.lag, self.bundles, self.operations = lag, bundles, operations
+        self._me = psutil.Process()
+
+    def families(self) -> list[Metric]:
+        cpu = self._me.cpu_times()
+        readings = Readings(head_cpu_seconds=cpu.user + cpu.system,
+                            loop_lag_seconds=self.lag(), calls=self.counts(),
+                            # spent: those counted against max_restarts (not a drill's)
+                            restarts={name: (rec.spent, rec.restarts - rec.spent)
+                                      for name, rec in self.procs().items()},
+                            bundles=self.bundles(), operations=dict(self.operations()))
+        return families(self.document(), readings)

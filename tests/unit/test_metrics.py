@@ -1,0 +1,133 @@
+"""The metrics a scrape shows (head/observe/metrics.py), from a status document and
+the head's readings; the topology's and the command line's metrics address."""
+
+import re
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from mwrun.head.observe.metrics import Readings, families
+from mwrun.plan.fields import listen_error
+from mwrun.plan.topology import parse
+from tests.helpers import ROOT
+from tests.unit.test_topology import minimal, one_problem
+
+DOC = {
+    "run_id": "r1", "name": "serve",
+    "worlds": [{"name": "pair-0", "state": "healthy", "generation": 3, "breaks": 3,
+                "members": ["frontend", "worker-0"], "size": 2},
+               {"name": "pair-1", "state": "broken", "generation": 1, "breaks": 1,
+                "members": ["frontend", "worker-1"], "size": 2}],
+    "processes": [{"name": "frontend", "state": "running", "restarts": 0, "pid": 11,
+                   "cpu_percent": 50.0, "rss_bytes": 1000, "start": "warm"},
+                  {"name": "worker-0", "state": "running", "restarts": 3, "pid": 12,
+                   "cpu_percent": None, "rss_bytes": None, "start": "cold"},
+                  {"name": "worker-1", "state": "restarting", "restarts": 1, "pid": None,
+                   "cpu_percent": None, "rss_bytes": None, "start": None}],
+    "scale": {"worker": {"desired": 3, "current": 2, "min": 1, "max": 8,
+                         "draining": ["worker-2"]}},
+}
+READINGS = Readings(head_cpu_seconds=1.5, loop_lag_seconds=0.002,
+                    calls={"pair-0": (120, 4800)}, restarts={"worker-0": (1, 2)},
+                    bundles=4, operations={"scale": 2, "drain": 1})
+
+
+class Fixed:
+    def __init__(self, found):
+        self.found = found
+
+    def collect(self):
+        return self.found
+
+
+def scrape(doc=DOC, readings=READINGS) -> dict[tuple[str, tuple], float]:
+    """What Prometheus would read: the exposition text made by prometheus_client,
+    parsed back; (sample name, sorted labels) -> value."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Fixed(families(doc, readings)))
+    text = generate_latest(registry).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_a_world_is_in_one_state_and_its_counts_are_counters():
+    got = scrape()
+    states = {k[1]: v for k, v in got.items() if k[0] == "mwrun_world_state"
+              and ("world", "pair-1") in k[1]}
+    assert sum(states.values()) == 1
+    assert states[(("state", "broken"), ("world", "pair-1"))] == 1
+    assert got[("mwrun_world_generation", (("world", "pair-0"),))] == 3
+    assert got[("mwrun_world_breaks_total", (("world", "pair-0"),))] == 3
+    assert got[("mwrun_world_members", (("world", "pair-0"),))] == 2
+    assert got[("mwrun_world_calls_total", (("world", "pair-0"),))] == 120
+    assert got[("mwrun_world_bytes_total", (("world", "pair-0"),))] == 4800
+    # a world no member told the traffic of shows no count rather than a false 0
+    assert ("mwrun_world_calls_total", (("world", "pair-1"),)) not in got
+
+
+def test_a_process_shows_its_state_restarts_by_cause_and_usage_in_base_units():
+    got = scrape()
+    assert got[("mwrun_process_state", (("process", "worker-1"), ("state", "restarting")))] == 1
+    assert got[("mwrun_process_restarts_total", (("cause", "fault"), ("process", "worker-0")))] == 1
+    assert got[("mwrun_process_restarts_total", (("cause", "drill"), ("process", "worker-0")))] == 2
+    assert got[("mwrun_process_cpu_ratio", (("process", "frontend"),))] == 0.5
+    assert got[("mwrun_process_resident_memory_bytes", (("process", "frontend"),))] == 1000
+    assert got[("mwrun_process_start", (("process", "frontend"), ("start", "warm")))] == 1
+    assert got[("mwrun_process_start", (("process", "worker-0"), ("start", "warm")))] == 0
+    # no reading: no sample (never a made-up 0)
+    assert ("mwrun_process_cpu_ratio", (("process", "worker-0"),)) not in got
+
+
+def test_scale_the_head_and_bundles():
+    got = scrape()
+    assert got[("mwrun_scale_desired_replicas", (("process", "worker"),))] == 3
+    assert got[("mwrun_scale_running_replicas", (("process", "worker"),))] == 2
+    assert got[("mwrun_scale_draining_replicas", (("process", "worker"),))] == 1
+    assert got[("mwrun_scale_operations_total", (("operation", "scale"),))] == 2
+    assert got[("mwrun_head_cpu_seconds_total", ())] == 1.5
+    assert got[("mwrun_head_loop_lag_seconds", ())] == 0.002
+    assert got[("mwrun_postmortem_bundles_total", ())] == 4
+    assert got[("mwrun_run_info", (("name", "serve"), ("run_id", "r1")))] == 1
+
+
+def test_labels_are_bounded_by_the_jobs_shape():
+    names = {label for (_, labels) in scrape() for label, _ in labels}
+    assert names <= {"world", "process", "state", "cause", "start", "operation", "run_id",
+                     "name"}  # never a pid, never a generation
+
+
+@pytest.mark.parametrize("addr", ["127.0.0.1:9400", "0.0.0.0:1", "[::1]:65535",
+                                  "metrics.example:9400"])
+def test_a_listen_address_is_host_colon_port(addr):
+    assert listen_error(addr) is None
+
+
+@pytest.mark.parametrize("addr, says", [
+    ("9400", "is not HOST:PORT"), ("127.0.0.1:", "is not HOST:PORT"),
+    ("127.0.0.1:0", "a port from 1 to 65535"), ("127.0.0.1:70000", "is not HOST:PORT"),
+    (":9400", "is not HOST:PORT"), ("::1:9400", "in brackets"),
+])
+def test_a_bad_listen_address_says_why(addr, says):
+    assert says in listen_error(addr)
+
+
+def test_the_topology_names_the_metrics_address():
+    topo = parse(minimal(top="metrics: {addr: 127.0.0.1:9400}\n"), "t.yaml", "/base")
+    assert topo.metrics == "127.0.0.1:9400"
+    assert parse(minimal(), "t.yaml", "/base").metrics is None
+
+
+@pytest.mark.parametrize("top, says", [
+    ("metrics: {addr: 9400}\n", "metrics addr '9400' is not HOST:PORT"),
+    ("metrics: {}\n", "give addr: HOST:PORT"),
+    ("metrics: {addr: 127.0.0.1:9400, path: /m}\n", "path"),
+])
+def test_a_bad_metrics_entry_is_said_where_it_is(top, says):
+    assert says in one_problem(minimal(top=top))
+
+
+def test_the_metrics_page_lists_every_metric_and_no_other():
+    page = (ROOT / "docs" / "metrics.rst").read_text()
+    listed = set(re.findall(r"^``(mwrun_\w+)``", page, flags=re.M))
+    assert listed == {name for name, _ in scrape()}
