@@ -174,6 +174,7 @@ class Loop:
             self.dispatcher.serve(line, connection))  # answer through clients.push (downlink)
         self.timers = Timers()  # every timer of the head, in one heap (decide/deadlines.py)
         self.traffic = Traffic()
+        self.downtimes = metrics.Downtimes()  # each world's faults, for the metrics
         # What the job should be made of: the plan as launched, then each revision.
         membership = self.membership = Membership(topology, plan, inventory, sys.executable,
                                                   stores.choose_port)
@@ -204,7 +205,7 @@ class Loop:
         self.postmortems = Postmortems(  # bundles: stacks from inside (asks), outside (py-spy)
             run_dir, self.stacks, lambda told: Spies(self.selector, time.monotonic, told),
             lambda: self.supervisor, lambda: router,
-            self._bundle_written, time.monotonic, time.time)
+            self.history.postmortem, time.monotonic, time.time)
         self.writer = document.Writer(run_dir / STATE, lambda: self.status.build(),
                                       lambda: self.status.outside())
         # Who hears it: console and events.log, faults, history, scale operations, state.json.
@@ -235,8 +236,8 @@ class Loop:
                              self.postmortems)
         self.scrapes = None if plan.metrics is None else Scrapes(self.selector, metrics.Source(
             self.status.build, self.traffic.counts, lambda: supervisor.procs,
-            lambda: self.rounds.lag, lambda: self.tally.bundles, lambda: self.ops.begun
-        ).families)
+            lambda: self.rounds.lag, lambda: self.history.bundles, lambda: self.ops.begun,
+            self.downtimes).families)
 
     @property
     def plan(self) -> Plan:
@@ -245,12 +246,9 @@ class Loop:
 
     wall = staticmethod(time.time)  # the head's wall clock, as the agents read it
 
-    def _bundle_written(self, record: dict) -> None:
-        self.history.postmortem(record)
-        self.tally.add(record)  # the metrics' count of bundles
-
     def _fault_closed(self, record: dict) -> None:
         self.history.fault(record)
+        self.downtimes.fault(record)
         self.postmortems.fault(record)  # beside its bundle, if it has one
 
     # -- what the hands (here, or a host's agent) tell: host.hands.Owner ------------------

@@ -105,6 +105,8 @@ def test_readme_prometheus_as_written(procs, home, tmp_path):
                  "three running replicas")
         wait_for(lambda: values(prom, "mwrun_scale_operations_total", "operation")
                  .get("scale", 0) >= 1, 90, "the scale operation")
+        wait_for(lambda: values(prom, "mwrun_fault_downtime_seconds_count", "world")
+                 .get("pair-0", 0) == 1, 90, "the kill's downtime")
 
         # a scrape and the status document of the same (settled) moment agree
         got, doc = scrape(addr), status(home)

@@ -7,7 +7,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mwrun.head.observe.metrics import Readings, families
+from mwrun.head.observe.metrics import Downtimes, Readings, downtime, families
 from mwrun.plan.fields import listen_error
 from mwrun.plan.topology import parse
 from tests.helpers import ROOT
@@ -28,9 +28,22 @@ DOC = {
     "scale": {"worker": {"desired": 3, "current": 2, "min": 1, "max": 8,
                          "draining": ["worker-2"]}},
 }
+def fault(world: str, **phases) -> dict:
+    return {"event": "fault", "world": world,
+            "phases": {"t_fault": None, "exit_seen": None, "survivors_told": None,
+                       "restarted": None, "reformed": None, "first_call": None, **phases}}
+
+
+DOWNTIMES = Downtimes()
+for record in (fault("pair-0", t_fault=100.0, reformed=100.04, first_call=100.06),
+               fault("pair-0", exit_seen=200.0, reformed=201.0),  # no signal: from the exit
+               fault("pair-0", t_fault=300.0, exit_seen=300.01),  # never back: not counted
+               fault("pair-1", t_fault=400.0, first_call=1000.0)):  # past every bucket
+    DOWNTIMES.fault(record)
 READINGS = Readings(head_cpu_seconds=1.5, loop_lag_seconds=0.002,
                     calls={"pair-0": (120, 4800)}, restarts={"worker-0": (1, 2)},
-                    bundles=4, operations={"scale": 2, "drain": 1})
+                    bundles=4, operations={"scale": 2, "drain": 1},
+                    downtimes=DOWNTIMES.worlds)
 
 
 class Fixed:
@@ -94,7 +107,7 @@ def test_scale_the_head_and_bundles():
 def test_labels_are_bounded_by_the_jobs_shape():
     names = {label for (_, labels) in scrape() for label, _ in labels}
     assert names <= {"world", "process", "state", "cause", "start", "operation", "run_id",
-                     "name"}  # never a pid, never a generation
+                     "name", "le"}  # never a pid, never a generation
 
 
 @pytest.mark.parametrize("addr", ["127.0.0.1:9400", "0.0.0.0:1", "[::1]:65535",
@@ -127,7 +140,28 @@ def test_a_bad_metrics_entry_is_said_where_it_is(top, says):
     assert says in one_problem(minimal(top=top))
 
 
+def test_a_faults_downtime_runs_from_the_fault_to_the_first_call_after_it():
+    assert downtime(fault("w", t_fault=1.0, reformed=1.5, first_call=1.75)) == 0.75
+    assert downtime(fault("w", exit_seen=2.0, reformed=2.5)) == 0.5
+    assert downtime(fault("w", t_fault=1.0, exit_seen=1.1)) is None  # still down
+
+
+def test_downtimes_are_a_histogram_per_world():
+    got = scrape()
+    bucket = {dict(labels)["le"]: v for (name, labels), v in got.items()
+              if name == "mwrun_fault_downtime_seconds_bucket"
+              and ("world", "pair-0") in labels}
+    assert bucket["0.025"] == 0 and bucket["0.1"] == 1 and bucket["1.0"] == 2
+    assert bucket["+Inf"] == 2
+    assert got[("mwrun_fault_downtime_seconds_count", (("world", "pair-0"),))] == 2
+    assert abs(got[("mwrun_fault_downtime_seconds_sum", (("world", "pair-0"),))] - 1.06) < 1e-9
+    assert got[("mwrun_fault_downtime_seconds_bucket", (("le", "300.0"), ("world", "pair-1")))] \
+        == 0
+    assert got[("mwrun_fault_downtime_seconds_bucket", (("le", "+Inf"), ("world", "pair-1")))] \
+        == 1
+
+
 def test_the_metrics_page_lists_every_metric_and_no_other():
     page = (ROOT / "docs" / "metrics.rst").read_text()
     listed = set(re.findall(r"^``(mwrun_\w+)``", page, flags=re.M))
-    assert listed == {name for name, _ in scrape()}
+    assert listed == {re.sub(r"_(bucket|sum|count)$", "", name) for name, _ in scrape()}

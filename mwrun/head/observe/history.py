@@ -80,6 +80,7 @@ class History:
         # The fault timeline's tag of each event (faults.py ``tags``: the id of the
         # fault it belongs to), which every reader joins on; set once both exist.
         self.tags = tags
+        self.bundles = 0  # post-mortem bundles written (the metrics' count)
         # Kept for the run; None once closed, or once writing failed (a full disk must
         # not stop the supervisor).
         self.file: TextIO | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
@@ -126,6 +127,7 @@ class History:
 
     def postmortem(self, record: dict) -> None:
         """A post-mortem bundle written: its world, generation, path, culprit line."""
+        self.bundles += 1
         self._write(record)
 
     def drill(self, summary: dict) -> None:

@@ -21,10 +21,49 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import psutil
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from mwrun.head.decide.records import ProcessRecord
-from mwrun.schema import ProcessState, Start, WorldState
+from mwrun.schema import Phase, ProcessState, Start, WorldState
+
+# A fault's downtime buckets (seconds): a warm re-form is tens of milliseconds, a cold
+# one seconds, a hung peer's the world's timeout and more.
+BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class Downtimes:
+    """Per world, a histogram of its faults' downtimes (from the fault's first known
+    phase to its first call after the re-form, or the re-form), counted as each fault
+    record closes (observe/faults.py). Bounded: a bucket count per world."""
+
+    def __init__(self):
+        self.worlds: dict[str, tuple[list[int], float]] = {}  # counts per bucket, sum
+
+    def fault(self, record: dict) -> None:
+        down = downtime(record)
+        if down is None:
+            return
+        counts, total = self.worlds.get(record["world"], ([0] * (len(BUCKETS) + 1), 0.0))
+        index = next((i for i, le in enumerate(BUCKETS) if down <= le), len(BUCKETS))
+        counts[index] += 1
+        self.worlds[record["world"]] = (counts, total + down)
+
+
+def downtime(record: dict) -> float | None:
+    """A fault record's downtime in seconds; None where it never came back."""
+    phases = record.get("phases") or {}
+    known = [t for t in phases.values() if isinstance(t, int | float)]
+    start = phases.get(Phase.T_FAULT.value)
+    start = start if isinstance(start, int | float) else min(known, default=None)
+    back = phases.get(Phase.FIRST_CALL.value) or phases.get(Phase.REFORMED.value)
+    if start is None or not isinstance(back, int | float):
+        return None
+    return max(back - start, 0.0)
 
 
 @dataclass(frozen=True)
@@ -37,12 +76,26 @@ class Readings:
     restarts: Mapping[str, tuple[int, int]]  # process -> (after faults, after drills)
     bundles: int  # post-mortem bundles written in this run
     operations: Mapping[str, int] = field(default_factory=dict)  # operation -> begun
+    downtimes: Mapping[str, tuple[list[int], float]] = field(default_factory=dict)
 
 
 def families(doc: dict, readings: Readings) -> list[Metric]:
     """Every family of one scrape."""
-    return [*_run(doc, readings), *_worlds(doc, readings), *_processes(doc, readings),
-            *_scale(doc, readings)]
+    return [*_run(doc, readings), *_worlds(doc, readings), _downtime(readings),
+            *_processes(doc, readings), *_scale(doc, readings)]
+
+
+def _downtime(readings: Readings) -> Metric:
+    found = HistogramMetricFamily(
+        "mwrun_fault_downtime_seconds", "Each fault's downtime: from the fault to the"
+        " world's first call after it re-formed", labels=["world"])
+    for world, (counts, total) in sorted(readings.downtimes.items()):
+        cumulative, buckets = 0, []
+        for le, count in zip([*map(str, BUCKETS), "+Inf"], counts, strict=True):
+            cumulative += count
+            buckets.append((le, cumulative))
+        found.add_metric([world], buckets, total)
+    return found
 
 
 def _run(doc: dict, readings: Readings) -> Iterable[Metric]:
@@ -151,9 +204,10 @@ class Source:
     def __init__(self, document: Callable[[], dict], counts: Callable[[], Mapping],
                  procs: Callable[[], Mapping[str, ProcessRecord]],
                  lag: Callable[[], float], bundles: Callable[[], int],
-                 operations: Callable[[], Mapping[str, int]]):
+                 operations: Callable[[], Mapping[str, int]], downtimes: Downtimes):
         self.document, self.counts, self.procs = document, counts, procs
         self.lag, self.bundles, self.operations = lag, bundles, operations
+        self.downtimes = downtimes
         self._me = psutil.Process()
 
     def families(self) -> list[Metric]:
@@ -163,5 +217,7 @@ class Source:
                             # spent: those counted against max_restarts (not a drill's)
                             restarts={name: (rec.spent, rec.restarts - rec.spent)
                                       for name, rec in self.procs().items()},
-                            bundles=self.bundles(), operations=dict(self.operations()))
+                            bundles=self.bundles(), operations=dict(self.operations()),
+                            downtimes={w: (list(c), t) for w, (c, t)
+                                       in self.downtimes.worlds.items()})
         return families(self.document(), readings)
