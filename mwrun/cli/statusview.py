@@ -161,6 +161,11 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
     faults = [line for w in doc["worlds"] if (line := fault_line(w)) is not None]
     if faults:
         out += ["", "last fault per world (each phase after the first known):", *faults]
+    slow = [f"  {w['name']}: {w['slow']['member']} (its peers wait"
+            f" {w['slow']['lag_s'] * 1000:.0f} ms more per call, over"
+            f" {w['slow']['calls']} calls)" for w in doc["worlds"] if w.get("slow")]
+    if slow:
+        out += ["", "slow members (the member each world waits for):", *slow]
     why = postmortem_lines(doc)
     if why:
         out += ["", "why (the last post-mortem per world; mwrun report lists them all):", *why]

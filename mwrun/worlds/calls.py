@@ -41,13 +41,14 @@ class Calls:
         """Issue a collective on the live group and wait for it (or hand back a Work);
         the thread is in ``call`` until then (inflight.py: what a stacks dump says)."""
         ident = get_ident()
-        CALLS[ident] = (self.name, call, time.monotonic())
+        started = time.monotonic()
+        CALLS[ident] = (self.name, call, started)
         try:
-            return self._issue(issue, async_op, nbytes)
+            return self._issue(issue, async_op, nbytes, started)
         finally:
             CALLS.pop(ident, None)
 
-    def _issue(self, issue, async_op: bool, nbytes: int):
+    def _issue(self, issue, async_op: bool, nbytes: int, started: float):
         state = self._state
         group = state.live()
         generation = state.generation
@@ -63,7 +64,7 @@ class Calls:
         if async_op:
             return Work(self, work, generation, False, nbytes, CALLS.get(get_ident()))
         self.wait(work, generation, False)
-        self._traffic.count(nbytes, generation)
+        self._traffic.timed(nbytes, generation, started)  # its wait: see traffic.py
         return None
 
     def wait(self, work, generation: int, p2p: bool, timeout: float | None = None) -> None:

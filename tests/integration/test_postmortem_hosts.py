@@ -92,8 +92,11 @@ def test_a_remote_member_is_captured_through_its_agent_and_a_lost_host_gives_wha
         try:
             cli(home, "kill-world", "world1", "pmh", "--rank", "0", "--signal", "KILL",
                 check=True)
-            lost = wait_for(lambda: bundles(home)[before] if len(bundles(home)) > before
-                            else None, 60, "the break's bundle")
+            # The kill's bundle, by its culprit: a bundle of the hang's own break may
+            # still be written after ``before`` was counted (its capture ran on).
+            lost = wait_for(lambda: next((r for r in bundles(home)[before:]
+                                          if "a was killed" in r["culprit"]), None),
+                            60, "the break's bundle")
             silent = member(lost["path"], "b")
             assert not silent["answered"] and "did not answer" in silent["reason"], silent
             assert member(lost["path"], "a")["reasons"]  # a itself was not running

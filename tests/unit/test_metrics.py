@@ -16,7 +16,9 @@ from tests.unit.test_topology import minimal, one_problem
 DOC = {
     "run_id": "r1", "name": "serve",
     "worlds": [{"name": "pair-0", "state": "healthy", "generation": 3, "breaks": 3,
-                "members": ["frontend", "worker-0"], "size": 2},
+                "members": ["frontend", "worker-0"], "size": 2,
+                "slow": {"member": "worker-0", "lag_s": 0.02, "calls": 50,
+                         "waits_s": {"frontend": 0.021, "worker-0": 0.001}}},
                {"name": "pair-1", "state": "broken", "generation": 1, "breaks": 1,
                 "members": ["frontend", "worker-1"], "size": 2}],
     "processes": [{"name": "frontend", "state": "running", "restarts": 0, "pid": 11,
@@ -77,6 +79,14 @@ def test_a_world_is_in_one_state_and_its_counts_are_counters():
     assert got[("mwrun_world_bytes_total", (("world", "pair-0"),))] == 4800
     # a world no member told the traffic of shows no count rather than a false 0
     assert ("mwrun_world_calls_total", (("world", "pair-1"),)) not in got
+
+
+def test_the_member_a_world_waits_for_is_a_gauge_of_its_lag():
+    got = scrape()
+    assert got[("mwrun_world_slow_member_lag_seconds",
+                (("process", "worker-0"), ("world", "pair-0")))] == 0.02
+    assert not any(name == "mwrun_world_slow_member_lag_seconds" and ("world", "pair-1") in labels
+                   for name, labels in got)
 
 
 def test_a_process_shows_its_state_restarts_by_cause_and_usage_in_base_units():

@@ -37,7 +37,7 @@ def idle_world():
 
 def test_completed_calls_are_counted_with_their_bytes():
     world = idle_world()
-    assert world.traffic.totals() == (0, 0, 0, None)
+    assert world.traffic.totals() == (0, 0, 0, None, 0, 0.0)
     t = torch.ones(256)  # 1 KiB
     world.send(t, 1)
     world.recv(t, 1)
@@ -46,8 +46,9 @@ def test_completed_calls_are_counted_with_their_bytes():
     assert world.traffic.totals()[:2] == (3, 2048 + 32)  # not done until waited for
     work.wait()
     work.wait()  # waited twice, counted once
-    calls, nbytes, failures, age = world.traffic.totals()
+    calls, nbytes, failures, age, timed, waited = world.traffic.totals()
     assert (calls, nbytes, failures) == (4, 3072 + 32, 0) and 0 <= age < 1.0
+    assert timed == 1 and waited >= 0  # the one collective waited for in its call
 
 
 def test_a_failed_call_counts_as_a_failure_not_a_call():

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from mwrun.head.decide import events as ev
 from mwrun.head.decide.records import Book, WorldRecord
-from mwrun.head.observe import rundir
+from mwrun.head.observe import rundir, slowness
 from mwrun.head.observe.faults import Faults
 from mwrun.head.observe.scaleops import Ops
 from mwrun.head.observe.traffic import Traffic
@@ -172,7 +172,8 @@ class Status:
                    "drain_left_s": round(max(w.drain_until - now, 0.0), 3)
                    if w.state is W.DRAINING and w.drain_until is not None else None,
                    "last_fault": self.faults.last_fault(name),
-                   "postmortem": self.postmortems.latest.get(name)}
+                   "postmortem": self.postmortems.latest.get(name),
+                   "slow": self._slow(w, name, now)}
                   for name, w in sup.worlds.items()]
         facts = self.facts
         return {"run_id": facts.run_id, "name": self.membership.plan.name,
@@ -201,6 +202,14 @@ class Status:
             if view["calls_per_s"] is not None:
                 found[name] = [round(view["calls_per_s"], 2), round(view["bytes_per_s"])]
         return found
+
+    def _slow(self, world: WorldRecord, name: str, now: float) -> dict | None:
+        """The member the others wait for, when there clearly is one (slowness.py)."""
+        if world.state is not W.HEALTHY or name not in self.traffic.heard:
+            return None
+        waits = self.traffic.waits(self._pids(world), name, now)
+        found = slowness.slow(waits, len(world.plan.members))
+        return None if found is None else found.view(waits)
 
     def _pids(self, world: WorldRecord) -> dict:
         procs = self.job.procs

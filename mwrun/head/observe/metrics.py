@@ -130,8 +130,14 @@ def _worlds(doc: dict, readings: Readings) -> Iterable[Metric]:
     sent = CounterMetricFamily("mwrun_world_bytes",
                                "Bytes the world carried (its busiest member's count)",
                                labels=["world"])
+    slow = GaugeMetricFamily("mwrun_world_slow_member_lag_seconds",
+                             "The member its world waits for, while one clearly is: how much"
+                             " longer per collective its least-waiting peer waits",
+                             labels=["world", "process"])
     for world in doc["worlds"]:
         name = world["name"]
+        if world.get("slow"):
+            slow.add_metric([name, world["slow"]["member"]], world["slow"]["lag_s"])
         for value in WorldState:
             state.add_metric([name, value.value], float(world["state"] == value.value))
         generation.add_metric([name], world["generation"])
@@ -141,7 +147,7 @@ def _worlds(doc: dict, readings: Readings) -> Iterable[Metric]:
             count, nbytes = readings.calls[name]
             calls.add_metric([name], count)
             sent.add_metric([name], nbytes)
-    return state, generation, members, breaks, calls, sent
+    return state, generation, members, breaks, calls, sent, slow
 
 
 def _processes(doc: dict, readings: Readings) -> Iterable[Metric]:

@@ -21,32 +21,47 @@ from collections import deque
 from dataclasses import dataclass, field
 
 WINDOW = 5.0  # seconds of beats that status rates average over
+WAIT_WINDOW = 10.0  # seconds of beats the members' waits are compared over (slowness.py)
 KEEP = 64  # beats kept per member (a minute at one beat a second, ample for WINDOW)
 
 
 @dataclass
 class Member:
     pid: int
-    # (member clock, calls, bytes), oldest first
+    # (member clock, calls, bytes, collectives timed, seconds waited in them), oldest first
     beats: deque = field(default_factory=lambda: deque(maxlen=KEEP))
     failures: int = 0
     last_age: float | None = None  # age of its last call when the last beat left it
     heard: float = 0.0  # supervisor clock when the last beat arrived
 
-    def rate(self, span: float) -> tuple[float, float]:
-        """(calls/s, bytes/s) over about the last ``span`` seconds of its beats."""
+    def _span(self, span: float) -> tuple[tuple, tuple] | None:
+        """(first, last) of its beats over about the last ``span`` seconds."""
         if len(self.beats) < 2:
-            return 0.0, 0.0
-        t1, c1, b1 = self.beats[-1]
+            return None
+        last = self.beats[-1]
         base = self.beats[0]
         for beat in reversed(self.beats):
-            if beat[0] <= t1 - span * 0.95:  # a beat a little early still opens the span
+            if beat[0] <= last[0] - span * 0.95:  # a beat a little early still opens it
                 base = beat
                 break
-        t0, c0, b0 = base
-        if t1 <= t0:
+        return (base, last) if last[0] > base[0] else None
+
+    def rate(self, span: float) -> tuple[float, float]:
+        """(calls/s, bytes/s) over about the last ``span`` seconds of its beats."""
+        found = self._span(span)
+        if found is None:
             return 0.0, 0.0
+        (t0, c0, b0, _, _), (t1, c1, b1, _, _) = found
         return (c1 - c0) / (t1 - t0), (b1 - b0) / (t1 - t0)
+
+    def wait(self, span: float) -> tuple[int, float] | None:
+        """(collectives, mean seconds waited in each) over about the last ``span``
+        seconds of its beats; None where it completed none then."""
+        found = self._span(span)
+        if found is None or found[1][3] <= found[0][3]:
+            return None
+        first, last = found
+        return last[3] - first[3], (last[4] - first[4]) / (last[3] - first[3])
 
 
 class Traffic:
@@ -61,7 +76,8 @@ class Traffic:
         """A heartbeat's counts. A new pid starts afresh: a restarted process counts
         from zero again."""
         for world, counts in traffic.items():
-            calls, nbytes, failures, age = counts
+            calls, nbytes, failures, age, *timing = counts  # timing: a library since 39
+            timed, waited = timing[:2] if len(timing) >= 2 else (0, 0.0)
             member = self.members.get((process, world))
             if member is None or member.pid != pid:
                 if member is not None and member.beats:  # a restart: keep what it counted
@@ -72,7 +88,8 @@ class Traffic:
                 self.heard.add(world)
             if member.beats and t <= member.beats[-1][0]:
                 continue  # out of order or repeated
-            member.beats.append((float(t), int(calls), int(nbytes)))
+            member.beats.append((float(t), int(calls), int(nbytes), int(timed),
+                                 float(waited)))
             member.failures, member.last_age, member.heard = int(failures), age, now
 
     def forget(self, world: str) -> None:
@@ -138,6 +155,18 @@ class Traffic:
                 "bytes_per_s": round(max(r[1] for r in rates), 1),
                 "last_call_age_s": round(min(ages), 3) if ages else None,
                 "failures": sum(m.failures for _, m in found)}
+
+    def waits(self, members: dict[str, int | None], world: str, now: float,
+              span: float = WAIT_WINDOW) -> dict[str, tuple[int, float]]:
+        """Per live member of ``world`` that beat lately: (collectives, mean seconds
+        waited in each) over about the last ``span`` seconds."""
+        found = {}
+        for name, pid in members.items():
+            m = self.member(name, pid, world)
+            if m is not None and now - m.heard <= span + 2.0 and \
+                    (wait := m.wait(span)) is not None:
+                found[name] = wait
+        return found
 
     def per_member(self, process: str, pid: int | None, worlds, now: float) -> dict:
         """One process's own traffic per world, for its entry in the status document."""

@@ -1,0 +1,42 @@
+"""The member a world waits for, named from the members' own call timings (no code of
+the user's): in status, in its document and in the metrics."""
+
+import sys
+
+import pytest
+
+from tests.helpers import BIN, free_port, wait_gone
+from tests.integration.jobs import cli, launch, status, wait_for, wait_status, world_state
+from tests.integration.test_readme_prometheus import _scrape_or_none
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_a_member_late_to_every_all_reduce_is_named(procs, home, tmp_path):
+    port = free_port()
+    members = "".join(
+        f"  m{i}:\n    cmd: {sys.executable} {BIN / 'lagging.py'}"
+        f"{' --late 0.04' if i == 2 else ''}\n" for i in range(3))
+    topology = tmp_path / "lag.yaml"
+    topology.write_text(f"version: 1\nname: lag\nmetrics: {{addr: 127.0.0.1:{port}}}\n"
+                        f"processes:\n{members}worlds:\n  w: {{members: [m0, m1, m2]}}\n")
+    job = launch(procs, home, topology, "--run-id", "lag")
+    wait_status(home, lambda d: d["worlds"][0]["state"] == "healthy", "the world formed",
+                timeout=90)
+    doc = wait_status(home, lambda d: d["worlds"][0]["slow"] is not None,
+                      "the late member named", timeout=120)
+    slow = world_state(doc, "w")["slow"]
+    assert slow["member"] == "m2"
+    assert slow["lag_s"] > 0.005 and slow["calls"] >= 10
+    assert min(slow["waits_s"]["m0"], slow["waits_s"]["m1"]) > slow["waits_s"]["m2"]
+
+    shown = cli(home, "status", check=True).stdout
+    assert "slow members" in shown and "w: m2 (its peers wait" in shown
+    got = wait_for(lambda: (m := _scrape_or_none(f"127.0.0.1:{port}")) and
+                   {labels: v for (name, labels), v in m.items()
+                    if name == "mwrun_world_slow_member_lag_seconds"}, 60, "the metric")
+    assert list(got) == [(("process", "m2"), ("world", "w"))]
+    assert status(home)["worlds"][0]["slow"]["member"] == "m2"
+    cli(home, "stop", "lag", check=True)
+    assert job.wait(timeout=60) == 0
+    wait_gone(home)
