@@ -57,6 +57,8 @@ class Member:
     def wait(self, span: float) -> tuple[int, float] | None:
         """(collectives, mean seconds waited in each) over about the last ``span``
         seconds of its beats; None where it completed none then."""
+        if not self.beats or not self.beats[-1][3]:  # never timed one: no scan (p2p)
+            return None
         found = self._span(span)
         if found is None or found[1][3] <= found[0][3]:
             return None
