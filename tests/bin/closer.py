@@ -21,6 +21,10 @@ args = parser.parse_args()
 job = mwrun.init(worlds={"A": mwrun.WorldSpec(rank=args.rank, size=2, port=args.port,
                                               timeout=60)})
 a = job.world("A")
+# Both members have formed before either goes on: init returns in one member as soon as
+# its own group is built, and a remover that removed the world then could end its
+# peer's init still in the group's rendezvous (by hand, rank 0 hosts the store).
+a.barrier()
 seen: dict = {}
 
 
