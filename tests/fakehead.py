@@ -59,6 +59,20 @@ class FakeHead:
                 if predicate(message):
                     return message
 
+    def seen_verb(self, verb: str, timeout: float = 60.0, **fields) -> dict:
+        """The first line ever got (not only from now on) with this verb and fields:
+        for a line that may come before an ``expect`` that consumes it waiting for
+        another (the order of two processes' lines is theirs)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                found = next((m for m in self.lines if m.get("verb") == verb and
+                              all(m.get(k) == v for k, v in fields.items())), None)
+            if found is not None:
+                return found
+            time.sleep(0.02)
+        raise AssertionError(f"the head never got it; lines: {self.lines[-20:]}")
+
     def expect_verb(self, verb: str, timeout: float = 60.0, **fields) -> dict:
         return self.expect(lambda m: m.get("verb") == verb and
                            all(m.get(k) == v for k, v in fields.items()), timeout)
