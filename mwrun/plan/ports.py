@@ -46,6 +46,12 @@ def probe_free(addr: str, taken: set[int]) -> int:
 
 def in_use(addr: str, port: int) -> str | None:
     """Why ``port`` on ``addr`` cannot be listened on now, or None if it can."""
+    exc = bind_error(addr, port)
+    return None if exc is None else exc.strerror or str(exc)
+
+
+def bind_error(addr: str, port: int) -> OSError | None:
+    """The error binding ``port`` on ``addr`` gives now, or None if it binds."""
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         # As the launch binds it: a port left in TIME_WAIT by an earlier run is free.
@@ -53,5 +59,5 @@ def in_use(addr: str, port: int) -> str | None:
         try:
             sock.bind((addr, port))
         except OSError as exc:
-            return exc.strerror or str(exc)
+            return exc
     return None

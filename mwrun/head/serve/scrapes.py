@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import Metric
 
 from mwrun.errors import RunError
+from mwrun.plan import ports
 
 ASK_WAIT = 10.0  # seconds a scrape waits for the loop
 
@@ -42,14 +43,9 @@ def split_addr(addr: str) -> tuple[str, int]:
 def check(addr: str) -> None:
     """MetricsError, said plainly, where ``addr`` cannot be listened on now (before
     anything starts; the head listens for good once the run starts)."""
-    host, port = split_addr(addr)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise MetricsError(_why(addr, exc)) from None
+    found = ports.bind_error(*split_addr(addr))
+    if found is not None:
+        raise MetricsError(_why(addr, found))
 
 
 def _why(addr: str, exc: OSError) -> str:
