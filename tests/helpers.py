@@ -3,10 +3,12 @@ line, and checked to be gone afterwards."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import queue
+import random
 import signal
 import socket
 import subprocess
@@ -21,10 +23,58 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / "tests" / "bin"
 
 
+# A port a test names before anything listens on it (by-hand worlds, a metrics
+# endpoint) is drawn below the kernel's ephemeral range, so no connection's source port
+# or port-0 listener of this suite can take it meanwhile, and is reserved by a file for
+# PORT_HOLD seconds, so neither this suite's other workers nor a second suite beside it
+# (CI runs two) hands it out again while a test may still use it. A port once found
+# free with bind(0) was taken before its test listened about once in twenty full runs.
+PORT_HOLD = 900.0
+PORT_MARKS = Path("/tmp/mwrun-test-ports")
+_marked: list[Path] = []  # this process's reservations, let go when it exits
+
+
+@atexit.register
+def _unmark() -> None:
+    for mark in _marked:
+        with contextlib.suppress(OSError):
+            mark.unlink()
+    with contextlib.suppress(OSError):
+        PORT_MARKS.rmdir()  # only once no suite holds a port
+
+
+def _port_range() -> range:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(10000, max(low, 12000))
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    PORT_MARKS.mkdir(exist_ok=True)
+    ports, now = _port_range(), time.time()
+    for _ in range(500):
+        port = random.choice(ports)
+        mark = PORT_MARKS / str(port)
+        try:
+            os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileNotFoundError:  # a suite ending beside this one removed the folder
+            PORT_MARKS.mkdir(exist_ok=True)
+            continue
+        except FileExistsError:
+            with contextlib.suppress(OSError):
+                if now - mark.stat().st_mtime > PORT_HOLD:
+                    mark.unlink()  # a reservation long past: the next draw may take it
+            continue
+        _marked.append(mark)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use by something else: drawn again by no test of this one
+        return port
+    raise RuntimeError(f"no free port found under {PORT_MARKS}")
 
 
 def store_server():

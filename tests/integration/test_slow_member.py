@@ -22,6 +22,7 @@ def test_a_member_late_to_every_all_reduce_is_named(procs, home, tmp_path):
     topology.write_text(f"version: 1\nname: lag\nmetrics: {{addr: 127.0.0.1:{port}}}\n"
                         f"processes:\n{members}worlds:\n  w: {{members: [m0, m1, m2]}}\n")
     job = launch(procs, home, topology, "--run-id", "lag")
+    job.expect(lambda line: "every world formed" in str(line), 120)  # the run answers
     wait_status(home, lambda d: d["worlds"][0]["state"] == "healthy", "the world formed",
                 timeout=90)
     doc = wait_status(home, lambda d: d["worlds"][0]["slow"] is not None,
