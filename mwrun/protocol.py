@@ -177,6 +177,15 @@ MIN_BEAT = 0.05
 MAX_BEAT = 5.0  # an idle job keeps its supervisor idle
 
 
+# A heartbeat's ``times`` (per world, per operation): a blocking call's time counted in
+# fixed buckets, whose upper bounds in seconds (Prometheus' ``le``) run from a call on a
+# fast link (0.1 ms) to one that waited out a slow peer (10 s); then a count above them
+# all, then the calls' seconds added up. Fixed, so every member's and every restart's
+# counts add up bucket by bucket (the head serves them as one histogram per world).
+CALL_TIME_BOUNDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
 def beat_interval(call_timeout: float, hang_timeout: float) -> float:
     """Seconds between a process's heartbeats: five per hang deadline (and per call
     timeout, as before hang_timeout existed), at most one per 5 s."""

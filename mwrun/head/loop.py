@@ -237,7 +237,7 @@ class Loop:
         self.scrapes = None if plan.metrics is None else Scrapes(self.selector, metrics.Source(
             self.status.build, self.traffic.counts, lambda: supervisor.procs,
             lambda: self.rounds.lag, lambda: self.history.bundles, lambda: self.ops.begun,
-            self.downtimes).families)
+            self.downtimes, self.traffic.times.histograms).families)
 
     @property
     def plan(self) -> Plan:

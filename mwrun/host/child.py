@@ -19,6 +19,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import ctypes
+import faulthandler
 import importlib
 import json
 import linecache
@@ -80,6 +81,9 @@ def become(request: dict, fresh: Fresh) -> None:
             os.dup2(fd, target)
         os.environ.clear()
         os.environ.update(request["env"])
+        if os.environ.get("PYTHONFAULTHANDLER"):  # as a fresh interpreter reads it. Its
+            faulthandler.disable()  # handlers went with the dispositions reset above, and
+            faulthandler.enable()  # enable() alone does nothing where it thinks it is on
         os.chdir(request["cwd"])
     except BaseException as exc:  # reported to the supervisor, which starts it cold
         os.write(report, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())

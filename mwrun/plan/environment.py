@@ -105,6 +105,11 @@ def mwrun_env(plan: Plan, name: str, *, run_id: str, control: str,
         # A process killed right after print() must not lose the line to a pipe's
         # block buffer; the topology's env may still say otherwise.
         env["PYTHONUNBUFFERED"] = "1"
+    if "PYTHONFAULTHANDLER" not in proc.env:
+        # A process killed by a native crash (SIGSEGV, SIGABRT...) writes every thread's
+        # Python stack to its log as it dies, so the log and the world's post-mortem
+        # bundle say where; the signal still ends it as before.
+        env["PYTHONFAULTHANDLER"] = "1"
     if proc.cpus is not None and "OMP_NUM_THREADS" not in proc.env:
         # torch sizes its thread pools by the machine, not the affinity mask.
         env["OMP_NUM_THREADS"] = str(len(proc.cpus))

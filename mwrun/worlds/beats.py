@@ -72,5 +72,6 @@ class Beats:
         self._sent = now
         firsts = {name: first for name, w in worlds
                   if (first := w.traffic.first_call()) is not None}
-        return {"t": now, "traffic": traffic, "first_calls": firsts,
+        times = {name: found for name, w in worlds if (found := w.traffic.times())}
+        return {"t": now, "traffic": traffic, "first_calls": firsts, "times": times,
                 "next": next_beat(now, self._moved, self.interval, self.step)}

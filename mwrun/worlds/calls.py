@@ -44,11 +44,11 @@ class Calls:
         started = time.monotonic()
         CALLS[ident] = (self.name, call, started)
         try:
-            return self._issue(issue, async_op, nbytes, started)
+            return self._issue(issue, async_op, nbytes, started, call)
         finally:
             CALLS.pop(ident, None)
 
-    def _issue(self, issue, async_op: bool, nbytes: int, started: float):
+    def _issue(self, issue, async_op: bool, nbytes: int, started: float, call: str):
         state = self._state
         group = state.live()
         generation = state.generation
@@ -64,7 +64,7 @@ class Calls:
         if async_op:
             return Work(self, work, generation, False, nbytes, CALLS.get(get_ident()))
         self.wait(work, generation, False)
-        self._traffic.timed(nbytes, generation, started)  # its wait: see traffic.py
+        self._traffic.timed(nbytes, generation, started, call)  # its wait: see traffic.py
         return None
 
     def wait(self, work, generation: int, p2p: bool, timeout: float | None = None) -> None:
@@ -118,7 +118,8 @@ class Calls:
         state = self._state
         generation = state.generation
         ident = get_ident()  # inline, not a wrapper: a frame more per call would show
-        CALLS[ident] = (self.name, call, time.monotonic())
+        started = time.monotonic()
+        CALLS[ident] = (self.name, call, started)
         try:
             try:
                 work = issue([tensor], peer, 0)
@@ -137,7 +138,7 @@ class Calls:
                 if self._fault(exc, generation, failures.WAIT):
                     raise self._failed(generation, exc) from None
                 raise
-            self._traffic.count(tensor.nbytes, generation)
+            self._traffic.answered(tensor.nbytes, generation, started, call)
             return None
         finally:
             CALLS.pop(ident, None)

@@ -17,3 +17,10 @@ if how == "interrupt":
 if how == "signal":
     os.kill(os.getpid(), signal.SIGTERM)
     signal.pause()
+if how == "segfault":  # a native crash, in a function of this script
+    import ctypes
+
+    def crash():
+        ctypes.string_at(0)
+
+    crash()

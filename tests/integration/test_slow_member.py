@@ -38,6 +38,14 @@ def test_a_member_late_to_every_all_reduce_is_named(procs, home, tmp_path):
                    {labels: v for (name, labels), v in m.items()
                     if name == "mwrun_world_slow_member_lag_seconds"}, 60, "the metric")
     assert list(got) == [(("process", "m2"), ("world", "w"))]
+    # every member's all_reduce timed into the world's call-time histogram; the late
+    # member's peers wait about --late in each, so they fill the buckets above 25 ms
+    scraped = _scrape_or_none(f"127.0.0.1:{port}")
+    reduce = (("operation", "all_reduce"), ("world", "w"))
+    count = scraped[("mwrun_world_call_seconds_count", reduce)]
+    assert count >= 3 * MIN_CALLS
+    assert scraped[("mwrun_world_call_seconds_bucket", (("le", "+Inf"), *reduce))] == count
+    assert scraped[("mwrun_world_call_seconds_bucket", (("le", "0.025"), *reduce))] < count
     assert status(home)["worlds"][0]["slow"]["member"] == "m2"
     cli(home, "stop", "lag", check=True)
     assert job.wait(timeout=60) == 0

@@ -105,6 +105,26 @@ def test_exits_and_signals_are_reported_as_for_a_fresh_process(procs, home, tmp_
     assert "ValueError: uncaught" in cli(home, "logs", "warm-exception", doc["run_id"]).stdout
 
 
+def test_a_native_crash_writes_its_python_stack_to_the_log_warm_or_cold(procs, home,
+                                                                      tmp_path):
+    """mwrun sets PYTHONFAULTHANDLER=1 (unless the topology's env sets it): a process
+    killed by SIGSEGV says where, in its log. A forked child's fault handler is put back
+    after its signal dispositions are a fresh process's (else a warm child said nothing,
+    even where the user set PYTHONFAULTHANDLER)."""
+    cmd = [PY, str(BIN / "ending.py"), "segfault"]
+    job = launch(procs, home, write(tmp_path, {
+        "warm": (cmd, []), "cold": (cmd, ["preload: false"]),
+        "quiet": (cmd, ["env: {PYTHONFAULTHANDLER: ''}"])}))
+    doc = finish(job, home, code=1)
+    assert {p["name"]: p["exit_code"] for p in doc["processes"]} == {
+        "warm": -signal.SIGSEGV, "cold": -signal.SIGSEGV, "quiet": -signal.SIGSEGV}
+    for name in ("warm", "cold"):
+        log = cli(home, "logs", name, doc["run_id"], check=True).stdout
+        assert "Fatal Python error: Segmentation fault" in log, (name, log)
+        assert f'File "{BIN / "ending.py"}", line ' in log and " in crash" in log, (name, log)
+    assert "Fatal Python error" not in cli(home, "logs", "quiet", doc["run_id"]).stdout
+
+
 def test_multiprocessing_and_dataloader_workers_work_when_warm(procs, home, tmp_path):
     topology = write(tmp_path, {"pools": ([PY, str(BIN / "pools.py")], [])})
     job = launch(procs, home, topology)

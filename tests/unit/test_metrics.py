@@ -7,9 +7,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mwrun.head.observe.calltimes import CallTimes
 from mwrun.head.observe.metrics import Downtimes, Readings, downtime, families
 from mwrun.plan.fields import listen_error
 from mwrun.plan.topology import parse
+from mwrun.protocol import CALL_TIME_BOUNDS
 from tests.helpers import ROOT
 from tests.unit.test_topology import minimal, one_problem
 
@@ -36,16 +38,25 @@ def fault(world: str, **phases) -> dict:
                        "restarted": None, "reformed": None, "first_call": None, **phases}}
 
 
+def _at(row: list, counts: dict[int, int], seconds: float) -> list:
+    return [counts.get(i, n) for i, n in enumerate(row[:-1])] + [seconds]
+
+
 DOWNTIMES = Downtimes()
 for record in (fault("pair-0", t_fault=100.0, reformed=100.04, first_call=100.06),
                fault("pair-0", exit_seen=200.0, reformed=201.0),  # no signal: from the exit
                fault("pair-0", t_fault=300.0, exit_seen=300.01),  # never back: not counted
                fault("pair-1", t_fault=400.0, first_call=1000.0)):  # past every bucket
     DOWNTIMES.fault(record)
+TIMES = CallTimes()
+_ROW = [0] * (len(CALL_TIME_BOUNDS) + 1) + [0.0]
+TIMES.beat("frontend", 11, {"pair-0": {"recv": _at(_ROW, {3: 2}, 0.0012)}})
+TIMES.beat("worker-0", 12, {"pair-0": {"send": _at(_ROW, {0: 5}, 0.0002)}})
+TIMES.beat("worker-0", 13, {"pair-0": {"send": _at(_ROW, {16: 1}, 12.0)}})  # restarted
 READINGS = Readings(head_cpu_seconds=1.5, loop_lag_seconds=0.002,
                     calls={"pair-0": (120, 4800)}, restarts={"worker-0": (1, 2)},
                     bundles=4, operations={"scale": 2, "drain": 1},
-                    downtimes=DOWNTIMES.worlds)
+                    downtimes=DOWNTIMES.worlds, call_times=TIMES.histograms())
 
 
 class Fixed:
@@ -169,6 +180,30 @@ def test_downtimes_are_a_histogram_per_world():
         == 0
     assert got[("mwrun_fault_downtime_seconds_bucket", (("le", "+Inf"), ("world", "pair-1")))] \
         == 1
+
+
+def test_call_times_are_a_histogram_per_world_and_operation_that_a_restart_keeps():
+    got = scrape()
+    send = (("operation", "send"), ("world", "pair-0"))
+    # worker-0's first start counted five calls of 0.1 ms or less; its restart one of
+    # 12 s (above every bound): both stay, and the count never goes back
+    assert got[("mwrun_world_call_seconds_count", send)] == 6
+    assert got[("mwrun_world_call_seconds_bucket", (("le", "0.0001"), *send))] == 5
+    assert got[("mwrun_world_call_seconds_bucket", (("le", "10.0"), *send))] == 5
+    assert abs(got[("mwrun_world_call_seconds_sum", send)] - 12.0002) < 1e-9
+    recv = (("operation", "recv"), ("world", "pair-0"))
+    assert got[("mwrun_world_call_seconds_bucket", (("le", "0.0005"), *recv))] == 0
+    assert got[("mwrun_world_call_seconds_bucket", (("le", "0.001"), *recv))] == 2
+
+
+def test_a_removed_world_forgets_its_call_times():
+    times = CallTimes()
+    times.beat("a", 1, {"w": {"barrier": _at(_ROW, {1: 1}, 0.0002)},
+                        "v": {"barrier": _at(_ROW, {1: 1}, 0.0002)}})
+    times.beat("a", 2, {"w": {"barrier": _at(_ROW, {1: 1}, 0.0002)}})  # carried: 2
+    assert times.histograms()[("w", "barrier")][0][1] == 2
+    times.forget("w")
+    assert list(times.histograms()) == [("v", "barrier")]
 
 
 def test_the_metrics_page_lists_every_metric_and_no_other():

@@ -100,6 +100,23 @@ def test_malformed_lines_get_an_error_and_change_nothing(line):
         assert b'"world"' in line
 
 
+_ROW = [0] * 17 + [0.5]
+
+
+@pytest.mark.parametrize("times", [
+    [], {"w": []}, {"w": {"send": [0] * 17}}, {"w": {"send": [0] * 16 + [-1, 0.5]}},
+    {"w": {"send": [0] * 17 + [float("nan")]}}, {"w": {"send": [0] * 16 + [0.5, 0.5]}},
+    {"": {"send": _ROW}}, {"w": {"": _ROW}}, {"w": {"x" * 65: _ROW}},
+    {"w": {f"op{i}": _ROW for i in range(33)}}])
+def test_a_heartbeat_with_malformed_call_times_is_refused(times):
+    """A beat's ``times`` reach the head's histograms (observe/calltimes.py) whole or
+    not at all: a wrong shape would make a scrape fail, or a count go back."""
+    assert requests.problem({"verb": "heartbeat", "process": "leader", "pid": 42,
+                             "times": {"w": {"send": _ROW}}}) is None
+    assert requests.problem({"verb": "heartbeat", "process": "leader", "pid": 42,
+                             "times": times}) is not None
+
+
 def test_a_required_field_missing_is_named():
     assert requests.problem({"verb": "kill_world"}) == "bad request: kill_world needs 'world'"
     assert requests.problem({"verb": ["status"]}).startswith('unknown verb ["status"]')

@@ -34,7 +34,7 @@ def test_the_floor_is_where_a_lag_begins_to_count():
 def test_a_members_waits_travel_in_its_beats_and_are_compared_over_the_window():
     mine = MemberTraffic()
     for _ in range(20):
-        mine.timed(4, 0, started=0.0)  # each call "began" at 0: its wait is the clock
+        mine.timed(4, 0, 0.0, "all_reduce")  # each call "began" at 0: its wait is the clock
     calls, nbytes, _, _, timed, waited = mine.totals()
     assert (calls, nbytes, timed) == (20, 80, 20) and waited > 0
 

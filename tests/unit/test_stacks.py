@@ -101,7 +101,7 @@ def test_a_world_call_is_recorded_for_its_thread_while_it_runs_and_cleared_after
                             error=None, closed=False)
     counted = []
     calls = Calls("world1", "gloo", SimpleNamespace(state=state),
-                  SimpleNamespace(count=lambda n, g: counted.append(n)))
+                  SimpleNamespace(answered=lambda n, g, started, call: counted.append(n)))
     tensor = SimpleNamespace(nbytes=8)
     calls._point(group.send, tensor, 1, False, "send")
     assert [s[:2] for s in group.seen] == [("world1", "send")] * 2  # issued and waited

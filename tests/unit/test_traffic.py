@@ -5,6 +5,7 @@ import torch
 
 from mwrun.head.hosts.stores import plain_ranks
 from mwrun.head.observe.traffic import WINDOW, Traffic
+from mwrun.protocol import CALL_TIME_BOUNDS
 from mwrun.worlds import backends
 from mwrun.worlds.beats import TRAFFIC_TAIL, beat_due
 from mwrun.worlds.world import World
@@ -49,6 +50,24 @@ def test_completed_calls_are_counted_with_their_bytes():
     calls, nbytes, failures, age, timed, waited = world.traffic.totals()
     assert (calls, nbytes, failures) == (4, 3072 + 32, 0) and 0 <= age < 1.0
     assert timed == 1 and waited >= 0  # the one collective waited for in its call
+    # each blocking call's time in a bucket, per operation; the async one untimed
+    times = world.traffic.times()
+    assert sorted(times) == ["all_reduce", "recv", "send"]
+    assert [sum(row[:-1]) for row in times.values()] == [1, 1, 1]
+    assert all(len(row) == len(CALL_TIME_BOUNDS) + 2 and row[-1] >= 0
+               for row in times.values())
+
+
+def test_a_calls_time_lands_in_the_first_bucket_at_or_above_it():
+    from mwrun.worlds.traffic import Traffic as MemberTraffic
+
+    mine = MemberTraffic()
+    for took in (0.0001, 0.00011, 0.003, 11.0):
+        mine._took("barrier", took)
+    row = mine.times()["barrier"]
+    assert row[0] == 1 and row[1] == 1  # le 0.0001 holds 0.0001 itself; 0.00011 the next
+    assert row[CALL_TIME_BOUNDS.index(0.005)] == 1 and row[len(CALL_TIME_BOUNDS)] == 1
+    assert row[-1] == pytest.approx(11.00321)
 
 
 def test_a_failed_call_counts_as_a_failure_not_a_call():

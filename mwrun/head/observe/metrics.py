@@ -29,6 +29,7 @@ from prometheus_client.core import (
 )
 
 from mwrun.head.decide.records import ProcessRecord
+from mwrun.protocol import CALL_TIME_BOUNDS
 from mwrun.schema import Phase, ProcessState, Start, WorldState
 
 # A fault's downtime buckets (seconds): a warm re-form is tens of milliseconds, a cold
@@ -77,12 +78,15 @@ class Readings:
     bundles: int  # post-mortem bundles written in this run
     operations: Mapping[str, int] = field(default_factory=dict)  # operation -> begun
     downtimes: Mapping[str, tuple[list[int], float]] = field(default_factory=dict)
+    # (world, operation) -> (count per bucket of CALL_TIME_BOUNDS and above, seconds)
+    call_times: Mapping[tuple[str, str], tuple[list[int], float]] = \
+        field(default_factory=dict)
 
 
 def families(doc: dict, readings: Readings) -> list[Metric]:
     """Every family of one scrape."""
     return [*_run(doc, readings), *_worlds(doc, readings), _downtime(readings),
-            *_processes(doc, readings), *_scale(doc, readings)]
+            _call_times(readings), *_processes(doc, readings), *_scale(doc, readings)]
 
 
 def _downtime(readings: Readings) -> Metric:
@@ -90,12 +94,27 @@ def _downtime(readings: Readings) -> Metric:
         "mwrun_fault_downtime_seconds", "Each fault's downtime: from the fault to the"
         " world's first call after it re-formed", labels=["world"])
     for world, (counts, total) in sorted(readings.downtimes.items()):
-        cumulative, buckets = 0, []
-        for le, count in zip([*map(str, BUCKETS), "+Inf"], counts, strict=True):
-            cumulative += count
-            buckets.append((le, cumulative))
-        found.add_metric([world], buckets, total)
+        found.add_metric([world], _cumulative(BUCKETS, counts), total)
     return found
+
+
+def _call_times(readings: Readings) -> Metric:
+    found = HistogramMetricFamily(
+        "mwrun_world_call_seconds", "How long each member's blocking calls took, by"
+        " operation (a recv: until its peer answered)", labels=["world", "operation"])
+    for (world, op), (counts, total) in sorted(readings.call_times.items()):
+        found.add_metric([world, op], _cumulative(CALL_TIME_BOUNDS, counts), total)
+    return found
+
+
+def _cumulative(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, int]]:
+    """Prometheus' buckets (each counts every observation at or below it) of counts
+    per bucket of ``bounds`` and above them."""
+    cumulative, buckets = 0, []
+    for le, count in zip([*map(str, bounds), "+Inf"], counts, strict=True):
+        cumulative += count
+        buckets.append((le, cumulative))
+    return buckets
 
 
 def _run(doc: dict, readings: Readings) -> Iterable[Metric]:
@@ -205,15 +224,16 @@ class Source:
     """What a scrape reads, in the loop's thread: the status document and the head's
     readings of the same moment. ``procs()``: the supervisor's process records;
     ``lag()``: the loop's lag; ``bundles()``: bundles written; ``operations()``: per
-    operation, how many began."""
+    operation, how many began; ``call_times()``: observe/calltimes.py's histograms."""
 
     def __init__(self, document: Callable[[], dict], counts: Callable[[], Mapping],
                  procs: Callable[[], Mapping[str, ProcessRecord]],
                  lag: Callable[[], float], bundles: Callable[[], int],
-                 operations: Callable[[], Mapping[str, int]], downtimes: Downtimes):
+                 operations: Callable[[], Mapping[str, int]], downtimes: Downtimes,
+                 call_times: Callable[[], Mapping] = dict):
         self.document, self.counts, self.procs = document, counts, procs
         self.lag, self.bundles, self.operations = lag, bundles, operations
-        self.downtimes = downtimes
+        self.downtimes, self.call_times = downtimes, call_times
         self._me = psutil.Process()
 
     def families(self) -> list[Metric]:
@@ -225,5 +245,6 @@ class Source:
                                       for name, rec in self.procs().items()},
                             bundles=self.bundles(), operations=dict(self.operations()),
                             downtimes={w: (list(c), t) for w, (c, t)
-                                       in self.downtimes.worlds.items()})
+                                       in self.downtimes.worlds.items()},
+                            call_times=self.call_times())
         return families(self.document(), readings)

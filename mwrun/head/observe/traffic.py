@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from mwrun.head.observe.calltimes import CallTimes
+
 WINDOW = 5.0  # seconds of beats that status rates average over
 WAIT_WINDOW = 10.0  # seconds of beats the members' waits are compared over (slowness.py)
 KEEP = 64  # beats kept per member (a minute at one beat a second, ample for WINDOW)
@@ -73,6 +75,7 @@ class Traffic:
         # (process, world) -> calls and bytes its earlier incarnations reported before
         # they ended
         self.carried: dict[tuple[str, str], tuple[int, int]] = {}
+        self.times = CallTimes()  # the call-time histograms the beats carry too
 
     def beat(self, process: str, pid: int, t: float, traffic: dict, now: float) -> None:
         """A heartbeat's counts. A new pid starts afresh: a restarted process counts
@@ -100,6 +103,7 @@ class Traffic:
         for key in [k for k in (*self.members, *self.carried) if k[1] == world]:
             self.members.pop(key, None)
             self.carried.pop(key, None)
+        self.times.forget(world)
 
     def totals(self, now: float, wall: float) -> dict[str, list]:
         """Per world [calls since the run started, head wall time they are as of].

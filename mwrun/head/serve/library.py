@@ -44,14 +44,17 @@ class Library:
             self.downlink.hello(request["process"], request["pid"], connection)  # the way down
 
     def heartbeat(self, request: dict) -> None:
-        """heartbeat {process, pid, next?, t?, traffic?, first_calls?}: alive, with its
-        worlds' traffic and the first call of each world's generation (faults.py)."""
+        """heartbeat {process, pid, next?, t?, traffic?, first_calls?, times?}: alive,
+        with its worlds' traffic, the first call of each world's generation (faults.py)
+        and its calls' times."""
         # The hottest verb (every member, every second or so): each field read once.
         process: Any = request.get("process")
         pid: Any = request.get("pid")
         self.members.on_heartbeat(process, pid, request.get("next"))
         if isinstance(request.get("traffic"), dict):  # see mwrun/head/observe/traffic.py
             self.traffic.beat(process, pid, float(request["t"]), request["traffic"], self.now())
+        if "times" in request:  # checked by requests.py; see observe/calltimes.py
+            self.traffic.times.beat(process, pid, request["times"])
         for world, (generation, t) in request.get("first_calls", {}).items():  # faults.py
             at = self.host_time(request["process"], t)
             self.faults.first_call(world, generation, at)

@@ -13,6 +13,8 @@ import math
 from mwrun import protocol
 
 MAX_CHANGES = 64  # processes (or replicas) one scale or drain request may name
+MAX_WORLDS = 4096  # worlds one heartbeat may tell the call times of
+MAX_OPERATIONS = 32  # operations per world (the library has eleven)
 
 
 def _name(value) -> bool:
@@ -56,6 +58,23 @@ def _firsts(value) -> bool:
     return isinstance(value, dict) and all(
         _name(w) and isinstance(f, list) and len(f) == 2 and _count(f[0]) and _time(f[1])
         for w, f in value.items())
+
+
+def _times(value) -> bool:
+    """``{world: {operation: [count per bucket..., count above, seconds]}}``
+    (worlds/traffic.py ``times``)."""
+    width = len(protocol.CALL_TIME_BOUNDS) + 2
+    return isinstance(value, dict) and len(value) <= MAX_WORLDS and all(
+        _name(w) and isinstance(ops, dict) and len(ops) <= MAX_OPERATIONS and all(
+            _name(op) and len(op) <= 64 and isinstance(row, list) and len(row) == width
+            and all(_count(n) for n in row[:-1]) and _seconds(row[-1])
+            for op, row in ops.items())
+        for w, ops in value.items())
+
+
+def _seconds(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value) and value >= 0
 
 
 def _event(value) -> bool:
@@ -143,7 +162,7 @@ FIELDS = {
     "stacks": {"processes": (_names, False), "world": (_name, False)},
     "stacks_result": {"id": (_id, True)},
     "hello": {**PROCESS, "interval": (_interval, False), "nccl": (_version, False)},
-    "heartbeat": {**PROCESS, "first_calls": (_firsts, False)},
+    "heartbeat": {**PROCESS, "first_calls": (_firsts, False), "times": (_times, False)},
     "bye": PROCESS,
     "world": {**PROCESS, "world": (_name, True), "generation": (_count, True),
               "event": (_event, True), "reason": (_reason, False), "t": (_time, False)},
