@@ -158,6 +158,7 @@ class Verb(_Word):
     DRAIN = "drain"
     REPLY = "reply"
     STACKS = "stacks"
+    SLOW = "slow"  # the member a world waits for, or none any more (head/observe/slowwatch.py)
 
 
 # The library's own verbs, which an agent relays from its host; of them, all but SCALE

@@ -193,6 +193,7 @@ class Event(str, Enum):
     DRAIN = "drain"  # a world drains (a member is retired)
     REMOVE = "remove"  # a world closed on purpose and left the job
     POSTMORTEM = "postmortem"  # a bundle written for a world's hang or break (its path, culprit)
+    SLOW = "slow"  # a world's slow member named, or none any more (observe/slowwatch.py)
 
 
 class ScalePhase(str, Enum):

@@ -39,6 +39,7 @@ from mwrun.head.observe.history import SAMPLE_EVERY, Counted, History
 from mwrun.head.observe.opbook import OpBook
 from mwrun.head.observe.progress import Progress
 from mwrun.head.observe.scaleops import Ops
+from mwrun.head.observe.slowwatch import SlowWatch
 from mwrun.head.observe.traffic import Traffic
 from mwrun.head.postmortem.capture import Postmortems
 from mwrun.head.postmortem.stacks import Stacks
@@ -98,18 +99,19 @@ class Leaving:
 
 class Rounds:
     """The loop's own timers in the head's one heap (the supervisor's are its own): its
-    periodic turn, the history's samples, state.json written behind, and a bundle's
-    capture running out (a wakeup only: the bundles are stepped every turn)."""
+    periodic turn, the history's samples (and the slow members told with them),
+    state.json written behind, and a bundle's capture running out (a wakeup only: the
+    bundles are stepped every turn)."""
 
     def __init__(self, timers: Timers, beat_agents: Callable[[float], None] | None,
                  hands: Hands, ops: Ops, plain: PlainGroups,
                  plain_ranks: Callable[[str], set[int] | None], history: History,
                  status: document.Status, traffic: Traffic, writer: document.Writer,
-                 postmortems: Postmortems):
+                 postmortems: Postmortems, slow: SlowWatch):
         self.timers, self.beat_agents, self.hands, self.ops = timers, beat_agents, hands, ops
         self.plain, self.plain_ranks = plain, plain_ranks
         self.history, self.status, self.traffic = history, status, traffic
-        self.writer, self.postmortems = writer, postmortems
+        self.writer, self.postmortems, self.slow = writer, postmortems, slow
         self.kept: dict[Timer, float | None] = {}  # what behind() last set, per kind
         self.tick_due: float | None = None  # when the next TICK is due (none set yet)
         self.lag = 0.0  # how late the last TICK ran (the metrics' loop lag)
@@ -135,6 +137,7 @@ class Rounds:
     def _sample(self, name: str, now: float) -> None:
         self.history.sample(self.status.rates(now, SAMPLE_EVERY),
                             self.traffic.totals(now, time.time()))
+        self.slow.check(now)
         self.timers.set((Timer.SAMPLE, name), next_on_grid(now, SAMPLE_EVERY))
 
     def behind(self) -> None:
@@ -230,10 +233,13 @@ class Loop:
                           self.ops, self.stacks, self.elastic, router.host_time,
                           time.monotonic)
         self.dispatcher = Dispatcher(verbs, library, supervisor.processes.awaits_pid)
+        slow = SlowWatch(self.status.slow_members,
+                         View(lambda: supervisor.worlds, lambda w: list(w.plan.members)),
+                         router.tell, self.history.slow)  # told as it changes
         self.rounds = Rounds(self.timers, (agents.tick if agents is not None else None),
                              self.hands, self.ops, supervisor.plain, stores.plain_ranks,
                              self.history, self.status, self.traffic, self.writer,
-                             self.postmortems)
+                             self.postmortems, slow)
         self.scrapes = None if plan.metrics is None else Scrapes(self.selector, metrics.Source(
             self.status.build, self.traffic.counts, lambda: supervisor.procs,
             lambda: self.rounds.lag, lambda: self.history.bundles, lambda: self.ops.begun,

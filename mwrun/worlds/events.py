@@ -4,8 +4,11 @@ Each change of a world's membership or health is posted once, as it happens, to 
 job's one queue: ``added`` (a world the head added, or ``job.add_world``, formed and is
 in ``job.worlds``), ``draining`` (the head retires it), ``removed`` (it left
 ``job.worlds``), ``resized`` (it broke for a resize), ``broken`` (it broke for any other
-reason; once per generation) and ``reformed`` (it joined a later generation). Events
-are consumed once: two consumers each see some of them, never both the same one.
+reason; once per generation), ``reformed`` (it joined a later generation) and ``slow``
+(under the launcher: the head named the ``member`` the world waits for, its peers
+waiting ``lag_s`` seconds longer per collective; or, ``member`` None, that none is waited
+for any more). Events are consumed once: two consumers each see some of them, never
+both the same one.
 
 The queue keeps the latest ``KEPT`` events for a job that never reads them (a process
 that serves for weeks and breaks now and then must not grow for ever).
@@ -39,17 +42,22 @@ class EventKind(str, enum.Enum):
     RESIZED = "resized"
     BROKEN = "broken"
     REFORMED = "reformed"
+    SLOW = "slow"
 
 
 @dataclass(frozen=True)
 class WorldEvent:
     """One change of one world: its ``kind``, the ``world``'s name, the ``generation``
-    it concerns and, for a break or a removal, the ``reason``."""
+    it concerns and, for a break, a removal or a slow member, the ``reason``; for
+    ``slow``, the ``member`` waited for (None: none any more) and by how much
+    (``lag_s``)."""
 
     kind: EventKind
     world: str
     generation: int
     reason: str | None = None
+    member: str | None = None
+    lag_s: float | None = None
 
 
 class EventQueue:

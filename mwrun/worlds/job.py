@@ -144,6 +144,8 @@ class Job:
         """An order from the head (on the link's thread: nothing here blocks)."""
         if isinstance(order, orders.Drain):
             self._roster.drain(order.world, order.generation)
+        elif isinstance(order, orders.Slow):
+            self._roster.slow(order.world, order.generation, order.member, order.lag_s)
         elif isinstance(order, orders.Add) and not self._closed \
                 and not self._roster.knows(order.world):  # a repeated add changes nothing
             world = self._world(order.world, order.spec, supervised=True)

@@ -8,7 +8,10 @@ member lets it go (``world.release()``) or the deadline passes. ``{"verb": "repl
 "id": ID, "ok": BOOL, "error": TEXT, ...}``: the answer to a request this process sent
 (``job.scale``). ``{"verb": "stacks", "id": ID, "flight": BOOL}``: what is every
 thread doing now (and, with ``flight``, what torch's Flight Recorder holds)?
-answered up by the link's own thread as ``stacks_told`` (stacks.py).
+answered up by the link's own thread as ``stacks_told`` (stacks.py). ``{"verb": "slow",
+"world": NAME, "generation": G, "member": PROCESS or null, "lag_s": S, "calls": N}``:
+the member the world waits for (its peers wait ``lag_s`` longer per collective, over
+``calls`` of them), or none any more (head/observe/slowwatch.py); posted as an event.
 
 A line that is not one of these (malformed, an unknown verb, a field of the wrong
 type) is ignored: a newer head may say more than this library knows.
@@ -52,7 +55,16 @@ class Stacks:
     flight: bool = False  # for a post-mortem bundle: torch's Flight Recorder too
 
 
-Order = Add | Drain | Reply | Stacks
+@dataclass(frozen=True)
+class Slow:
+    world: str
+    generation: int
+    member: str | None  # None: the world waits for no member any more
+    lag_s: float | None = None
+    calls: int | None = None
+
+
+Order = Add | Drain | Reply | Stacks | Slow
 
 
 def parse(line: bytes | str) -> Order | None:
@@ -104,5 +116,13 @@ def _stacks(message: dict) -> Stacks:
     return Stacks(rid, message.get("flight") is True)
 
 
+def _slow(message: dict) -> Slow:
+    member, lag, calls = message.get("member"), message.get("lag_s"), message.get("calls")
+    return Slow(_name(message["world"]), int(message["generation"]),
+                None if member is None else _name(member),
+                None if lag is None else float(lag), None if calls is None else int(calls))
+
+
 _PARSERS: dict[str, Callable[[dict], Order]] = {Verb.ADD: _add, Verb.DRAIN: _drain,
-                                                Verb.REPLY: _reply, Verb.STACKS: _stacks}
+                                                Verb.REPLY: _reply, Verb.STACKS: _stacks,
+                                                Verb.SLOW: _slow}

@@ -105,6 +105,17 @@ class Roster:
                 gen = world.generation if generation is None else generation
                 self.events.post(WorldEvent(EventKind.DRAINING, name, gen))
 
+    def slow(self, name: str, generation: int, member: str | None,
+             lag_s: float | None) -> None:
+        """The head named the member world ``name`` waits for (None: none any more):
+        ``slow``, posted while the world is live."""
+        reason = "no member is waited for any more" if member is None else \
+            f"its peers wait for {member}: {(lag_s or 0.0) * 1000:.0f} ms more per collective"
+        with self._lock:
+            if name in self._live:
+                self.events.post(WorldEvent(EventKind.SLOW, name, generation, reason,
+                                            member=member, lag_s=lag_s))
+
     def tell(self, world, kind: EventKind, generation: int, reason: str | None) -> None:
         """What a world tells of itself (``broken``, ``resized``, ``reformed``,
         ``removed``): posted while it is live; ``removed`` takes it out."""

@@ -7,7 +7,16 @@ import pytest
 
 from mwrun.head.observe.slowness import FLOOR_S, MIN_CALLS
 from tests.helpers import BIN, free_port, wait_gone
-from tests.integration.jobs import cli, launch, status, wait_for, wait_status, world_state
+from tests.integration.jobs import (
+    cli,
+    expect,
+    launch,
+    status,
+    wait_for,
+    wait_status,
+    world_state,
+)
+from tests.integration.test_fault_timeline import records
 from tests.integration.test_readme_prometheus import _scrape_or_none
 
 pytestmark = pytest.mark.timeout(180)
@@ -15,9 +24,11 @@ pytestmark = pytest.mark.timeout(180)
 
 def test_a_member_late_to_every_all_reduce_is_named(procs, home, tmp_path):
     port = free_port()
-    members = "".join(
-        f"  m{i}:\n    cmd: {sys.executable} {BIN / 'lagging.py'}"
-        f"{' --late 0.04' if i == 2 else ''}\n" for i in range(3))
+    gate = tmp_path / "late"
+    gate.touch()
+    extra = {0: " --events", 2: f" --late 0.04 --late-while {gate}"}
+    members = "".join(f"  m{i}:\n    cmd: {sys.executable} {BIN / 'lagging.py'}"
+                      f"{extra.get(i, '')}\n" for i in range(3))
     topology = tmp_path / "lag.yaml"
     topology.write_text(f"version: 1\nname: lag\nmetrics: {{addr: 127.0.0.1:{port}}}\n"
                         f"processes:\n{members}worlds:\n  w: {{members: [m0, m1, m2]}}\n")
@@ -47,6 +58,15 @@ def test_a_member_late_to_every_all_reduce_is_named(procs, home, tmp_path):
     assert scraped[("mwrun_world_call_seconds_bucket", (("le", "+Inf"), *reduce))] == count
     assert scraped[("mwrun_world_call_seconds_bucket", (("le", "0.025"), *reduce))] < count
     assert status(home)["worlds"][0]["slow"]["member"] == "m2"
+
+    # the leader follows it: job.events() said so, and says so when m2 is late no more
+    named = expect(job, "m0", "slow", timeout=60)
+    assert named["member"] == "m2" and named["lag_s"] >= FLOOR_S, named
+    gate.unlink()
+    cleared = expect(job, "m0", "slow", timeout=90)
+    assert cleared["member"] is None, cleared
+    told = [(r["member"], r["world"]) for r in records(home, "lag") if r["event"] == "slow"]
+    assert told == [("m2", "w"), (None, "w")]
     cli(home, "stop", "lag", check=True)
     assert job.wait(timeout=60) == 0
     wait_gone(home)

@@ -27,7 +27,7 @@ def test_a_kind_is_its_name():
     assert EventKind.ADDED == "added" and EventKind.RESIZED == "resized"
     assert "broken" in {EventKind.BROKEN} and str(EventKind.REMOVED) == "removed"
     assert {k.value for k in EventKind} == {"added", "draining", "removed", "resized",
-                                            "broken", "reformed"}
+                                            "broken", "reformed", "slow"}
     with pytest.raises(AttributeError):  # frozen
         event("added").world = "x"
 
@@ -151,8 +151,31 @@ def test_the_head_s_orders_parse_and_anything_else_is_ignored():
                  b'{"verb": "add", "world": "w", "spec": {"rank": 5, "size": 2,'
                  b' "addr": "a", "port": 1}}', b'{"verb": "add", "world": 3, "spec": {}}',
                  b'{"verb": "drain", "world": "w", "generation": "soon"}',
-                 b'{"verb": "reply", "id": 7, "ok": true}', b'\xff\xfe']:
+                 b'{"verb": "reply", "id": 7, "ok": true}', b'\xff\xfe',
+                 b'{"verb": "slow", "world": "w"}',
+                 b'{"verb": "slow", "world": "w", "generation": 1, "member": 3}',
+                 b'{"verb": "slow", "world": "w", "generation": 1, "lag_s": "x"}']:
         assert orders.parse(line) is None, line
+    assert orders.parse('{"verb": "slow", "world": "w", "generation": 2, "member": "m2",'
+                        ' "lag_s": 0.02, "calls": 50}') == orders.Slow("w", 2, "m2", 0.02, 50)
+    assert orders.parse('{"verb": "slow", "world": "w", "generation": 2, "member": null}') \
+        == orders.Slow("w", 2, None)
+
+
+def test_a_slow_member_is_an_event_of_a_live_world_only():
+    roster = Roster(EventQueue())
+    live, forming = FakeWorld("a"), FakeWorld("b")
+    roster.enter(live)
+    roster.claim(forming)
+    roster.slow("a", 3, "worker-1", 0.02)
+    roster.slow("b", 0, "worker-2", 0.02)  # not formed yet: nobody's business
+    roster.slow("gone", 0, "worker-3", 0.02)
+    roster.slow("a", 3, None, None)
+    got = list(roster.events.iterate(0))
+    assert [(e.kind, e.world, e.generation, e.member, e.lag_s) for e in got] == [
+        ("slow", "a", 3, "worker-1", 0.02), ("slow", "a", 3, None, None)]
+    assert got[0].reason == "its peers wait for worker-1: 20 ms more per collective"
+    assert got[1].reason == "no member is waited for any more"
 
 
 def test_lines_are_cut_where_they_end_and_an_overlong_one_is_dropped():

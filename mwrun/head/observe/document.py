@@ -203,6 +203,12 @@ class Status:
                 found[name] = [round(view["calls_per_s"], 2), round(view["bytes_per_s"])]
         return found
 
+    def slow_members(self, now: float) -> dict[str, tuple[int, dict | None]]:
+        """Per world (its generation, the member it waits for as the document says it,
+        or None): what slowwatch.py tells as it changes."""
+        return {name: (w.generation, self._slow(w, name, now))
+                for name, w in self.job.worlds.items()}
+
     def _slow(self, world: WorldRecord, name: str, now: float) -> dict | None:
         """The member the others wait for, when there clearly is one (slowness.py)."""
         if world.state is not W.HEALTHY or name not in self.traffic.heard:

@@ -130,6 +130,10 @@ class History:
         self.bundles += 1
         self._write(record)
 
+    def slow(self, record: dict) -> None:
+        """A world's slow member named, or none any more (slowwatch.py)."""
+        self._write(record)
+
     def drill(self, summary: dict) -> None:
         """A drill's summary (the command line's, checked by head/requests.py)."""
         self._write({"event": E.DRILL, **summary})
