@@ -159,6 +159,7 @@ class Verb(_Word):
     REPLY = "reply"
     STACKS = "stacks"
     SLOW = "slow"  # the member a world waits for, or none any more (head/observe/slowwatch.py)
+    LATE = "late"  # be late to every call of a world for a while (a drill's slow member)
 
 
 # The library's own verbs, which an agent relays from its host; of them, all but SCALE
@@ -177,6 +178,15 @@ BEATS_PER_HANG = 5
 MIN_BEAT = 0.05
 MAX_BEAT = 5.0  # an idle job keeps its supervisor idle
 
+
+# ``kill_world`` with signal SLOW (a drill's slow member, no fault): one member comes
+# ``delay`` seconds late to every call of the world for ``for`` seconds; the defaults,
+# and the most either may be (a delay past the calls' timeout would break the world).
+SLOW = "SLOW"
+LATE_DELAY = 0.02
+LATE_FOR = 30.0
+MAX_LATE_DELAY = 10.0
+MAX_LATE_FOR = 86400.0
 
 # A heartbeat's ``times`` (per world, per operation): a blocking call's time counted in
 # fixed buckets, whose upper bounds in seconds (Prometheus' ``le``) run from a call on a

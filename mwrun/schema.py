@@ -194,6 +194,7 @@ class Event(str, Enum):
     REMOVE = "remove"  # a world closed on purpose and left the job
     POSTMORTEM = "postmortem"  # a bundle written for a world's hang or break (its path, culprit)
     SLOW = "slow"  # a world's slow member named, or none any more (observe/slowwatch.py)
+    LATE = "late"  # a drill made a member late to every call of a world (no fault)
 
 
 class ScalePhase(str, Enum):

@@ -9,6 +9,7 @@ import time
 
 import click
 
+from mwrun import protocol
 from mwrun.cli.common import require_live, run_arg, warn
 from mwrun.errors import RunError
 from mwrun.schema import FINAL, HostState
@@ -20,32 +21,63 @@ from mwrun.schema import RunState as R
 @run_arg
 @click.option("--rank", type=int, help="Signal exactly this rank of WORLD.")
 @click.option("--signal", "sig", default="KILL", show_default=True,
-              help="Signal name or number: KILL for a crash, STOP for a hang, TERM...")
-def kill_world(world, run, rank, sig):
+              help="Signal name or number: KILL for a crash, STOP for a hang, TERM...;"
+                   " SLOW makes one member late to every call (no fault).")
+@click.option("--delay", type=float, default=protocol.LATE_DELAY, show_default=True,
+              help="With --signal SLOW: seconds late to each call.")
+@click.option("--for", "hold", type=float, default=protocol.LATE_FOR, show_default=True,
+              help="With --signal SLOW: for how many seconds.")
+def kill_world(world, run, rank, sig, delay, hold):
     """Fault drill: break WORLD by signalling its members that are in no other world.
 
     Members shared with other worlds survive and see WORLD break; restart policies
-    then apply. With --rank, exactly that rank is signalled.
+    then apply. With --rank, exactly that rank is signalled. --signal SLOW breaks
+    nothing: one member (--rank, else the last of WORLD's own members) comes --delay
+    seconds late to each of its calls in WORLD for --for seconds, so the member its
+    peers wait for can be drilled (mwrun status names it, job.events() says slow).
 
     \b
     Examples:
       mwrun kill-world world1
       mwrun kill-world world1 --signal STOP      # a hang: declared hung after the timeout
       mwrun kill-world world2 --rank 0 --signal TERM
+      mwrun kill-world world1 --signal SLOW --delay 0.05 --for 60
     """
     from mwrun import runs
 
+    slow = sig.upper().removeprefix("SIG") == protocol.SLOW
+    if slow and (problem := late_problem(delay, hold)) is not None:
+        raise click.BadParameter(problem[1], param_hint=problem[0])
     try:
-        runs.signal_number(sig)
+        if not slow:
+            runs.signal_number(sig)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--signal") from None
     run_id, state = runs.find_sole(run, f"mwrun kill-world {world} RUN", warn=warn)
     require_live(run_id, state)
-    reply = runs.ask(run_id, state, {"verb": "kill_world", "world": world, "rank": rank,
-                                     "signal": sig}, say=warn)
+    request = {"verb": "kill_world", "world": world, "rank": rank, "signal": sig}
+    if slow:
+        request.update({"signal": protocol.SLOW, "delay": delay, "for": hold})
+    reply = runs.ask(run_id, state, request, say=warn)
+    if slow:
+        [hit] = reply["signalled"]
+        click.echo(f"made {hit['process']} (pid {hit['pid']}, rank {hit['rank']} of {world})"
+                   f" {delay * 1000:g} ms late to every call for {hold:g}s")
+        return
     for hit in reply["signalled"]:
         click.echo(f"sent SIG{sig.upper().removeprefix('SIG')} to {hit['process']}"
                    f" (pid {hit['pid']}, rank {hit['rank']} of {world})")
+
+
+def late_problem(delay: float, hold: float) -> tuple[str, str] | None:
+    """(option, what is wrong) of --delay and --for of a SLOW drill; None if right."""
+    if not 0 < delay <= protocol.MAX_LATE_DELAY:
+        return "--delay", (f"seconds late to each call: more than 0 and at most"
+                           f" {protocol.MAX_LATE_DELAY:g}, not {delay:g}")
+    if not 0 < hold <= protocol.MAX_LATE_FOR:
+        return "--for", (f"seconds of lateness: more than 0 and at most"
+                         f" {protocol.MAX_LATE_FOR:g}, not {hold:g}")
+    return None
 
 
 @click.command()
@@ -54,12 +86,15 @@ def kill_world(world, run, rank, sig):
 @click.option("--for", "duration", required=True, help="Seconds of drill.")
 @click.option("--worlds", help="Comma-separated worlds to fault (default: every world).")
 @click.option("--signal", "sig", default="KILL", show_default=True,
-              help="KILL (a crash), TERM, SEGV, or STOP (a hang).")
+              help="KILL (a crash), TERM, SEGV, STOP (a hang), or SLOW (a late member).")
+@click.option("--delay", type=float, default=None,
+              help=f"With --signal SLOW: seconds late to each call (default"
+                   f" {protocol.LATE_DELAY:g}).")
 @click.option("--seed", type=int, help="Makes the schedule repeatable.")
 @click.option("--scale", "scale", multiple=True, metavar="PROCESS:MIN-MAX",
               help="Mix scale operations of PROCESS (a count within MIN-MAX, inside its"
                    " scale: bounds) into the faults, half and half; repeatable.")
-def drill(run, every, duration, worlds, sig, seed, scale):
+def drill(run, every, duration, worlds, sig, seed, scale, delay):
     """A chaos loop against RUN (default: the newest live run).
 
     Measures each world's fault-free pace, then for --for seconds signals a member
@@ -74,15 +109,22 @@ def drill(run, every, duration, worlds, sig, seed, scale):
     every world came back after every fault, every scale operation was done and
     nothing failed outside the faulted worlds, 1 otherwise, 2 for bad usage.
 
+    --signal SLOW breaks nothing: at each moment one member comes --delay seconds
+    late to every call of its world until mwrun names it the slow member (at most
+    30 s), once its world waits for no member; the summary says how fast each was
+    named. Exit status 0 when every one was named, and no other member was.
+
     \b
     Examples:
       mwrun drill demo --every 5 --for 60 --worlds world1,world2 --seed 7
       mwrun drill serve --every 10 --for 600 --scale worker:1-8
+      mwrun drill train --every 5 --for 300 --signal SLOW --delay 0.02
     """
-    from mwrun.cli import drilling
+    from mwrun.cli import drillstart
 
-    sys.exit(drilling.start(run, every, duration, worlds, sig, seed, warn=warn,
-                            say=lambda text: click.echo(text, nl=False), scale=scale))
+    sys.exit(drillstart.start(run, every, duration, worlds, sig, seed, warn=warn,
+                              say=lambda text: click.echo(text, nl=False), scale=scale,
+                              delay=delay))
 
 
 @click.command()

@@ -23,7 +23,7 @@ from mwrun.cli.drillscale import MIX, Move, Scaling, leaders
 from mwrun.errors import UsageError
 from mwrun.records import Shot
 
-SIGNALS = ("KILL", "TERM", "SEGV", "STOP")
+SIGNALS = ("KILL", "TERM", "SEGV", "STOP", "SLOW")  # SLOW: a late member (drillslow.py)
 
 
 def seconds(option: str, text: str) -> float:

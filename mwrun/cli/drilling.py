@@ -1,4 +1,5 @@
-"""``mwrun drill``, live: measure each world's fault-free pace, send the schedule's
+"""``mwrun drill``, live (drillstart.py checks its arguments and starts it): measure
+each world's fault-free pace, send the schedule's
 faults through the supervisor's ``kill_world`` request (so it records each as a
 drill, as ``mwrun kill-world --rank R`` does), show progress, wait for the last
 faults to recover, then write the summary into the run's history and say it.
@@ -19,9 +20,6 @@ given.
 from __future__ import annotations
 
 import contextlib
-import json
-import secrets
-import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -32,7 +30,7 @@ from mwrun.cli import drillrisk, drillsave, drillview
 from mwrun.cli import drillscale as ds
 from mwrun.cli.drillops import Operations
 from mwrun.cli.drillwatch import Display, Watch
-from mwrun.errors import RunError, UsageError
+from mwrun.errors import RunError
 from mwrun.records import (
     BASELINE_MAX,
     BASELINE_MIN,
@@ -47,62 +45,11 @@ from mwrun.records import (
     read,
     summarize,
 )
-from mwrun.schema import PLAN
 
 POLL = 0.1  # seconds between looks at the clock while waiting for the next fault
 BASELINE_WAIT = 60.0  # seconds the drill waits for BASELINE_MIN of fault-free pace
 RECOVER_WAIT = 30.0  # seconds after the drill for its last faults to recover
 SETTLE = 2.0  # seconds of beats after the last change, for the last counts to arrive
-
-
-def start(run: str | None, every: str, duration: str, worlds: str | None, sig: str,
-          seed: int | None, *, warn, say, scale: tuple[str, ...] = ()) -> int:
-    """The command line's drill: checked arguments, the schedule, the drill; its exit
-    status. Every mistake (numbers, signal, world, --scale, no live run) is one
-    UsageError."""
-    mean, length = d.seconds("--every", every), d.seconds("--for", duration)
-    sig = sig.upper().removeprefix("SIG")
-    if sig not in d.SIGNALS:
-        raise UsageError(f"--signal can be {', '.join(d.SIGNALS)}, not {sig}")
-    only = [w.strip() for w in worlds.split(",") if w.strip()] if worlds is not None else None
-    if only == []:  # --worlds "": naming none is not asking for all of them
-        raise UsageError(f"--worlds names no world ({worlds!r}): give WORLD,... or leave it"
-                         " out to drill every world")
-    scales = ds.parse_scales(scale)
-    try:
-        run_id, state = runs.find(run, warn=warn)
-        if not runs.is_live(state):
-            raise RunError(f"run {run_id} is not running (it is {state.get('state')})")
-        doc = runs.ask(run_id, state, {"verb": "status"}, say=warn)["status"]
-    except RunError as exc:
-        raise UsageError(str(exc)) from None
-    ds.check_scales(doc, scales)
-    try:
-        hit = d.targets(doc, only)
-    except UsageError:
-        if not scales or any(w not in {x["name"] for x in doc["worlds"]} for w in only or []):
-            raise
-        hit = {}  # the membership changes: someone may be hit later; each fault looks
-    shots = d.schedule(seed, mean, length, hit, scales)
-    settings = {"every": mean, "for": length, "signal": sig, "seed": seed, "targets": only}
-    _, code = Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
-                    say=say, recover_wait=RECOVER_WAIT + _hang_wait(run_id, sig),
-                    scales=scales, op_prefix=f"drill-{secrets.token_hex(3)}", hit=hit,
-                    warn=warn).run()
-    return code
-
-
-def _hang_wait(run_id: str, sig: str) -> float:
-    """A stopped member is a fault only once it is declared hung (after its
-    hang_timeout, then killed and restarted): a STOP drill waits that much longer for
-    its last faults. The plan as launched says the longest hang_timeout."""
-    if sig != "STOP":
-        return 0.0
-    try:
-        plan = json.loads((runs.run_path(run_id) / PLAN).read_text())
-        return max(float(p["hang_timeout"]) for p in plan["processes"].values())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return 90.0  # the default hang_timeout (3 x the default timeout)
 
 
 class Drill:

@@ -30,6 +30,18 @@ class Calls:
         self._state = membership.state  # read bare on every call
         self._membership = membership
         self._traffic = traffic
+        self.late: tuple[float, float] | None = None  # a drill's: (until, seconds per call)
+
+    def be_late(self, delay: float, hold: float) -> None:
+        """Come ``delay`` seconds late to every call for the next ``hold`` seconds (a
+        drill's slow member: the head's ``late`` order)."""
+        self.late = (time.monotonic() + hold, delay)
+
+    def _lag(self, late: tuple[float, float]) -> None:
+        if time.monotonic() < late[0]:
+            time.sleep(late[1])
+        else:
+            self.late = None
 
     def _failed(self, generation: int, exc: BaseException):
         """A call of ``generation`` failed in the backend: counted, and the world is
@@ -40,6 +52,8 @@ class Calls:
     def _run(self, issue, async_op: bool, nbytes: int, call: str):
         """Issue a collective on the live group and wait for it (or hand back a Work);
         the thread is in ``call`` until then (inflight.py: what a stacks dump says)."""
+        if self.late is not None:  # before its wait is timed: it arrives late
+            self._lag(self.late)
         ident = get_ident()
         started = time.monotonic()
         CALLS[ident] = (self.name, call, started)
@@ -115,6 +129,8 @@ class Calls:
         return self._point(self._state.live().group.recv, tensor, src, async_op, "recv")
 
     def _point(self, issue, tensor, peer: int, async_op: bool, call: str):
+        if self.late is not None:
+            self._lag(self.late)
         state = self._state
         generation = state.generation
         ident = get_ident()  # inline, not a wrapper: a frame more per call would show

@@ -3,6 +3,7 @@ changes them, add and remove worlds, and ask the supervisor to scale the job."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -146,6 +147,9 @@ class Job:
             self._roster.drain(order.world, order.generation)
         elif isinstance(order, orders.Slow):
             self._roster.slow(order.world, order.generation, order.member, order.lag_s)
+        elif isinstance(order, orders.Late):
+            with contextlib.suppress(MwrunError):  # gone meanwhile: nothing to be late to
+                self._roster.live(order.world).be_late(order.delay, order.hold)
         elif isinstance(order, orders.Add) and not self._closed \
                 and not self._roster.knows(order.world):  # a repeated add changes nothing
             world = self._world(order.world, order.spec, supervised=True)

@@ -12,6 +12,8 @@ answered up by the link's own thread as ``stacks_told`` (stacks.py). ``{"verb": 
 "world": NAME, "generation": G, "member": PROCESS or null, "lag_s": S, "calls": N}``:
 the member the world waits for (its peers wait ``lag_s`` longer per collective, over
 ``calls`` of them), or none any more (head/observe/slowwatch.py); posted as an event.
+``{"verb": "late", "world": NAME, "delay": S, "for": T}``: come S seconds late to every
+call of the world for T seconds (a drill's slow member).
 
 A line that is not one of these (malformed, an unknown verb, a field of the wrong
 type) is ignored: a newer head may say more than this library knows.
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mwrun.errors import MwrunError
-from mwrun.protocol import Verb
+from mwrun.protocol import MAX_LATE_DELAY, MAX_LATE_FOR, Verb
 from mwrun.worlds.worldspec import WorldSpec, from_fields
 
 
@@ -64,7 +66,14 @@ class Slow:
     calls: int | None = None
 
 
-Order = Add | Drain | Reply | Stacks | Slow
+@dataclass(frozen=True)
+class Late:
+    world: str
+    delay: float
+    hold: float
+
+
+Order = Add | Drain | Reply | Stacks | Slow | Late
 
 
 def parse(line: bytes | str) -> Order | None:
@@ -123,6 +132,13 @@ def _slow(message: dict) -> Slow:
                 None if lag is None else float(lag), None if calls is None else int(calls))
 
 
+def _late(message: dict) -> Late:
+    delay, hold = float(message["delay"]), float(message["for"])
+    if not (0 < delay <= MAX_LATE_DELAY and 0 < hold <= MAX_LATE_FOR):
+        raise ValueError("delay, for")
+    return Late(_name(message["world"]), delay, hold)
+
+
 _PARSERS: dict[str, Callable[[dict], Order]] = {Verb.ADD: _add, Verb.DRAIN: _drain,
                                                 Verb.REPLY: _reply, Verb.STACKS: _stacks,
-                                                Verb.SLOW: _slow}
+                                                Verb.SLOW: _slow, Verb.LATE: _late}

@@ -121,6 +121,11 @@ class World:
 
     # -- its calls (calls.py) ----------------------------------------------------------------
 
+    def be_late(self, delay: float, hold: float) -> None:
+        """A drill's slow member (the head's ``late`` order, ``mwrun kill-world --signal
+        SLOW``): come ``delay`` seconds late to every call for ``hold`` seconds."""
+        self._calls.be_late(delay, hold)
+
     def send(self, tensor, dst: int, async_op: bool = False):
         return self._calls.send(tensor, dst, async_op)
 

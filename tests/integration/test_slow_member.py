@@ -70,3 +70,40 @@ def test_a_member_late_to_every_all_reduce_is_named(procs, home, tmp_path):
     cli(home, "stop", "lag", check=True)
     assert job.wait(timeout=60) == 0
     wait_gone(home)
+
+
+def test_a_slow_member_drill_names_each_member_it_made_late(procs, home, tmp_path):
+    """mwrun drill --signal SLOW: two members of a healthy world made late in turn
+    (seed 7: m1, then m2), each named by the head, each lateness in the history."""
+    members = "".join(f"  m{i}:\n    cmd: {sys.executable} {BIN / 'lagging.py'}\n"
+                      for i in range(3))
+    topology = tmp_path / "lag.yaml"
+    topology.write_text(f"version: 1\nname: lag\nprocesses:\n{members}"
+                        "worlds:\n  w: {members: [m0, m1, m2]}\n")
+    job = launch(procs, home, topology, "--run-id", "lag")
+    job.expect(lambda line: "every world formed" in str(line), 120)
+    wait_status(home, lambda d: d["worlds"][0]["state"] == "healthy", "the world formed",
+                timeout=90)
+    bad = cli(home, "drill", "lag", "--signal", "SLOW", "--delay", "11", "--every", "2",
+              "--for", "3")
+    assert bad.returncode == 2 and "--delay must be more than 0 and at most 10" in bad.stderr
+    bad = cli(home, "kill-world", "w", "lag", "--signal", "SLOW", "--for", "0")
+    assert bad.returncode == 2 and "Invalid value for --for" in bad.stderr
+
+    done = cli(home, "drill", "lag", "--signal", "SLOW", "--every", "2", "--for", "3",
+               "--seed", "7", "--delay", "0.03")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("drill: m1 of w 30 ms late: named after ")
+    assert lines[1].startswith("drill: m2 of w 30 ms late: named after ")
+    assert lines[-1].startswith("drill: 2 member(s) made 30 ms late; 2 named (median ")
+    # the head tells a verdict at its next sample (a second at most) after status shows it
+    history = wait_for(lambda: (h := records(home, "lag")) and [
+        r["member"] for r in h if r["event"] == "slow" and r["member"]] == ["m1", "m2"] and h,
+        30, "both named in the history")
+    late = [(r["process"], r["delay_s"]) for r in history if r["event"] == "late"]
+    assert late == [("m1", 0.03), ("m1", 0.03), ("m2", 0.03), ("m2", 0.03)]  # on, then off
+    assert not [r for r in history if r["event"] in ("break", "signal", "exit")]
+    cli(home, "stop", "lag", check=True)
+    assert job.wait(timeout=60) == 0
+    wait_gone(home)

@@ -154,7 +154,7 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path):
                        (["--every", "1", "--for", "nan"], "--for must be a number"),
                        (["--every", "x", "--for", "5"], "--every must be a number"),
                        (["--every", "1", "--for", "5", "--signal", "HUP"],
-                        "--signal can be KILL, TERM, SEGV, STOP, not HUP"),
+                        "--signal can be KILL, TERM, SEGV, STOP, SLOW, not HUP"),
                        (["--every", "1", "--for", "5"], "no live run")):
         result = CliRunner().invoke(main, ["drill", *args], env=env)
         assert result.exit_code == 2, result.output

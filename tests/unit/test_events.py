@@ -7,6 +7,8 @@ import json
 import signal
 from collections import Counter
 
+import pytest
+
 from mwrun.head.decide import events as ev
 from mwrun.head.decide.events import Why
 from mwrun.head.observe.document import SAVE_GAP, Writer
@@ -36,6 +38,33 @@ def test_start_and_forming_are_told():
         ev.WorldFormed("world1", 0), ev.WorldFormed("world2", 0)]
     assert sorted(e.process for e in since(host, mark) if isinstance(e, ev.ProcessChanged)
                   and e.state is P.RUNNING) == ["leader", "worker-0", "worker-1"]
+
+
+def test_a_slow_member_drill_tells_one_member_to_be_late_and_breaks_nothing(tmp_path):
+    sup, host = make()
+    join_all(sup)
+    history = History(tmp_path, {"run_id": "r"})
+    mark = len(host.events)
+    hit = sup.make_late("world1", None, 0.02, 30.0)  # its own member: worker-0
+    assert hit == {"process": "worker-0", "pid": 1002, "rank": 1}
+    assert host.told == [("worker-0", {"verb": "late", "world": "world1", "delay": 0.02,
+                                       "for": 30.0})]
+    assert since(host, mark) == [ev.MadeLate("worker-0", "world1", 0.02, 30.0)]
+    assert said(host, mark) == ["kill-world world1: worker-0 made 20 ms late to every call"
+                                " for 30s"]
+    assert host.whys == [] and sup.worlds["world1"].state is W.HEALTHY
+    history(since(host, mark)[0])
+    history.close()
+    [_, late] = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text()
+                 .splitlines()]
+    assert {k: v for k, v in late.items() if k != "t"} == {
+        "event": "late", "process": "worker-0", "world": "world1", "delay_s": 0.02,
+        "for_s": 30.0}
+    sup.make_late("world1", 0, 0.5, 1.0)  # a rank named: the leader, shared or not
+    assert host.told[-1][0] == "leader"
+    sup.on_exit("worker-0", -9)
+    with pytest.raises(ValueError, match="worker-0 of world1 is not running"):
+        sup.make_late("world1", None, 0.02, 30.0)
 
 
 def test_a_drill_kill_is_told_as_a_drill_then_the_exit_break_restart_and_re_form():

@@ -160,6 +160,13 @@ def test_the_head_s_orders_parse_and_anything_else_is_ignored():
                         ' "lag_s": 0.02, "calls": 50}') == orders.Slow("w", 2, "m2", 0.02, 50)
     assert orders.parse('{"verb": "slow", "world": "w", "generation": 2, "member": null}') \
         == orders.Slow("w", 2, None)
+    assert orders.parse('{"verb": "late", "world": "w", "delay": 0.02, "for": 30}') == \
+        orders.Late("w", 0.02, 30.0)
+    for late in ('{"verb": "late", "world": "w", "delay": 0, "for": 30}',
+                 '{"verb": "late", "world": "w", "delay": 11, "for": 30}',
+                 '{"verb": "late", "world": "w", "delay": 0.1, "for": -1}',
+                 '{"verb": "late", "world": "w", "delay": 0.1}'):
+        assert orders.parse(late) is None, late
 
 
 def test_a_slow_member_is_an_event_of_a_live_world_only():

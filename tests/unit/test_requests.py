@@ -117,6 +117,16 @@ def test_a_heartbeat_with_malformed_call_times_is_refused(times):
                              "times": times}) is not None
 
 
+@pytest.mark.parametrize("fields, good", [
+    ({"delay": 0.02, "for": 30}, True), ({"delay": 10, "for": 86400}, True),
+    ({"delay": 0}, False), ({"delay": 10.5}, False), ({"delay": "0.1"}, False),
+    ({"for": 0}, False), ({"for": 86401}, False), ({"delay": float("inf")}, False),
+    ({"delay": True}, False)])
+def test_a_slow_member_drill_is_bounded(fields, good):
+    request = {"verb": "kill_world", "world": "w", "signal": "SLOW", **fields}
+    assert (requests.problem(request) is None) is good
+
+
 def test_a_required_field_missing_is_named():
     assert requests.problem({"verb": "kill_world"}) == "bad request: kill_world needs 'world'"
     assert requests.problem({"verb": ["status"]}).startswith('unknown verb ["status"]')

@@ -41,6 +41,7 @@ class FakeHost:
         self.whys = []  # (process, signal, why) as the supervisor told the host
         self.starts = []  # (process, incarnation) of every start asked
         self.admits = []  # (world, generation, incarnations) of every generation opened
+        self.told = []  # (process, message) down to a library
 
     def bus(self):
         return ev.Events((self.hear,))
@@ -52,6 +53,9 @@ class FakeHost:
 
     def reachable(self, name):
         return name not in self.unreachable
+
+    def tell(self, process, message):
+        self.told.append((process, message))
 
     def now(self):
         return self.t

@@ -1,5 +1,7 @@
 """Traffic: counts in the library, rates at the supervisor, keys of plain groups."""
 
+import time
+
 import pytest
 import torch
 
@@ -68,6 +70,23 @@ def test_a_calls_time_lands_in_the_first_bucket_at_or_above_it():
     assert row[0] == 1 and row[1] == 1  # le 0.0001 holds 0.0001 itself; 0.00011 the next
     assert row[CALL_TIME_BOUNDS.index(0.005)] == 1 and row[len(CALL_TIME_BOUNDS)] == 1
     assert row[-1] == pytest.approx(11.00321)
+
+
+def test_a_member_made_late_comes_late_to_every_call_until_its_time_is_up():
+    world = idle_world()
+    world.be_late(0.05, 60.0)
+    before = time.monotonic()
+    world.all_reduce(torch.ones(4))
+    world.send(torch.ones(4), 1)
+    took = time.monotonic() - before
+    assert took >= 0.1  # a sleep before each call, never shorter
+    # its own wait in the all_reduce is timed after the sleep (it arrived late, and
+    # waits least, as the slow member does): never more than what the sleeps left
+    assert world.traffic.totals()[5] <= took - 0.1
+    world.be_late(0.05, 0.01)
+    time.sleep(0.02)
+    world.all_reduce(torch.ones(4))  # its time is up: on time again, and forgotten
+    assert world._calls.late is None
 
 
 def test_a_failed_call_counts_as_a_failure_not_a_call():

@@ -1,5 +1,7 @@
 """The fault drill (``mwrun kill-world``): who it hits (a pure function of the records),
-hitting them through what the supervisor gives, and what the user is told."""
+hitting them through what the supervisor gives, and what the user is told. A drill's
+slow member (``--signal SLOW``) is no fault: one member is told to come late to every
+call of the world for a while, and the head's slowness rule should name it."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import signal
 from collections.abc import Callable, Mapping
 
 from mwrun.head.decide.records import ProcessRecord, WorldRecord
+from mwrun.protocol import Verb
 
 
 def targets(worlds: Mapping[str, WorldRecord], procs: Mapping[str, ProcessRecord],
@@ -51,3 +54,17 @@ def told(world_name: str, sig: int, hit: list[dict]) -> str:
     """What the user is told of a drill."""
     names = ", ".join(f"{h['process']} (pid {h['pid']})" for h in hit)
     return f"kill-world {world_name}: {signal.Signals(sig).name} to {names}"
+
+
+def make_late(worlds: Mapping[str, WorldRecord], procs: Mapping[str, ProcessRecord],
+              world_name: str, rank: int | None, delay: float, hold: float,
+              tell: Callable[[str, dict], None]) -> dict:
+    """Tell one member of WORLD (rank R, or the last of its own members: making every
+    member late would make none the slow one) to be ``delay`` seconds late to each of
+    its calls there for ``hold`` seconds; who it is. ValueError saying why no one."""
+    name = targets(worlds, procs, world_name, rank)[-1]
+    if not procs[name].state.alive:
+        raise ValueError(f"{name} of {world_name} is not running ({procs[name].state.value})")
+    tell(name, {"verb": Verb.LATE.value, "world": world_name, "delay": delay, "for": hold})
+    return {"process": name, "pid": procs[name].worker.pid,
+            "rank": worlds[world_name].plan.members.index(name)}

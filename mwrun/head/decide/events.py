@@ -78,6 +78,17 @@ class Signalled:
 
 
 @dataclass(frozen=True, slots=True)
+class MadeLate:
+    """A drill made a member late to every call of one world, ``delay`` seconds each,
+    for ``hold`` seconds (``mwrun kill-world --signal SLOW``): no fault, a slow member."""
+
+    process: str
+    world: str
+    delay: float
+    hold: float
+
+
+@dataclass(frozen=True, slots=True)
 class Hung:
     """A process was declared hung (it is killed next)."""
 
@@ -206,7 +217,7 @@ class Said:
     text: str
 
 
-Event = (Spawned | Exited | Abandoned | Signalled | Hung | ProcessChanged | WorldBroken
+Event = (Spawned | Exited | Abandoned | Signalled | MadeLate | Hung | ProcessChanged | WorldBroken
          | WorldFormed | WorldClosed | WorldChanged | Added | Retired | Gone | WorldAdded
          | WorldResized | WorldDraining | WorldRemoved | Running | Stopping | RunEnded | Said)
 

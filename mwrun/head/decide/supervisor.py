@@ -229,6 +229,16 @@ class Supervisor:
         self.processes.say(drills.told(world_name, sig, hit))
         return hit
 
+    def make_late(self, world_name: str, rank: int | None, delay: float,
+                  hold: float) -> dict:
+        """A drill's slow member (see drills.py); raises ValueError."""
+        hit = drills.make_late(self.worlds, self.procs, world_name, rank, delay, hold,
+                               self.host.tell)
+        self.events.emit(ev.MadeLate(hit["process"], world_name, delay, hold))
+        self.processes.say(f"kill-world {world_name}: {hit['process']} made"
+                           f" {delay * 1000:g} ms late to every call for {hold:g}s")
+        return hit
+
     def deadline(self) -> float | None:
         """The next moment any of the head's timers is due; or None."""
         return self.timers.earliest()

@@ -170,6 +170,9 @@ def record(event: ev.Event) -> dict | None:
         case ev.Signalled(process, sig, why):
             return {"event": E.SIGNAL, "process": process, "signal": sig.name,
                     "why": why.value}
+        case ev.MadeLate(process, world, delay, hold):
+            return {"event": E.LATE, "process": process, "world": world, "delay_s": delay,
+                    "for_s": hold}
         case ev.Hung(process, why):
             return {"event": E.HANG, "process": process, "why": why}
         case ev.Exited(process, pid, code, state, why) if pid is not None:

@@ -41,6 +41,15 @@ def _signal(value) -> bool:
     return (type(value) is int and value > 0) or (isinstance(value, str) and len(value) <= 16)
 
 
+def _late_delay(value) -> bool:
+    """kill_world SLOW: seconds late to each call (protocol.MAX_LATE_DELAY at most)."""
+    return _seconds(value) and 0 < value <= protocol.MAX_LATE_DELAY
+
+
+def _late_for(value) -> bool:
+    return _seconds(value) and 0 < value <= protocol.MAX_LATE_FOR
+
+
 def _reason(value) -> bool:
     return isinstance(value, str)
 
@@ -153,7 +162,8 @@ FIELDS = {
     "stop": {"force": (lambda value: type(value) is bool, False)},  # mwrun stop --force
     "drill": {"summary": (_summary, True)},
     "kill_world": {"world": (_name, True), "rank": (_rank, False),
-                   "signal": (_signal, False)},
+                   "signal": (_signal, False), "delay": (_late_delay, False),
+                   "for": (_late_for, False)},
     "scale": {"changes": (_texts, False), "op": (_op, False), "process": (_name, False),
               "pid": (_pid, False), "id": (_op, False), "target": (_name, False),
               "count": (_count_text, False)},

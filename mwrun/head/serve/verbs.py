@@ -13,6 +13,7 @@ from mwrun.head.observe.history import History
 from mwrun.head.observe.progress import Progress, view
 from mwrun.head.postmortem.stacks import MAX_ASKS, UNREAD, Stacks, select
 from mwrun.head.serve.elastic import Elastic
+from mwrun.protocol import LATE_DELAY, LATE_FOR, SLOW
 from mwrun.runs import signal_number
 
 
@@ -23,6 +24,8 @@ class Supervising(Book, Protocol):
     @property
     def stopping(self) -> bool: ...
     def kill_world(self, world_name: str, rank: int | None, sig: int) -> list[dict]: ...
+    def make_late(self, world_name: str, rank: int | None, delay: float,
+                  hold: float) -> dict: ...
     def request_stop(self, reason: str = ...) -> None: ...
 
 
@@ -52,12 +55,18 @@ class Verbs:
                 **view(self.progress.unformed, sup.procs, sup.worlds, self.now())}
 
     def kill_world(self, request: dict) -> dict:
-        """kill_world {world, rank: int|null, signal: name|number (KILL)} -> who was signalled."""
+        """kill_world {world, rank: int|null, signal: name|number (KILL), delay?, for?} ->
+        who was signalled; signal SLOW makes one member ``delay`` seconds late to every
+        call for ``for`` seconds instead (drills.make_late)."""
         world = request.get("world")
         rank = request.get("rank")
         if not isinstance(world, str) or (rank is not None and not isinstance(rank, int)):
             return {"ok": False, "error": "kill_world needs a world name and an optional rank"}
         try:
+            if str(request.get("signal", "")).upper() == SLOW:
+                return {"ok": True, "signalled": [self.supervisor.make_late(
+                    world, rank, request.get("delay", LATE_DELAY),
+                    request.get("for", LATE_FOR))]}
             sig = signal_number(request.get("signal", "KILL"))
             return {"ok": True, "signalled": self.supervisor.kill_world(world, rank, sig)}
         except ValueError as exc:
