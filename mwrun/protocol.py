@@ -190,11 +190,13 @@ MAX_LATE_FOR = 86400.0
 
 # A heartbeat's ``times`` (per world, per operation): a blocking call's time counted in
 # fixed buckets, whose upper bounds in seconds (Prometheus' ``le``) run from a call on a
-# fast link (0.1 ms) to one that waited out a slow peer (10 s); then a count above them
-# all, then the calls' seconds added up. Fixed, so every member's and every restart's
-# counts add up bucket by bucket (the head serves them as one histogram per world).
+# fast link (0.1 ms) to one that waited out a slow peer (10 s), fine where calls take
+# (1-2.5-5 steps to 0.1 s), coarse past it (a scrape carries every bucket of every
+# world and operation: 128 processes' cost a scrape 25 % less than with 16); then a
+# count above them all, then the calls' seconds added up. Fixed, so every member's and
+# every restart's counts add up bucket by bucket (one histogram per world, operation).
 CALL_TIME_BOUNDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+                    0.1, 1.0, 10.0)
 
 
 def beat_interval(call_timeout: float, hang_timeout: float) -> float:

@@ -258,6 +258,10 @@ RATES = "rates"  # the key of a history's rate samples: {world: [calls/s, bytes/
 # see head/traffic.py Traffic.totals) as of head wall time t (when the beats it is made
 # of arrived). Pace over a window is a difference of these over the window's length.
 CALLS = "calls"
+# Beside them, where members time their collectives: {world: {member: seconds}}, how
+# long each member waited per collective over the last few seconds (the member its
+# peers wait for waits least: head/observe/slowness.py); ``mwrun report`` draws it.
+WAITS = "waits"
 
 # The run folder, $MWRUN_HOME/runs/RUN_ID/:
 RUNS = "runs"  # under $MWRUN_HOME

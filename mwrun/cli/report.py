@@ -158,7 +158,28 @@ def _lane(ax, tl: Timeline, world: str) -> float:
     for f in (f for f in tl.faults if f.world == world):
         ax.axvspan(f.start - t0, (f.back if f.back is not None else tl.last) - t0,
                    color="#d62728", alpha=0.15, linewidth=0)
+    _waits(ax, tl, world)
     return top
+
+
+def _waits(ax, tl: Timeline, world: str) -> None:
+    """Each member's wait per collective, on the lane's right-hand scale (ms): the
+    member its peers wait for waits least (its line at the bottom)."""
+    members = tl.waits.get(world)
+    if not members:
+        return
+    import matplotlib  # loaded already (pyplot): its palettes
+
+    palette = matplotlib.colormaps["Dark2"]  # none of the marks' colours or the lane's
+    colours = [palette(i) for i in range(palette.N)]
+    twin = ax.twinx()
+    for i, (member, points) in enumerate(sorted(members.items())):
+        twin.plot([t - tl.start for t, _ in points], [w * 1000 for _, w in points],
+                  linewidth=0.8, color=colours[i % len(colours)], label=member)
+    twin.set_ylim(bottom=0)
+    twin.set_ylabel("wait per\ncollective, ms", fontsize=7)
+    twin.tick_params(labelsize=7)
+    twin.legend(loc="upper right", fontsize=6, frameon=False, ncol=min(len(members), 4))
 
 
 def downtimes(ax, tl: Timeline, world: str, top: float, live: bool | None, renderer) -> list:

@@ -44,7 +44,28 @@ def summary(tl: Timeline, live: bool | None = None) -> list[str]:
         other = " other" if tl.faults else ""
         lines.append(f"{len(calm)}{other} worlds: no breaks" + (
             f"; {min(paces):.1f} to {max(paces):.1f} calls/s on average" if paces else ""))
-    return lines + postmortem_lines(tl) + scale_lines(tl) + [f"note: {n}" for n in tl.notes]
+    return lines + slow_lines(tl) + postmortem_lines(tl) + scale_lines(tl) + \
+        [f"note: {n}" for n in tl.notes]
+
+
+def slow_lines(tl: Timeline) -> list[str]:
+    """Each member the head named the slow one of its world (the history's ``slow``
+    records), from when until it caught up; the last few when there are many."""
+    records = [e for e in tl.events if e["event"] == E.SLOW]
+    spans: list[str] = []
+    for i, r in enumerate(records):
+        if not r.get("member"):
+            continue
+        until = next((e["t"] for e in records[i + 1:] if e.get("world") == r.get("world")),
+                     None)
+        spans.append(f"  {r.get('world')}: {r['member']} from {r['t'] - tl.start:.1f} s"
+                     f" to {'the end' if until is None else f'{until - tl.start:.1f} s'}"
+                     f" (its peers waited {float(r.get('lag_s') or 0) * 1000:.0f} ms more"
+                     " per collective)")
+    if not spans:
+        return []
+    head = f"slow members named: {len(spans)}"
+    return [head + (f" (the last {MANY} below)" if len(spans) > MANY else ""), *spans[-MANY:]]
 
 
 def postmortem_lines(tl: Timeline) -> list[str]:

@@ -63,6 +63,7 @@ from mwrun.schema import OPS, STATE, TOPOLOGY, ZYGOTE_LOG, Start
 OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
 OUTPUT_SLICE_MIN = 4096
 FINISH_WAIT = 2.0  # at the very end, for the last exits and output after SIGKILL
+WAITS_SPAN = 3.0  # seconds of beats each history sample's waits are a mean over
 
 
 class View(Mapping):
@@ -136,7 +137,8 @@ class Rounds:
 
     def _sample(self, name: str, now: float) -> None:
         self.history.sample(self.status.rates(now, SAMPLE_EVERY),
-                            self.traffic.totals(now, time.time()))
+                            self.traffic.totals(now, time.time()),
+                            self.status.waits(now, WAITS_SPAN))
         self.slow.check(now)
         self.timers.set((Timer.SAMPLE, name), next_on_grid(now, SAMPLE_EVERY))
 

@@ -81,9 +81,6 @@ def become(request: dict, fresh: Fresh) -> None:
             os.dup2(fd, target)
         os.environ.clear()
         os.environ.update(request["env"])
-        if os.environ.get("PYTHONFAULTHANDLER"):  # as a fresh interpreter reads it. Its
-            faulthandler.disable()  # handlers went with the dispositions reset above, and
-            faulthandler.enable()  # enable() alone does nothing where it thinks it is on
         os.chdir(request["cwd"])
     except BaseException as exc:  # reported to the supervisor, which starts it cold
         os.write(report, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
@@ -156,12 +153,20 @@ def _close_fds_but(kept: frozenset[int]) -> None:
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
+_FAULTS = (signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGBUS, signal.SIGILL)
+
+
 def _signals(ignored: list[int], mask: list[int]) -> None:
     """Dispositions as exec and a fresh interpreter leave them: handlers back to the
     default, what the supervisor ignores stays ignored, Python's own three."""
     handler: signal.Handlers | Callable[[int, types.FrameType | None], object]
+    # A zygote started with PYTHONFAULTHANDLER (so is every child it forks: PYTHON* is
+    # part of its key) has faulthandler's handlers on the fatal signals, as a fresh
+    # interpreter would: they stay, so a native crash writes its stacks to the child's
+    # log (fd 2 by then), and signal.getsignal says what it says in a fresh one.
+    kept = _FAULTS if faulthandler.is_enabled() else ()
     for sig in signal.valid_signals():
-        if sig in (signal.SIGKILL, signal.SIGSTOP):
+        if sig in (signal.SIGKILL, signal.SIGSTOP) or sig in kept:
             continue
         if sig in ignored or sig in (signal.SIGPIPE, signal.SIGXFSZ):
             handler = signal.SIG_IGN

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from mwrun.errors import RunError
-from mwrun.schema import CALLS, FAULT_ID, FAULT_IDS, HISTORY, HISTORY_ROTATED, RATES
+from mwrun.schema import CALLS, FAULT_ID, FAULT_IDS, HISTORY, HISTORY_ROTATED, RATES, WAITS
 from mwrun.schema import Event as E
 
 
@@ -71,6 +71,8 @@ SHAPES: dict[str, dict[str, tuple[type, ...]]] = {
     E.RESIZE: {"world": (str,), "members": (list,)},
     E.DRAIN: {"world": (str,)},
     E.REMOVE: {"world": (str,)},
+    E.SLOW: {"world": (str,), "member": _TEXT_OR_NONE},
+    E.LATE: {"process": (str,), "world": (str,)},
 }
 
 
@@ -97,7 +99,8 @@ def well_shaped(record: object) -> bool:
     if not isinstance(record.get(FAULT_ID, 0), int) or not isinstance(ids, dict) \
             or not all(isinstance(i, int) for i in ids.values()):
         return False
-    return all(_pairs(record.get(key, {})) for key in (RATES, CALLS))
+    return all(_pairs(record.get(key, {})) for key in (RATES, CALLS)) and \
+        isinstance(record.get(WAITS, {}), dict)
 
 
 def _pairs(samples: object) -> bool:

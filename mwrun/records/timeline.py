@@ -1,6 +1,7 @@
 """A run's history (mwrun/head/observe/history.py) read back as a timeline: per world
-its members, its call counts and rate samples, the events, and each fault with its
-downtime (faults.py). Pure: records in (history.py reads them), numbers out.
+its members, its call counts and rate samples, each member's wait per collective, the
+events, and each fault with its downtime (faults.py). Pure: records in (history.py
+reads them), numbers out.
 
 Pace comes from the worlds' own call counts over exact windows (counts.py); a history
 written before the counts were kept falls back to its one-second rate samples."""
@@ -16,7 +17,7 @@ from mwrun.records import faults as fl
 from mwrun.records.faults import Fault
 from mwrun.records.history import load
 from mwrun.records.tally import Tally, tally
-from mwrun.schema import CALLS, FAULT_ID, FAULT_IDS, RATES
+from mwrun.schema import CALLS, FAULT_ID, FAULT_IDS, RATES, WAITS
 from mwrun.schema import Event as E
 
 SPAN = 1.0  # seconds between a history's rate samples (SAMPLE_EVERY in head/history.py)
@@ -40,6 +41,8 @@ class Timeline:
     ended: str | None = None  # finished | failed; None: live, or the history was cut short
     down_spans: dict[str, pc.Spans] = field(default_factory=dict, repr=False)  # see downs
     ids: bool = True  # its faults carry the head's ids (False: an older mwrun's history)
+    # world -> member -> (t, seconds it waited per collective): who waits for whom
+    waits: dict[str, dict[str, list[tuple[float, float]]]] = field(default_factory=dict)
 
     @property
     def traffic(self) -> bool:
@@ -95,6 +98,14 @@ def build(records: list[dict], notes: list[str], run_id: str) -> Timeline:
         for world, rate in (r.get(RATES) or {}).items():
             if world in samples and isinstance(rate, list) and len(rate) == 2:
                 samples[world].append((r["t"], float(rate[0]), float(rate[1])))
+    waits: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for r in records:
+        for world, members in (r.get(WAITS) or {}).items():
+            if world in samples and isinstance(members, dict):
+                for member, wait in members.items():
+                    if isinstance(wait, int | float):
+                        waits.setdefault(world, {}).setdefault(str(member), []).append(
+                            (r["t"], float(wait)))
     ended = next((e["state"] for e in events if e["event"] == E.END), None)
     start = records[0]["t"]
     ids = any(FAULT_ID in e or FAULT_IDS in e or (e["event"] == E.FAULT and "id" in e)
@@ -106,7 +117,7 @@ def build(records: list[dict], notes: list[str], run_id: str) -> Timeline:
     return Timeline(run_id, head.get("name", run_id), worlds, start, records[-1]["t"],
                     samples, events, counts=_counts(records, worlds, start),
                     faults=(fl.joined if ids else fl.legacy)(events, worlds, start),
-                    notes=notes, ended=ended, ids=ids)
+                    notes=notes, ended=ended, ids=ids, waits=waits)
 
 
 def _counts(records: list[dict], worlds, start: float) -> dict[str, pc.Points]:
@@ -129,7 +140,8 @@ def _counts(records: list[dict], worlds, start: float) -> dict[str, pc.Points]:
         elif r.get("event") == E.START and not r.get("continued") and r["t"] > start:
             for reader in readers.values():
                 reader.rebase()
-        for world, point in (r.get(CALLS) or {}).items():
+        found = r.get(CALLS) if "event" not in r else None  # a sample's, never an event's
+        for world, point in (found if isinstance(found, dict) else {}).items():
             if world not in worlds or not isinstance(point, list) or len(point) != 2 \
                     or not all(isinstance(x, int | float) for x in point):
                 continue

@@ -108,9 +108,9 @@ def test_exits_and_signals_are_reported_as_for_a_fresh_process(procs, home, tmp_
 def test_a_native_crash_writes_its_python_stack_to_the_log_warm_or_cold(procs, home,
                                                                       tmp_path):
     """mwrun sets PYTHONFAULTHANDLER=1 (unless the topology's env sets it): a process
-    killed by SIGSEGV says where, in its log. A forked child's fault handler is put back
-    after its signal dispositions are a fresh process's (else a warm child said nothing,
-    even where the user set PYTHONFAULTHANDLER)."""
+    killed by SIGSEGV says where, in its log. A forked child keeps its zygote's fault
+    handlers when it resets its other dispositions to a fresh process's (it used to reset
+    them too, and a warm child said nothing, even where the user set it)."""
     cmd = [PY, str(BIN / "ending.py"), "segfault"]
     job = launch(procs, home, write(tmp_path, {
         "warm": (cmd, []), "cold": (cmd, ["preload: false"]),

@@ -1,6 +1,7 @@
 """The metrics a scrape shows (head/observe/metrics.py), from a status document and
 the head's readings; the topology's and the command line's metrics address."""
 
+import json
 import re
 
 import pytest
@@ -52,7 +53,8 @@ TIMES = CallTimes()
 _ROW = [0] * (len(CALL_TIME_BOUNDS) + 1) + [0.0]
 TIMES.beat("frontend", 11, {"pair-0": {"recv": _at(_ROW, {3: 2}, 0.0012)}})
 TIMES.beat("worker-0", 12, {"pair-0": {"send": _at(_ROW, {0: 5}, 0.0002)}})
-TIMES.beat("worker-0", 13, {"pair-0": {"send": _at(_ROW, {16: 1}, 12.0)}})  # restarted
+TIMES.beat("worker-0", 13, {"pair-0": {"send": _at(_ROW, {len(CALL_TIME_BOUNDS): 1},
+                                                     12.0)}})  # restarted: above all
 READINGS = Readings(head_cpu_seconds=1.5, loop_lag_seconds=0.002,
                     calls={"pair-0": (120, 4800)}, restarts={"worker-0": (1, 2)},
                     bundles=4, operations={"scale": 2, "drain": 1},
@@ -108,7 +110,12 @@ def test_a_process_shows_its_state_restarts_by_cause_and_usage_in_base_units():
     assert got[("mwrun_process_cpu_ratio", (("process", "frontend"),))] == 0.5
     assert got[("mwrun_process_resident_memory_bytes", (("process", "frontend"),))] == 1000
     assert got[("mwrun_process_start", (("process", "frontend"), ("start", "warm")))] == 1
-    assert got[("mwrun_process_start", (("process", "worker-0"), ("start", "warm")))] == 0
+    assert got[("mwrun_process_start", (("process", "worker-0"), ("start", "cold")))] == 1
+    # a state it is not in has no series (Prometheus marks one left stale at once)
+    assert ("mwrun_process_start", (("process", "worker-0"), ("start", "warm"))) not in got
+    assert [labels for name, labels in got if name == "mwrun_process_state"
+            and ("process", "worker-1") in labels] == [(("process", "worker-1"),
+                                                        ("state", "restarting"))]
     # no reading: no sample (never a made-up 0)
     assert ("mwrun_process_cpu_ratio", (("process", "worker-0"),)) not in got
 
@@ -210,3 +217,23 @@ def test_the_metrics_page_lists_every_metric_and_no_other():
     page = (ROOT / "docs" / "metrics.rst").read_text()
     listed = set(re.findall(r"^``(mwrun_\w+)``", page, flags=re.M))
     assert listed == {re.sub(r"_(bucket|sum|count)$", "", name) for name, _ in scrape()}
+
+
+def test_the_dashboard_asks_for_documented_metrics_and_shows_every_one():
+    """docs/grafana-dashboard.json is made of the real names: each query names only
+    documented families, and each family but the run's info has a panel."""
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    page = (ROOT / "docs" / "metrics.rst").read_text()
+    documented = set(re.findall(r"^``(mwrun_\w+)``", page, flags=re.M))
+    used = set()
+    for panel in dashboard["panels"]:
+        assert panel["targets"] and panel["title"], panel
+        for target in panel["targets"]:
+            assert 'job=~"$job"' in target["expr"], target  # one job, or all of them
+            for name in re.findall(r"mwrun_\w+", target["expr"]):
+                family = re.sub(r"_(bucket|sum|count)$", "", name)
+                assert family in documented, name
+                used.add(family)
+    assert used == documented - {"mwrun_run_info"}
+    [job] = [v for v in dashboard["templating"]["list"] if v["name"] == "job"]
+    assert "mwrun_run_info" in job["definition"]

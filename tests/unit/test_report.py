@@ -119,6 +119,33 @@ def test_scale_operations_are_marked_and_summed_up(tmp_path):
         " first_call +200 ms" in result.output
 
 
+def test_each_members_wait_is_drawn_and_each_slow_member_said(tmp_path):
+    path = run_folder(tmp_path)
+    records = [{"t": 1.0, "event": "start", "run_id": "r", "name": "train",
+                "worlds": {"w": ["m0", "m1", "m2"]}}]
+    for i in range(30):  # m2 late from 10 s to 20 s: its peers wait, it does not
+        late = 10 <= i < 20
+        records.append({"t": 1.0 + i, "rates": {"w": [50.0, 800.0]},
+                        "waits": {"w": {"m0": 0.021 if late else 0.001,
+                                        "m1": 0.02 if late else 0.001,
+                                        "m2": 0.0005 if late else 0.001,
+                                        "ghost": "x"}}})
+    records += [{"t": 14.0, "event": "slow", "world": "w", "generation": 0, "member": "m2",
+                 "lag_s": 0.0195, "collectives": 200},
+                {"t": 27.0, "event": "slow", "world": "w", "generation": 0, "member": None},
+                {"t": 31.0, "event": "end", "state": "finished"}]
+    (path / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    tl = build(records, [], "r")
+    assert sorted(tl.waits["w"]) == ["m0", "m1", "m2"]  # a value of the wrong kind: left out
+    assert tl.waits["w"]["m2"][10] == (11.0, 0.0005)
+    result = report(tmp_path, "r", "-o", str(tmp_path / "r.png"))
+    assert result.exit_code == 0, result.output
+    assert "slow members named: 1" in result.output
+    assert "  w: m2 from 13.0 s to 26.0 s (its peers waited 20 ms more per collective)" \
+        in result.output
+    png_size(tmp_path / "r.png")
+
+
 WRONG_SHAPES = [
     {"t": 3.0, "event": "spawn", "process": "worker-0", "restarts": "many"},
     {"t": 3.1, "event": "spawn"},

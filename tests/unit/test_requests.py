@@ -100,12 +100,14 @@ def test_malformed_lines_get_an_error_and_change_nothing(line):
         assert b'"world"' in line
 
 
-_ROW = [0] * 17 + [0.5]
+_N = len(protocol.CALL_TIME_BOUNDS) + 1  # the buckets and the count above them
+_ROW = [0] * _N + [0.5]
 
 
 @pytest.mark.parametrize("times", [
-    [], {"w": []}, {"w": {"send": [0] * 17}}, {"w": {"send": [0] * 16 + [-1, 0.5]}},
-    {"w": {"send": [0] * 17 + [float("nan")]}}, {"w": {"send": [0] * 16 + [0.5, 0.5]}},
+    [], {"w": []}, {"w": {"send": [0] * _N}}, {"w": {"send": [0] * (_N - 1) + [-1, 0.5]}},
+    {"w": {"send": [0] * _N + [float("nan")]}},
+    {"w": {"send": [0] * (_N - 1) + [0.5, 0.5]}},
     {"": {"send": _ROW}}, {"w": {"": _ROW}}, {"w": {"x" * 65: _ROW}},
     {"w": {f"op{i}": _ROW for i in range(33)}}])
 def test_a_heartbeat_with_malformed_call_times_is_refused(times):

@@ -35,7 +35,7 @@ def test_a_member_named_is_told_to_every_member_once_and_recorded():
                "lag_s": 0.02, "calls": 40}
     assert run.told == [("leader", message), ("worker-1", message)]
     assert run.records == [{"event": "slow", "world": "w", "generation": 2,
-                            "member": "worker-1", "lag_s": 0.02, "calls": 40,
+                            "member": "worker-1", "lag_s": 0.02, "collectives": 40,
                             "waits_s": {"worker-1": 0.001, "leader": 0.021}}]
 
 

@@ -203,6 +203,16 @@ class Status:
                 found[name] = [round(view["calls_per_s"], 2), round(view["bytes_per_s"])]
         return found
 
+    def waits(self, now: float, span: float) -> dict[str, dict[str, float]]:
+        """Per world whose members time their collectives, each member's mean wait in
+        one over about the last ``span`` seconds (rounded: it is for pictures)."""
+        found = {}
+        for name in [name for name in self.job.worlds if name in self.traffic.heard]:
+            waits = self.traffic.waits(self._pids(self.job.worlds[name]), name, now, span)
+            if waits:
+                found[name] = {member: round(wait, 5) for member, (_, wait) in waits.items()}
+        return found
+
     def slow_members(self, now: float) -> dict[str, tuple[int, dict | None]]:
         """Per world (its generation, the member it waits for as the document says it,
         or None): what slowwatch.py tells as it changes."""

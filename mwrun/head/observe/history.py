@@ -61,7 +61,7 @@ from typing import TextIO
 
 from mwrun.head.decide import events as ev
 from mwrun.records import Tally
-from mwrun.schema import CALLS, HISTORY, HISTORY_ROTATED, RATES
+from mwrun.schema import CALLS, HISTORY, HISTORY_ROTATED, RATES, WAITS
 from mwrun.schema import Event as E
 from mwrun.schema import ProcessState as P
 
@@ -118,8 +118,10 @@ class History:
         """One fault of a world, phase by phase, once it is closed (faults.py)."""
         self._write(record)
 
-    def sample(self, rates: dict[str, list], calls: dict[str, list] | None = None) -> None:
-        self._write({RATES: rates, **({CALLS: calls} if calls else {})})
+    def sample(self, rates: dict[str, list], calls: dict[str, list] | None = None,
+               waits: dict[str, dict[str, float]] | None = None) -> None:
+        self._write({RATES: rates, **({CALLS: calls} if calls else {}),
+                     **({WAITS: waits} if waits else {})})
 
     def scale(self, record: dict) -> None:
         """One replica's change by a scale operation, phase by phase (scaleops.py)."""

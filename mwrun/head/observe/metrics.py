@@ -8,11 +8,14 @@ conventions: the ``mwrun_`` prefix, base units (seconds, bytes, ratios), ``_tota
 counters. Label values are bounded by the job's shape: a world, a process, a state, a
 cause, an operation; never a pid or a generation (a generation is a value).
 
-A state is one gauge per possible state, 1 for the one it is in (so ``sum by (state)``
-counts processes per state and an alert can fire on ``mwrun_world_state{state="broken"}
-== 1``). Counters never go back within a run: breaks and restarts are the records'
-counts, calls and bytes the traffic's totals, which carry an incarnation's count past
-its restart (observe/traffic.py).
+A state is a gauge of value 1 labelled with the state it is in, and no series for the
+states it is not in (``sum by (state)`` counts processes per state, an alert fires on
+``mwrun_world_state{state="broken"} == 1``, and the series of a state left goes stale
+at the next scrape). One series per state, most of them 0, made a scrape of 128
+processes half again as long, for nothing a query needs. Counters never go back
+within a run: breaks and restarts are the records' counts, calls and bytes the
+traffic's totals, which carry an incarnation's count past its restart
+(observe/traffic.py).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from prometheus_client.core import (
 
 from mwrun.head.decide.records import ProcessRecord
 from mwrun.protocol import CALL_TIME_BOUNDS
-from mwrun.schema import Phase, ProcessState, Start, WorldState
+from mwrun.schema import Phase
 
 # A fault's downtime buckets (seconds): a warm re-form is tens of milliseconds, a cold
 # one seconds, a hung peer's the world's timeout and more.
@@ -157,8 +160,7 @@ def _worlds(doc: dict, readings: Readings) -> Iterable[Metric]:
         name = world["name"]
         if world.get("slow"):
             slow.add_metric([name, world["slow"]["member"]], world["slow"]["lag_s"])
-        for value in WorldState:
-            state.add_metric([name, value.value], float(world["state"] == value.value))
+        state.add_metric([name, world["state"]], 1.0)
         generation.add_metric([name], world["generation"])
         members.add_metric([name], len(world["members"]))
         breaks.add_metric([name], world["breaks"])
@@ -186,8 +188,7 @@ def _processes(doc: dict, readings: Readings) -> Iterable[Metric]:
                               labels=["process", "start"])
     for proc in doc["processes"]:
         name = proc["name"]
-        for value in ProcessState:
-            state.add_metric([name, value.value], float(proc["state"] == value.value))
+        state.add_metric([name, proc["state"]], 1.0)
         faults, drills = readings.restarts.get(name, (proc["restarts"], 0))
         restarts.add_metric([name, "fault"], faults)
         restarts.add_metric([name, "drill"], drills)
@@ -196,8 +197,7 @@ def _processes(doc: dict, readings: Readings) -> Iterable[Metric]:
         if proc["rss_bytes"] is not None:
             memory.add_metric([name], proc["rss_bytes"])
         if proc["start"] is not None:
-            for kind in Start:
-                start.add_metric([name, kind.value], float(proc["start"] == kind.value))
+            start.add_metric([name, proc["start"]], 1.0)
     return state, restarts, cpu, memory, start
 
 

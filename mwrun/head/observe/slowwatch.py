@@ -55,6 +55,8 @@ class SlowWatch:
                    "member": self.told[world], **figures}
         for process in self.members.get(world, ()):
             self.tell(process, message)
+        # (``collectives``, not ``calls``: a history record's ``calls`` is a count sample)
         self.record({"event": Event.SLOW.value, "world": world, "generation": generation,
-                     "member": self.told[world], **figures,
-                     **({"waits_s": slow["waits_s"]} if slow is not None else {})})
+                     "member": self.told[world],
+                     **({"lag_s": slow["lag_s"], "collectives": slow["calls"],
+                         "waits_s": slow["waits_s"]} if slow is not None else {})})
