@@ -1,6 +1,9 @@
 """The member a world waits for, named from the members' own call timings (no code of
-the user's): in status, in its document and in the metrics."""
+the user's): in status, in its document, in the metrics (a real Prometheus asked), to
+the leader's job.events(), and drilled (mwrun drill --signal SLOW)."""
 
+import shutil
+import signal
 import sys
 
 import pytest
@@ -17,7 +20,7 @@ from tests.integration.jobs import (
     world_state,
 )
 from tests.integration.test_fault_timeline import records
-from tests.integration.test_readme_prometheus import _scrape_or_none
+from tests.integration.test_readme_prometheus import _scrape_or_none, values
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -49,6 +52,8 @@ def test_a_member_late_to_every_all_reduce_is_named(procs, home, tmp_path):
                    {labels: v for (name, labels), v in m.items()
                     if name == "mwrun_world_slow_member_lag_seconds"}, 60, "the metric")
     assert list(got) == [(("process", "m2"), ("world", "w"))]
+    if shutil.which("prometheus") is not None:  # (.ci/run installs it)
+        prometheus_holds_the_slow_member(procs, tmp_path, port)
     # every member's all_reduce timed into the world's call-time histogram; the late
     # member's peers wait about --late in each, so they fill the buckets above 25 ms
     scraped = _scrape_or_none(f"127.0.0.1:{port}")
@@ -107,3 +112,20 @@ def test_a_slow_member_drill_names_each_member_it_made_late(procs, home, tmp_pat
     cli(home, "stop", "lag", check=True)
     assert job.wait(timeout=60) == 0
     wait_gone(home)
+
+
+def prometheus_holds_the_slow_member(procs, tmp_path, port: int) -> None:
+    """A real Prometheus scraping the endpoint answers a PromQL query with it."""
+    config = tmp_path / "prometheus.yml"
+    config.write_text("scrape_configs:\n  - job_name: mwrun\n    scrape_interval: 1s\n"
+                      f"    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n")
+    prom = f"127.0.0.1:{free_port()}"
+    server = procs.start(["prometheus", f"--config.file={config}",
+                          f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                          f"--web.listen-address={prom}"])
+    lagging = wait_for(lambda: values(prom, "max by (process) (max_over_time("
+                                      "mwrun_world_slow_member_lag_seconds[5m]))", "process"),
+                       90, "Prometheus to hold the slow member")
+    assert list(lagging) == ["m2"] and lagging["m2"] >= FLOOR_S
+    server.signal(signal.SIGTERM)
+    assert server.wait(timeout=60) == 0

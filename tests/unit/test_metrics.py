@@ -237,3 +237,17 @@ def test_the_dashboard_asks_for_documented_metrics_and_shows_every_one():
     assert used == documented - {"mwrun_run_info"}
     [job] = [v for v in dashboard["templating"]["list"] if v["name"] == "job"]
     assert "mwrun_run_info" in job["definition"]
+
+
+def test_counts_are_there_from_the_start_at_zero():
+    """A series that first appears at 1 shows no increase to rate() or increase(): a
+    world's downtime histogram and an elastic job's operations are there from 0."""
+    quiet = Readings(head_cpu_seconds=0.1, loop_lag_seconds=0.0, calls={}, restarts={},
+                     bundles=0)
+    got = scrape(DOC, quiet)
+    for world in ("pair-0", "pair-1"):
+        assert got[("mwrun_fault_downtime_seconds_count", (("world", world),))] == 0
+    assert got[("mwrun_scale_operations_total", (("operation", "scale"),))] == 0
+    assert got[("mwrun_scale_operations_total", (("operation", "drain"),))] == 0
+    plain = scrape({**DOC, "scale": {}}, quiet)
+    assert not any(name == "mwrun_scale_operations_total" for name, _ in plain)

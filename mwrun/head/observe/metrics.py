@@ -38,6 +38,7 @@ from mwrun.schema import Phase
 # A fault's downtime buckets (seconds): a warm re-form is tens of milliseconds, a cold
 # one seconds, a hung peer's the world's timeout and more.
 BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+OPERATIONS = ("drain", "scale")  # what ``mwrun scale``, ``drain`` and ``job.scale`` begin
 
 
 class Downtimes:
@@ -88,15 +89,19 @@ class Readings:
 
 def families(doc: dict, readings: Readings) -> list[Metric]:
     """Every family of one scrape."""
-    return [*_run(doc, readings), *_worlds(doc, readings), _downtime(readings),
+    return [*_run(doc, readings), *_worlds(doc, readings), _downtime(doc, readings),
             _call_times(readings), *_processes(doc, readings), *_scale(doc, readings)]
 
 
-def _downtime(readings: Readings) -> Metric:
+def _downtime(doc: dict, readings: Readings) -> Metric:
+    """Every world's, zero until its first fault closes: a series that first appears
+    at 1 shows no increase to ``rate()`` (nor does a counter: every count here is
+    there from the start, at 0)."""
     found = HistogramMetricFamily(
         "mwrun_fault_downtime_seconds", "Each fault's downtime: from the fault to the"
         " world's first call after it re-formed", labels=["world"])
-    for world, (counts, total) in sorted(readings.downtimes.items()):
+    worlds = {w["name"]: ([0] * (len(BUCKETS) + 1), 0.0) for w in doc["worlds"]}
+    for world, (counts, total) in sorted({**worlds, **readings.downtimes}.items()):
         found.add_metric([world], _cumulative(BUCKETS, counts), total)
     return found
 
@@ -215,8 +220,9 @@ def _scale(doc: dict, readings: Readings) -> Iterable[Metric]:
     operations = CounterMetricFamily("mwrun_scale_operations",
                                      "Operations on the job's shape begun, by operation",
                                      labels=["operation"])
-    for op, count in sorted(readings.operations.items()):
-        operations.add_metric([op], count)
+    if doc["scale"]:  # an elastic job: each kind counted from 0 (see _downtime)
+        for op in sorted({*OPERATIONS, *readings.operations}):
+            operations.add_metric([op], readings.operations.get(op, 0))
     return desired, running, draining, operations
 
 
