@@ -35,6 +35,7 @@ from mwrun import protocol
 from mwrun.errors import BrokenWorldError, WorldClosedError
 from mwrun.worlds import failures, gloo_abort
 from mwrun.worlds.failures import summarize
+from mwrun.worlds.worldstore import connecting
 
 if TYPE_CHECKING:
     from mwrun.worlds.backends import Backend
@@ -53,7 +54,8 @@ def build(stores: WorldStore, store, seat: Seat, create: Callable[[dist.Store, S
     shared client; ``drop(group)`` lets a group built too late go. BrokenWorldError
     where the group could not be built and the generation did not break."""
     spec = stores.spec
-    connection = Connection(lambda: stores.client(spec.timeout, seat.generation), spec.port)
+    connection = Connection(lambda: stores.client(spec.timeout, seat.generation), spec.port,
+                            connecting(spec.addr, spec.port))
     guard = FormingGuard(stores, connection, seat.generation, seat.rank)
     guard.start()
     try:
@@ -105,10 +107,16 @@ def _socket_to(fd: int, port: int) -> int | None:
 class Connection:
     """A store client of its own, and a way to shut its socket down from any thread."""
 
-    def __init__(self, make: Callable[[], dist.Store], port: int):
-        before = gloo_abort.fd_targets()
-        self.store = make()
-        new = [fd for fd, target in gloo_abort.fd_targets().items() if before.get(fd) != target]
+    def __init__(self, make: Callable[[], dist.Store], port: int, lock):
+        # ``lock``: held by every connection this process makes to the store
+        # (worldstore.connecting), so no other thread's socket to the port is new here:
+        # a leader whose other worlds re-formed at the same moment found two, and built
+        # with no guard (a drill's world lost for good, a CI run of stop 40).
+        with lock:
+            before = gloo_abort.fd_targets()
+            self.store = make()
+            after = gloo_abort.fd_targets()
+        new = [fd for fd, target in after.items() if before.get(fd) != target]
         found = [d for d in (_socket_to(fd, port) for fd in new) if d is not None]
         self._socket = found.pop() if len(found) == 1 else None  # a dup: never reused
         for other in found:  # another thread connected to the store meanwhile: unsure

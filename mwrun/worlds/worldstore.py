@@ -23,6 +23,18 @@ from mwrun.worlds import failures, storehost
 from mwrun.worlds.failures import summarize
 from mwrun.worlds.interruptible import Waits, interruptible
 
+_CONNECTING: dict[tuple[str, int], threading.RLock] = {}
+_CONNECTING_GUARD = threading.Lock()
+
+
+def connecting(addr: str, port: int) -> threading.RLock:
+    """This process's lock on making connections to the store at ``addr:port``: one at
+    a time, so that the socket a connection adds is the only new one to that port
+    (formguard.Connection finds its own so). Per store, so a store that cannot be
+    reached holds up only the connections to it."""
+    with _CONNECTING_GUARD:
+        return _CONNECTING.setdefault((addr, port), threading.RLock())
+
 
 class WorldStore:
     """``exiting()``: the error a wait raises when the world closes or the process
@@ -71,8 +83,9 @@ class WorldStore:
         """A new connection to the store (BrokenWorldError if it cannot be reached)."""
         spec = self.spec
         try:
-            store = dist.TCPStore(spec.addr, spec.port, None, False,
-                                  timeout=timedelta(seconds=max(timeout, 0.001)))
+            with connecting(spec.addr, spec.port):
+                store = dist.TCPStore(spec.addr, spec.port, None, False,
+                                      timeout=timedelta(seconds=max(timeout, 0.001)))
         except (RuntimeError, TimeoutError) as exc:
             raise BrokenWorldError(self.name, max(generation, 0),
                                    f"cannot reach the world's store at {spec.addr}:{spec.port}"
