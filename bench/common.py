@@ -199,4 +199,7 @@ class Launched:
     def stop(self) -> None:
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGINT)
-        self.popen.wait(timeout=60)
+        # The head's end may wait up to a minute for a store's build still importing
+        # torch (head/hosts/pending.py CLOSE_WAIT; an import cannot be cut short), which
+        # on a loaded machine took all of it (a CI pair of stop 40): more than that.
+        self.popen.wait(timeout=120)

@@ -363,15 +363,17 @@ def _wait_formed(run_id: str, say, ended, clock=time.monotonic) -> int:
             return code
         now = clock()
         waiting = sorted(seen["waiting"]) if seen is not None else said
-        if now - began >= FORM_WAIT:
-            say(f"{_names(waiting or [])} had not formed after {FORM_WAIT:g}s; the run goes on"
-                f" (mwrun status {run_id} shows what each member is doing)")
-            return 0
+        # What it waits for is said before it gives up waiting, even where the first
+        # answer came only past FORM_WAIT (a loaded machine's slow start).
         if waiting and (waiting != said or now >= say_at):
             formed = seen["worlds"] - len(waiting) if seen is not None else 0
             say(f"waiting for {count(len(waiting), 'world')} to form: {_names(waiting)}"
                 + (f" ({formed} formed; {now - began:.0f}s so far)" if said else ""))
             said, say_at = waiting, now + SAY_EVERY
+        if now - began >= FORM_WAIT:
+            say(f"{_names(waiting or [])} had not formed after {FORM_WAIT:g}s; the run goes on"
+                f" (mwrun status {run_id} shows what each member is doing)")
+            return 0
         time.sleep(POLL)  # another process's answers; nothing to block on
 
 
