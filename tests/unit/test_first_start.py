@@ -157,3 +157,30 @@ def test_a_first_start_that_ends_while_the_job_stops_is_only_stopped():
     sup.request_stop()
     sup.on_exit("worker-0", 1)
     assert "could not start" not in sup.procs["worker-0"].why
+
+
+@pytest.mark.parametrize("said", [
+    '{"event": "pinned", "error_handling": "2", "sum": 8.0}',  # the GPU suite's pinned.py
+    "step 20 of 20 done",
+])
+def test_a_first_start_that_printed_its_own_results_got_going_and_is_restarted(said):
+    sup, _ = make()
+    lines(sup, "worker-0", "starting", said)
+    sup.on_exit("worker-0", 1)
+    rec = sup.procs["worker-0"]
+    assert "could not start" not in rec.why, rec.why
+    assert rec.state is P.RESTARTING, rec.why
+
+
+@pytest.mark.parametrize("said", [
+    ["Traceback (most recent call last):", '  File "a.py", line 1', "boom"],
+    ["usage: a.py [-h] --steps STEPS", "a.py: error: the following arguments are required"],
+    ["/bin/sh: 1: ./serve: not found"],
+    ["RuntimeError: CUDA error: no CUDA-capable device is detected"],
+])
+def test_a_first_start_whose_words_read_as_a_failure_could_not_start(said):
+    sup, _ = make()
+    lines(sup, "worker-0", *said)
+    sup.on_exit("worker-0", 2)
+    rec = sup.procs["worker-0"]
+    assert rec.state is P.FAILED and "could not start" in rec.why, rec.why

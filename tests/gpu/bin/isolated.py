@@ -1,7 +1,7 @@
 """One process in a one-rank nccl world ``solo`` and a two-rank gloo world ``pair``.
 
 Role ``gpu``: keeps calling all_reduce in ``pair`` from a thread; then queues an nccl
-all_reduce in ``solo`` behind a long kernel (``torch.cuda._sleep``) that outlasts the
+all_gather in ``solo`` behind a long kernel (``torch.cuda._sleep``) that outlasts the
 world's timeout, and reports when ``solo`` broke and how fast ``pair`` went before and
 after. ``--hang-abort``: the first incarnation's abort of ``solo`` is replaced by one
 that never returns (a stand-in for a hung ncclCommAbort). Role ``cpu``: the other
@@ -86,12 +86,21 @@ before = calls[0] / 2.0
 cycles = int(cycles_per_second() * args.kernel)
 torch.cuda._sleep(cycles)  # the current stream is busy for args.kernel seconds
 t = torch.ones(1, device=solo.device)
+out = [torch.zeros(1, device=solo.device)]
 began = time.monotonic()
-solo.all_reduce(t)  # queued behind the kernel: it outlives the world's timeout
+# Queued behind the kernel, it outlives the world's timeout. An all_gather into another
+# tensor, not an in-place all_reduce: on torch 2.11+cu130 with NCCL 2.28.9 (an H200, raw
+# torch, no mwrun) a one-rank all_reduce queued behind a 12 s kernel was done in 0.07 s,
+# so no call waited and nothing could break. Whether this one waits is reported
+# (``waited``): the tests name a premise that fails, never blame mwrun for it.
+work = solo.all_gather(out, t, async_op=True)
+time.sleep(1.0)
+waited = not work.is_completed()
 while not solo.broken and time.monotonic() - began < 60:  # the world's timeout is 3 s
     time.sleep(0.05)
 say(event="solo_broken" if solo.broken else "solo_not_broken",
-    after=round(time.monotonic() - began, 2), reason=solo.reason, cycles=cycles)
+    after=round(time.monotonic() - began, 2), reason=solo.reason, cycles=cycles,
+    waited=waited, call="all_gather")
 start = calls[0]
 time.sleep(3.0)
 say(event="pair_pace", before=before, after=(calls[0] - start) / 3.0, alive=True)
