@@ -30,8 +30,9 @@ import torch.distributed as dist
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
 from mwrun.worlds import backends
+from mwrun.worlds.aborts import ABORTING
 from mwrun.worlds.failures import summarize
-from mwrun.worlds.interruptible import RELEASING, finish
+from mwrun.worlds.interruptible import RELEASING, finish, left
 
 log = logging.getLogger("mwrun")
 HEARD_WAIT = 1.0  # seconds a leaving host waits for its peers to read that it leaves
@@ -125,4 +126,7 @@ def _drop_stores() -> None:
     would wake those threads where they can no longer run, and the C++ runtime aborts."""
     for membership in list(_HOSTS):
         membership.at_exit()  # a script that exits without close()
-    finish(RELEASING)  # groups being dropped: their threads end in C++ too
+    # Groups being dropped and aborts in flight: their threads end in C++ too, each
+    # given until it should have done (its world's timeout, the abort's deadline).
+    finish(RELEASING, left(RELEASING))
+    finish(ABORTING, left(ABORTING))

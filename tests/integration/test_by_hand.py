@@ -99,3 +99,27 @@ def test_a_store_host_that_dies_ends_its_peers_worlds_all_the_same(procs):
     assert ended(worker) == 0, worker.output()
     assert "world1 ended: its store host, rank 0, has gone" in worker.lines
     no_traceback(worker)
+
+
+EXITS_MID_RELEASE = """\
+import time
+import mwrun.worlds.storehost  # its exit hook, as any member process has it
+from mwrun.worlds.interruptible import release
+
+class Group:  # a gloo group whose destroy waits on a worker stuck in an operation
+    def release(self):
+        time.sleep(3.0)
+        print("released", flush=True)
+
+release(Group(), timeout=10.0)  # its world's timeout: the longest such a wait lasts
+print("exiting", flush=True)
+"""
+
+
+def test_a_process_that_exits_while_a_group_is_released_waits_for_it():
+    """A reaper still in C++ when the interpreter's teardown begins aborts the process
+    ("terminate called without an active exception"): the exit hook gives a group's
+    release its world's timeout, not two seconds."""
+    done = subprocess.run([sys.executable, "-c", EXITS_MID_RELEASE], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "exiting\nreleased\n"), done
