@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from mwrun.worlds import arguments, completion, failures
 from mwrun.worlds.inflight import CALLS
+from mwrun.worlds.lateness import Late
 from mwrun.worlds.traffic import Traffic
 from mwrun.worlds.work import Work
 
@@ -30,18 +31,16 @@ class Calls:
         self._state = membership.state  # read bare on every call
         self._membership = membership
         self._traffic = traffic
-        self.late: tuple[float, float] | None = None  # a drill's: (until, seconds per call)
+        self.late: Late | None = None  # a drill's slow member (lateness.py)
 
     def be_late(self, delay: float, hold: float) -> None:
-        """Come ``delay`` seconds late to every call for the next ``hold`` seconds (a
-        drill's slow member: the head's ``late`` order)."""
-        self.late = (time.monotonic() + hold, delay)
+        """Come ``delay`` seconds late to every call for the next ``hold`` seconds."""
+        self.late = Late(delay, hold)
 
-    def _lag(self, late: tuple[float, float]) -> None:
-        if time.monotonic() < late[0]:
-            time.sleep(late[1])
-        else:
-            self.late = None
+    def _arrive(self) -> None:
+        late = self.late
+        if late is not None and not late.arrive() and self.late is late:
+            self.late = None  # over, unless a newer order came meanwhile
 
     def _failed(self, generation: int, exc: BaseException):
         """A call of ``generation`` failed in the backend: counted, and the world is
@@ -53,7 +52,7 @@ class Calls:
         """Issue a collective on the live group and wait for it (or hand back a Work);
         the thread is in ``call`` until then (inflight.py: what a stacks dump says)."""
         if self.late is not None:  # before its wait is timed: it arrives late
-            self._lag(self.late)
+            self._arrive()
         ident = get_ident()
         started = time.monotonic()
         CALLS[ident] = (self.name, call, started)
@@ -130,7 +129,7 @@ class Calls:
 
     def _point(self, issue, tensor, peer: int, async_op: bool, call: str):
         if self.late is not None:
-            self._lag(self.late)
+            self._arrive()
         state = self._state
         generation = state.generation
         ident = get_ident()  # inline, not a wrapper: a frame more per call would show
