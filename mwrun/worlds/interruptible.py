@@ -9,6 +9,7 @@ block as long.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -22,6 +23,11 @@ STEP = 0.5  # how often a waiting thread looks whether its process exits
 # without an active exception", seen once in a drained member's exit under CI load).
 RELEASING: dict[threading.Thread, float] = {}
 RELEASE_SLACK_S = 5.0
+# Threads letting a generation go (a break, a removal), each with when it should have
+# done. Once the error is visible, a caller may print it and exit while such a thread
+# is still in torch's C++ (an abort, a store write) or has yet to hand the group to its
+# reaper: the exit hook waits for these first (a drained member aborted so at exit).
+LETTING_GO: dict[threading.Thread, float] = {}
 
 
 class Waits:
@@ -133,3 +139,17 @@ def left(running: dict[threading.Thread, float], least: float = 2.0) -> float:
     now = time.monotonic()
     return min(EXIT_WAIT_MOST_S,
                max([least, *(until - now for until in list(running.values()))]))
+
+
+@contextlib.contextmanager
+def letting_go(most: float):
+    """The calling thread lets a generation go, for ``most`` seconds at most."""
+    thread = threading.current_thread()
+    mine = thread not in LETTING_GO  # a removal said by a break: counted once
+    if mine:
+        LETTING_GO[thread] = time.monotonic() + most
+    try:
+        yield
+    finally:
+        if mine:
+            LETTING_GO.pop(thread, None)

@@ -32,7 +32,7 @@ from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
 from mwrun.worlds import backends
 from mwrun.worlds.aborts import ABORTING
 from mwrun.worlds.failures import summarize
-from mwrun.worlds.interruptible import RELEASING, finish, left
+from mwrun.worlds.interruptible import LETTING_GO, RELEASING, finish, left
 
 log = logging.getLogger("mwrun")
 HEARD_WAIT = 1.0  # seconds a leaving host waits for its peers to read that it leaves
@@ -124,6 +124,9 @@ def _drop_stores() -> None:
     """At exit, while Python still runs: end the stores this process hosts and let the
     threads waiting on them finish. Dropped later, in the interpreter's teardown, they
     would wake those threads where they can no longer run, and the C++ runtime aborts."""
+    # First the threads letting a generation go (a removal seen as the script ended):
+    # they may still write the store, and hand a group to its reaper.
+    finish(LETTING_GO, left(LETTING_GO))
     for membership in list(_HOSTS):
         membership.at_exit()  # a script that exits without close()
     # Groups being dropped and aborts in flight: their threads end in C++ too, each

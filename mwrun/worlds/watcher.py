@@ -15,6 +15,8 @@ from datetime import timedelta
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError
 from mwrun.worlds import failures, seats, signals, storehost
+from mwrun.worlds import nccl as discipline
+from mwrun.worlds.interruptible import letting_go
 
 _FOREVER = timedelta(hours=1)  # a watcher's wait, renewed for as long as the world lives
 STOP_WAIT = 5.0  # seconds stop() waits for the thread to read its wake key
@@ -69,23 +71,52 @@ class Watcher:
                 except (RuntimeError, TimeoutError) as exc:
                     if not failures.store_timed_out(exc):
                         raise
-            if protocol.text(client.get(wake)) == "close" or membership.state.closed:
-                return
-            host = protocol.host_left(client, generation)
-            if host is not None:  # read: the host may close its store now
-                protocol.heard(client, generation, rank)
-                storehost.gone(membership, generation, host)
-                return
-            reason = protocol.broken_reason(client, generation) or "marked broken"
-            ended = protocol.ended(client, generation)
-            closes = seats.closes(client, generation, reason, membership.process)
         except (RuntimeError, TimeoutError, BrokenWorldError) as exc:
-            if membership.state.closed:
+            with letting_go(self._most()):
+                self._lost(generation, exc)
+            return
+        # Woken: from here until the generation is let go, a caller that saw the error
+        # may exit, and the exit hook waits for this thread (interruptible.LETTING_GO).
+        with letting_go(self._most()):
+            try:
+                why = self._woken(client, generation, rank, wake)
+            except (RuntimeError, TimeoutError, BrokenWorldError) as exc:
+                self._lost(generation, exc)
                 return
-            if storehost.by_a_peer(spec):  # by hand, its host died without a word
-                storehost.gone(membership, generation, 0, exc)
-                return
-            reason = f"lost the world's store at {spec.addr}:{spec.port} (its host has gone)"
-            membership.stores.forget()  # reconnect on rejoin
-            ended, closes = False, None
-        membership.broke(generation, reason, publish=False, ended=ended, closes=closes)
+            if why is not None:
+                reason, ended, closes = why
+                membership.broke(generation, reason, publish=False, ended=ended,
+                                 closes=closes)
+
+    def _most(self) -> float:
+        """The longest letting a generation go takes: a store write, then an abort."""
+        return self._membership.spec.timeout + discipline.ABORT_DEADLINE
+
+    def _woken(self, client, generation: int, rank: int,
+               wake: str) -> tuple[str, bool, str | None] | None:
+        """Why the generation broke (reason, ended, closes), read where the wake came
+        from; None where there is nothing to break (a close, the host gone)."""
+        membership = self._membership
+        if protocol.text(client.get(wake)) == "close" or membership.state.closed:
+            return None
+        host = protocol.host_left(client, generation)
+        if host is not None:  # read: the host may close its store now
+            protocol.heard(client, generation, rank)
+            storehost.gone(membership, generation, host)
+            return None
+        reason = protocol.broken_reason(client, generation) or "marked broken"
+        return (reason, protocol.ended(client, generation),
+                seats.closes(client, generation, reason, membership.process))
+
+    def _lost(self, generation: int, exc: BaseException) -> None:
+        """The world's store failed this watcher: a break of its own."""
+        membership = self._membership
+        spec = membership.stores.spec
+        if membership.state.closed:
+            return
+        if storehost.by_a_peer(spec):  # by hand, its host died without a word
+            storehost.gone(membership, generation, 0, exc)
+            return
+        reason = f"lost the world's store at {spec.addr}:{spec.port} (its host has gone)"
+        membership.stores.forget()  # reconnect on rejoin
+        membership.broke(generation, reason, publish=False, ended=False, closes=None)
