@@ -175,7 +175,8 @@ class Agent:
         try:
             while not self.done:
                 now = self.clock()
-                if self.heard is not None and now - self.heard > self.silence:
+                if self.heard is not None and now - self.heard > self.silence \
+                        and not frames.unread(self.link_in):  # not this agent's own stall
                     break  # the head went silent: take it for gone
                 self.relay.release(now)  # the heartbeats held, once due
                 if now >= self.beat_due:

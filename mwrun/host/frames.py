@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import select
 import struct
 from enum import Enum
 
@@ -41,6 +42,18 @@ BEAT = 1.0  # seconds without a frame before a side sends a beat
 # is for a head or host that is stopped or cut off, and must outlast a busy moment (a
 # head importing torch on a loaded machine sends nothing for seconds).
 SILENCE = 15.0
+
+
+def unread(fd: int) -> bool:
+    """Whether something waits unread on ``fd``. A side starved of CPU (a loaded
+    machine) finds its peer silent past SILENCE with frames queued that it has not
+    read yet: that silence is its own, never the peer's, so it is checked first."""
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):  # closed: nothing more will come
+        return False
+
+
 MAX_FRAME = 16 * 2**20
 _HEADER = struct.Struct(">I")
 

@@ -276,3 +276,21 @@ def test_an_agent_started_again_never_touches_the_old_ones_files(tmp_path):
     finally:
         old.close()
         new.close()
+
+
+def test_an_agent_stopped_past_the_silence_reads_the_heads_frames_and_stays(link):
+    """A host starved of CPU (here: the agent stopped for twice its silence limit while
+    the head kept beating) finds the head's frames waiting unread: that silence was its
+    own, and it goes on (it once took the head for gone and killed its processes)."""
+    link.expect("hello")
+    os.kill(link.popen.pid, signal.SIGSTOP)
+    try:
+        until = time.monotonic() + 2 * SILENCE
+        while time.monotonic() < until:
+            link.send(frames.Kind.BEAT)  # queued in the pipe, unread
+            time.sleep(0.5)
+    finally:
+        os.kill(link.popen.pid, signal.SIGCONT)
+    link.send("probe", name="nobody")
+    link.expect("probed", name="nobody", timeout=30)
+    assert link.popen.poll() is None

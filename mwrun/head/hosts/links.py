@@ -151,7 +151,8 @@ class Links:
             if link.state == H.UP:
                 if now - link.sent_at >= frames.BEAT:  # any frame is a beat
                     link.send(Kind.BEAT)
-                if time.monotonic() - link.heard > frames.SILENCE:
+                if time.monotonic() - link.heard > frames.SILENCE \
+                        and not frames.unread(link.out_fd):  # not our own stall
                     self.lost(link, f"silent for {frames.SILENCE:g}s")
             elif link.state == H.LOST and self.retry_at.get(link.name, 0) <= now:
                 self._reconnect(link)
