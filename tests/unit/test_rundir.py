@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import signal
 
 import pytest
 from click.testing import CliRunner
@@ -136,3 +137,22 @@ def test_a_run_that_ended_before_starting_anything_says_failed_not_starting(runs
     rundir.write_json(path / "state.json", finished(path.name, doc["started_at"]))
     rundir.end_unstarted(path, 1)
     assert json.loads((path / "state.json").read_text())["state"] == "finished"
+
+
+def test_a_ctrl_c_just_after_the_folder_is_made_leaves_a_run_that_says_it_failed(runs,
+                                                                                monkeypatch):
+    """The folder is the reservation: a Ctrl-C right after its mkdir once left a folder
+    with no state ("it never started", owned by no one). It is held back until the
+    state is written, then raised, and the run says it failed with 130."""
+    reserve = rundir._reserve
+
+    def interrupted(run_id, name):
+        path = reserve(run_id, name)
+        os.kill(os.getpid(), signal.SIGINT)  # lands here, after the mkdir
+        return path
+
+    monkeypatch.setattr(rundir, "_reserve", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        rundir.create("cut", "star")
+    state = json.loads((runs / "cut" / "state.json").read_text())
+    assert (state["state"], state["exit_code"]) == ("failed", 130), state

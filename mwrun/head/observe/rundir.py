@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -45,16 +47,20 @@ def create(run_id: str | None, name: str = "run") -> Path:
     """
     if run_id is not None and not RUN_ID.match(run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits, '_', '.', '-' (at most 100)")
-    try:
-        runs_root().mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = _reserve(run_id, name)
-    except PermissionError as exc:
-        raise RunError(f"cannot make a run folder under {runs_root()}: {exc.strerror}"
-                       " (set MWRUN_HOME to a folder of yours)") from None
-    # Written before anything else can fail or be interrupted: a folder without a
-    # state would look like a run that is still starting, for ever.
-    try:
+    # The folder and its first state are made with Ctrl-C held back: a folder without a
+    # state would look like a run that never started, whose folder no one owns (a
+    # Ctrl-C landing just after the mkdir once left one, CI pair 16).
+    with _held_interrupt() as interrupted:
+        try:
+            runs_root().mkdir(parents=True, exist_ok=True, mode=0o700)
+            path = _reserve(run_id, name)
+        except PermissionError as exc:
+            raise RunError(f"cannot make a run folder under {runs_root()}: {exc.strerror}"
+                           " (set MWRUN_HOME to a folder of yours)") from None
         write_json(path / STATE, initial_state(path.name, name))
+    try:
+        if interrupted:
+            raise KeyboardInterrupt
         (path / LOGS).mkdir(mode=0o700)
     except BaseException as exc:  # Ctrl-C right now included
         write_json(path / STATE, {**initial_state(path.name, name), "state": R.FAILED.value,
@@ -62,6 +68,21 @@ def create(run_id: str | None, name: str = "run") -> Path:
                                   else 1})
         raise
     return path
+
+
+@contextlib.contextmanager
+def _held_interrupt():
+    """Ctrl-C (SIGINT) during the block is held back, and said in the list it yields
+    (for the caller to raise). Only the main thread can hold it; others never get it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    got: list[bool] = []
+    before = signal.signal(signal.SIGINT, lambda *_: got.append(True))
+    try:
+        yield got
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _reserve(run_id: str | None, name: str) -> Path:
