@@ -24,22 +24,18 @@ from collections.abc import Callable, Iterable
 from mwrun.worlds import signals
 
 log = logging.getLogger("mwrun")
-# Aborts in flight, each with its deadline: the exit hook (storehost) waits for them as
-# for RELEASING, since one still in C++ at the interpreter's teardown aborts the process.
-ABORTING: dict[threading.Thread, float] = {}
 
 
 class Abort:
     """One abort in flight in its own daemon thread."""
 
-    def __init__(self, label: str, fn: Callable[[], object], until: float):
+    def __init__(self, label: str, fn: Callable[[], object]):
         self.label = label
         self.done = threading.Event()
         self.error: BaseException | None = None
         self._fn = fn
         self.thread = threading.Thread(target=self._run, name=f"mwrun-abort-{label}",
                                        daemon=True)
-        ABORTING[self.thread] = until
         signals.start(self.thread)
 
     def _run(self) -> None:
@@ -47,8 +43,6 @@ class Abort:
             self._fn()
         except BaseException as exc:  # an abort that fails has still returned
             self.error = exc
-        finally:
-            ABORTING.pop(self.thread, None)
         self.done.set()
 
     def wait(self, until: float) -> bool:
@@ -67,7 +61,7 @@ def abort_all(aborts: Iterable[tuple[str, Callable[[], object]]],
     """Start every abort at once, wait for all against one deadline; returns, per
     label, why those that did not return are hung (empty when all returned)."""
     until = time.monotonic() + deadline
-    started = [Abort(label, fn, until) for label, fn in aborts]
+    started = [Abort(label, fn) for label, fn in aborts]
     hung = {}
     for abort in started:
         if not abort.wait(until):

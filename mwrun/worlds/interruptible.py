@@ -16,18 +16,15 @@ import time
 from mwrun.worlds import signals
 
 STEP = 0.5  # how often a waiting thread looks whether its process exits
-# Threads dropping an old generation's group, each with when it should have done: its
-# world's timeout (a gloo worker stuck in an operation holds the destroy that long) and
-# a slack. The exit hook waits that long, not less: a reaper still in C++ when the
-# interpreter's teardown begins aborts the process as it returns ("terminate called
-# without an active exception", seen once in a drained member's exit under CI load).
-RELEASING: dict[threading.Thread, float] = {}
-RELEASE_SLACK_S = 5.0
-# Threads letting a generation go (a break, a removal), each with when it should have
-# done. Once the error is visible, a caller may print it and exit while such a thread
-# is still in torch's C++ (an abort, a store write) or has yet to hand the group to its
-# reaper: the exit hook waits for these first (a drained member aborted so at exit).
-LETTING_GO: dict[threading.Thread, float] = {}
+RELEASING: set[threading.Thread] = set()  # threads dropping an old generation's group
+# Threads letting a generation go (a break, a removal). Once the error is visible, a
+# caller may print it and exit while such a thread is still in torch's C++ (an abort, a
+# store write) or has yet to hand the group to its reaper; a thread of ours that comes
+# back from C++ once the interpreter's teardown has begun aborts the process ("terminate
+# called without an active exception": a drained member, CI pair 12). The exit hook
+# waits for these first, LETTING_GO_WAIT at most.
+LETTING_GO: set[threading.Thread] = set()
+LETTING_GO_WAIT = 5.0
 
 
 class Waits:
@@ -97,7 +94,7 @@ def interruptible(exiting, running: Waits, fn, *args):
     return outcome.get("value")
 
 
-def finish(running: Waits | set | dict, timeout: float = 2.0) -> None:
+def finish(running: Waits | set, timeout: float = 2.0) -> None:
     """Wait a moment for the threads of ``running``, whose store has just gone (and,
     for ``Waits``, start no more). A thread of a plain set is added just before it
     starts, from any thread: one not started yet is given the same moment to start
@@ -111,45 +108,29 @@ def finish(running: Waits | set | dict, timeout: float = 2.0) -> None:
             thread.join(max(deadline - time.monotonic(), 0.0))
 
 
-def release(group, timeout: float = 0.0) -> None:
+def release(group) -> None:
     """Drop a generation's group without waiting for it.
 
     Destroying a gloo group joins its worker threads, and a worker can be stuck for up
     to the world's timeout in an operation gloo failed to abort; a short-lived thread
-    takes that wait so that rejoin() and close() never do. ``timeout``: the world's.
+    takes that wait so that rejoin() and close() never do.
     """
     def release() -> None:
-        try:
-            group.release()
-        finally:
-            RELEASING.pop(reaper, None)
+        group.release()
+        RELEASING.discard(reaper)
 
     reaper = threading.Thread(target=release, name="mwrun-release", daemon=True)
-    RELEASING[reaper] = time.monotonic() + timeout + RELEASE_SLACK_S
+    RELEASING.add(reaper)
     signals.start(reaper)
     reaper.join(timeout=0.5)
 
 
-EXIT_WAIT_MOST_S = 60.0  # a process never waits longer at exit for such threads
-
-
-def left(running: dict[threading.Thread, float], least: float = 2.0) -> float:
-    """Seconds until the last thread of ``running`` should have done, between ``least``
-    and EXIT_WAIT_MOST_S: how long the exit hook gives them."""
-    now = time.monotonic()
-    return min(EXIT_WAIT_MOST_S,
-               max([least, *(until - now for until in list(running.values()))]))
-
-
 @contextlib.contextmanager
-def letting_go(most: float):
-    """The calling thread lets a generation go, for ``most`` seconds at most."""
+def letting_go():
+    """The calling thread lets a generation go (in LETTING_GO until it is done)."""
     thread = threading.current_thread()
-    mine = thread not in LETTING_GO  # a removal said by a break: counted once
-    if mine:
-        LETTING_GO[thread] = time.monotonic() + most
+    LETTING_GO.add(thread)
     try:
         yield
     finally:
-        if mine:
-            LETTING_GO.pop(thread, None)
+        LETTING_GO.discard(thread)

@@ -79,7 +79,7 @@ class Membership:
 
     def _drop(self, group: backends.Backend) -> None:
         with self._retiring:  # close() waits for it to reach its reaper
-            release(group, self.spec.timeout)
+            release(group)
 
     def rejoin(self, deadline: float | None) -> None:
         """After a break: let the broken generation go, and form the next one."""
@@ -101,7 +101,7 @@ class Membership:
             group = self.state.take_group()
             if group is not None:
                 self._abort(group, self.state.generation)  # at once if aborted already
-                release(group, self.spec.timeout)
+                release(group)
 
     # FORMED -> BROKEN
     def broke(self, generation: int, reason: str, publish: bool, left: tuple[int, ...] = (),
@@ -177,7 +177,7 @@ class Membership:
         log.debug("%s: closed for this member: %s", self.name, error.reason)
         if group is not None:
             self._abort(group, error.generation)
-            release(group, self.spec.timeout)
+            release(group)
         self.watcher.stop(self.stores.shared)
         self.stores.forget()
         return error
@@ -202,7 +202,7 @@ class Membership:
         if group is not None:
             if inflight.busy(self.name):  # a thread of ours waits in a call: it fails now
                 self._abort(group, generation)  # (with WorldClosedError, state.close)
-            release(group, self.spec.timeout)
+            release(group)
         # A rejoin in another thread (Ctrl-C ends the main thread's wait for it) may hold
         # the group already, or the watcher, which watcher.stop() then left to it: wait
         # until it has handed the group to its reaper (in RELEASING, which the exit hook

@@ -30,9 +30,8 @@ import torch.distributed as dist
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
 from mwrun.worlds import backends
-from mwrun.worlds.aborts import ABORTING
 from mwrun.worlds.failures import summarize
-from mwrun.worlds.interruptible import LETTING_GO, RELEASING, finish, left
+from mwrun.worlds.interruptible import LETTING_GO, LETTING_GO_WAIT, RELEASING, finish
 
 log = logging.getLogger("mwrun")
 HEARD_WAIT = 1.0  # seconds a leaving host waits for its peers to read that it leaves
@@ -126,10 +125,7 @@ def _drop_stores() -> None:
     would wake those threads where they can no longer run, and the C++ runtime aborts."""
     # First the threads letting a generation go (a removal seen as the script ended):
     # they may still write the store, and hand a group to its reaper.
-    finish(LETTING_GO, left(LETTING_GO))
+    finish(LETTING_GO, LETTING_GO_WAIT)
     for membership in list(_HOSTS):
         membership.at_exit()  # a script that exits without close()
-    # Groups being dropped and aborts in flight: their threads end in C++ too, each
-    # given until it should have done (its world's timeout, the abort's deadline).
-    finish(RELEASING, left(RELEASING))
-    finish(ABORTING, left(ABORTING))
+    finish(RELEASING)  # groups being dropped: their threads end in C++ too

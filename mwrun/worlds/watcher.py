@@ -15,7 +15,6 @@ from datetime import timedelta
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError
 from mwrun.worlds import failures, seats, signals, storehost
-from mwrun.worlds import nccl as discipline
 from mwrun.worlds.interruptible import letting_go
 
 _FOREVER = timedelta(hours=1)  # a watcher's wait, renewed for as long as the world lives
@@ -72,12 +71,12 @@ class Watcher:
                     if not failures.store_timed_out(exc):
                         raise
         except (RuntimeError, TimeoutError, BrokenWorldError) as exc:
-            with letting_go(self._most()):
+            with letting_go():
                 self._lost(generation, exc)
             return
         # Woken: from here until the generation is let go, a caller that saw the error
         # may exit, and the exit hook waits for this thread (interruptible.LETTING_GO).
-        with letting_go(self._most()):
+        with letting_go():
             try:
                 why = self._woken(client, generation, rank, wake)
             except (RuntimeError, TimeoutError, BrokenWorldError) as exc:
@@ -87,10 +86,6 @@ class Watcher:
                 reason, ended, closes = why
                 membership.broke(generation, reason, publish=False, ended=ended,
                                  closes=closes)
-
-    def _most(self) -> float:
-        """The longest letting a generation go takes: a store write, then an abort."""
-        return self._membership.spec.timeout + discipline.ABORT_DEADLINE
 
     def _woken(self, client, generation: int, rank: int,
                wake: str) -> tuple[str, bool, str | None] | None:
