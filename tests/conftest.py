@@ -70,6 +70,11 @@ def pytest_collection_modifyitems(config, items):
         group = _group(item)
         if group is not None and config.pluginmanager.hasplugin("xdist"):
             item.add_marker(pytest.mark.xdist_group(group))
+        if group == "slurm":  # it may first wait for another suite's Slurm tests
+            own = item.get_closest_marker("timeout")
+            own_s = own.args[0] if own is not None and own.args else \
+                float(config.getini("timeout") or 0)
+            item.add_marker(pytest.mark.timeout(own_s + item.module.slurmbed.LOCK_WAIT))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
