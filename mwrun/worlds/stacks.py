@@ -34,8 +34,14 @@ MAX_NAME = 200  # characters of a thread's name, a file or a function kept when 
 
 
 def frames(frame, limit: int = MAX_FRAMES) -> list[list]:
-    """A frame's stack, outermost first: [file, line, function, source line]."""
-    stack = traceback.StackSummary.extract(traceback.walk_stack(frame), limit=limit)
+    """A frame's stack, outermost first: [file, line, function, source line].
+
+    The walk reads no source (``lookup_lines=False``): reading a file lets go of the
+    GIL, and another thread's frames, popped meanwhile, were then walked into: a leader
+    died by SIGSEGV in ``walk_stack`` while a post-mortem asked for its stacks and its
+    recv thread unwound (CI pair 21). The lines are read once the walk is done."""
+    stack = traceback.StackSummary.extract(traceback.walk_stack(frame), limit=limit,
+                                           lookup_lines=False)
     return [[f.filename, f.lineno, f.name, (f.line or "")[:MAX_TEXT]]
             for f in reversed(stack)]
 
