@@ -17,7 +17,7 @@ NCCL version) and ``aborts`` runs every abort in parallel against a deadline;
 ``interruptible`` runs the store waits that Ctrl-C and exit must end, and
 ``storehost`` the store a member hosts by hand, ended before the interpreter's
 teardown; ``supervisor_link`` sends heartbeats (``beats``) and world events to the
-supervisor, when there is one, and reads its ``orders``; asked, it answers with
+supervisor, when there is one, on its ``uplink``, and reads its ``orders``; asked, it answers with
 ``stacks``: every thread's frames and the world call each is in (``inflight``).
 
 May import: ``mwrun.errors``, ``mwrun.protocol``, ``mwrun.lookups``, torch. Never ``plan``,

@@ -31,9 +31,7 @@ left without its supervisor; its worlds never wait for it.
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import json
 import logging
 import os
 import select
@@ -47,12 +45,11 @@ from collections.abc import Callable, Mapping
 from mwrun.protocol import MAX_LINE, Verb, WorldReport
 from mwrun.worlds import orders, signals, stacks
 from mwrun.worlds.beats import Beats, aligned
+from mwrun.worlds.uplink import Uplink
 
 log = logging.getLogger("mwrun")
-CONNECT_TIMEOUT = 1.0  # one attempt to reach the supervisor's socket; one line sent
 RETRY_FIRST, RETRY_CAP = 0.05, 2.0  # backoff between attempts, seconds
 SAY_AFTER = 5.0  # seconds of failed attempts before the process says so, once
-HELD_EVENTS = 1000  # world events kept, in order, until the supervisor is reached
 
 
 class Lines:
@@ -95,20 +92,18 @@ class SupervisorLink:
         self._beats = Beats(interval, worlds)
         self._on_order = on_order
         self._stderr = stderr
-        self._lock = threading.Lock()
+        self._up = Uplink(path, self._hello)
         self._stop = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()  # close() wakes the thread
-        self._sock: socket.socket | None = None  # where lines go up (None: not connected)
         self._reading: socket.socket | None = None  # the thread's: where lines come down
-        self._held: collections.deque[dict] = collections.deque(maxlen=HELD_EVENTS)
         self._replies: dict[str, Pending] = {}  # request id -> its answer, to come
-        self._waiting = threading.Lock()  # for _replies: never the sending lock, which
+        self._waiting = threading.Lock()  # for _replies: never the uplink's lock, which
         # a send holds while the socket takes its line, so that the reader never waits
         self._thread: threading.Thread | None = None
 
     @property
     def connected(self) -> bool:
-        return self._sock is not None
+        return self._up.connected
 
     def start(self) -> SupervisorLink:
         """One attempt now; if the supervisor cannot be reached yet, the link's thread
@@ -118,47 +113,19 @@ class SupervisorLink:
         signals.start(self._thread)
         return self
 
+    def _hello(self) -> dict:
+        return {"verb": Verb.HELLO, "process": self._process, "pid": os.getpid(),
+                "interval": self._interval, "nccl": self._nccl}
+
     def _connect(self) -> bool:
-        try:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        except OSError:
-            return False
-        try:
-            sock.settimeout(CONNECT_TIMEOUT)
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            return False
-        hello = {"verb": Verb.HELLO, "process": self._process, "pid": os.getpid(),
-                 "interval": self._interval, "nccl": self._nccl}
-        with self._lock:
-            self._sock = self._reading = sock
-            held, self._held = list(self._held), collections.deque(maxlen=HELD_EVENTS)
-            for message in [hello, *held]:  # hello first: events of a stranger are ignored
-                self._send_locked(message)
-        return self._sock is not None
+        sock = self._up.connect()
+        if sock is not None:
+            self._reading = sock
+        return self._up.connected
 
     def send(self, message: dict) -> bool:
         """Send a line up; False where it could not go (held, if a world event)."""
-        with self._lock:
-            if self._sock is None:
-                if message.get("verb") == Verb.WORLD:  # the supervisor must hear these
-                    self._held.append(message)
-                return False
-            return self._send_locked(message)
-
-    def _send_locked(self, message: dict) -> bool:
-        if self._sock is None:
-            return False
-        try:
-            self._sock.sendall(json.dumps(message).encode() + b"\n")
-            return True
-        except OSError:
-            # The thread reading it closes it: shut down, it reads the end at once.
-            with contextlib.suppress(OSError):
-                self._sock.shutdown(socket.SHUT_RDWR)
-            self._sock = None
-            return False
+        return self._up.send(message)
 
     def world_event(self, world: str, generation: int, event: WorldReport,
                     reason: str = "") -> None:
@@ -215,10 +182,8 @@ class SupervisorLink:
         except OSError:
             data = b""
         if not data:  # the supervisor went away, or a send failed: try again
-            with self._lock:
-                if self._sock is sock:
-                    self._sock = None
-                self._reading = None
+            self._up.lost(sock)
+            self._reading = None
             sock.close()
             return
         for line in lines.feed(data):
@@ -272,10 +237,9 @@ class SupervisorLink:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.send({"verb": Verb.BYE, "process": self._process, "pid": os.getpid()})
-        with self._lock:
-            socks = [s for s in (self._sock, self._reading) if s is not None]
-            self._sock = self._reading = None
-        for sock in set(socks):
+        socks = {sock for sock in (self._up.take(), self._reading) if sock is not None}
+        self._reading = None
+        for sock in socks:
             sock.close()
         if self._thread is None or not self._thread.is_alive():
             self._wake_r.close()
