@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
+from typing import Protocol
 
 from mwrun.worlds import signals
 
@@ -25,6 +27,19 @@ RELEASING: set[threading.Thread] = set()  # threads dropping an old generation's
 # waits for these first, LETTING_GO_WAIT at most.
 LETTING_GO: set[threading.Thread] = set()
 LETTING_GO_WAIT = 5.0
+WAKE_WAIT = 2.0  # seconds the exit hook gives the sleepers it wakes (a store round trip)
+
+
+class Sleeper(Protocol):
+    def wake(self) -> threading.Thread | None:
+        """Wake the thread asleep in a store wait, if it is; that thread, to join."""
+
+
+# Threads asleep in a store wait that only a write ends (a world's watcher, on its wake
+# key). The exit hook wakes each while Python still runs: a peer that ends at the same
+# moment has the world broken, and a sleeper woken by that during the interpreter's
+# teardown comes back from torch's C++ where it can no longer run (SIGABRT).
+ASLEEP: weakref.WeakSet[Sleeper] = weakref.WeakSet()
 
 
 class Waits:
@@ -134,3 +149,24 @@ def letting_go():
         yield
     finally:
         LETTING_GO.discard(thread)
+
+
+def wake_all(timeout: float = WAKE_WAIT) -> None:
+    """At exit: wake every sleeper and let its thread end, ``timeout`` at most. The
+    writes go from a thread of their own: a store that does not answer (its host
+    stopped) holds up the exit no longer than that."""
+    deadline = time.monotonic() + timeout
+    woken: list[threading.Thread] = []
+
+    def wake() -> None:
+        for sleeper in list(ASLEEP):
+            with contextlib.suppress(Exception):  # one that cannot be woken: the next
+                thread = sleeper.wake()
+                if thread is not None:
+                    woken.append(thread)
+
+    waker = threading.Thread(target=wake, name="mwrun-wake", daemon=True)
+    signals.start(waker)
+    waker.join(timeout)
+    for thread in list(woken):
+        thread.join(max(deadline - time.monotonic(), 0.0))

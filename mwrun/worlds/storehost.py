@@ -31,7 +31,7 @@ from mwrun import protocol
 from mwrun.errors import BrokenWorldError, MwrunError, WorldEnded
 from mwrun.worlds import backends
 from mwrun.worlds.failures import summarize
-from mwrun.worlds.interruptible import LETTING_GO, LETTING_GO_WAIT, RELEASING, finish
+from mwrun.worlds.interruptible import LETTING_GO, LETTING_GO_WAIT, RELEASING, finish, wake_all
 
 log = logging.getLogger("mwrun")
 HEARD_WAIT = 1.0  # seconds a leaving host waits for its peers to read that it leaves
@@ -123,8 +123,10 @@ def _drop_stores() -> None:
     """At exit, while Python still runs: end the stores this process hosts and let the
     threads waiting on them finish. Dropped later, in the interpreter's teardown, they
     would wake those threads where they can no longer run, and the C++ runtime aborts."""
-    # First the threads letting a generation go (a removal seen as the script ended):
+    # First the watchers still asleep in their stores (interruptible.ASLEEP); then the
+    # threads letting a generation go (a removal, or a break, seen as the script ended):
     # they may still write the store, and hand a group to its reaper.
+    wake_all()
     finish(LETTING_GO, LETTING_GO_WAIT)
     for membership in list(_HOSTS):
         membership.at_exit()  # a script that exits without close()

@@ -15,7 +15,7 @@ from datetime import timedelta
 from mwrun import protocol
 from mwrun.errors import BrokenWorldError
 from mwrun.worlds import failures, seats, signals, storehost
-from mwrun.worlds.interruptible import letting_go
+from mwrun.worlds.interruptible import ASLEEP, letting_go
 
 _FOREVER = timedelta(hours=1)  # a watcher's wait, renewed for as long as the world lives
 STOP_WAIT = 5.0  # seconds stop() waits for the thread to read its wake key
@@ -35,6 +35,7 @@ class Watcher:
                                         name=f"mwrun-watch-{self._membership.name}",
                                         daemon=True)
         signals.start(self._thread)
+        ASLEEP.add(self)  # the exit hook wakes it (interruptible.wake_all)
 
     def is_current(self) -> bool:
         """Whether the caller is the watcher thread itself."""
@@ -46,11 +47,23 @@ class Watcher:
         thread, self._thread = self._thread, None
         if thread is None or not thread.is_alive() or thread is threading.current_thread():
             return
+        self._wake(store)
+        thread.join(timeout=STOP_WAIT)
+
+    def wake(self) -> threading.Thread | None:
+        """The process exits without close(): wake the thread as stop() does; it reads
+        ``close`` and ends (interruptible.ASLEEP)."""
+        thread = self._thread
+        if thread is None or not thread.is_alive() or thread is threading.current_thread():
+            return None
+        self._wake(self._membership.stores.shared)
+        return thread
+
+    def _wake(self, store) -> None:
         generation, rank = self._watching
         if store is not None:
             with contextlib.suppress(RuntimeError, TimeoutError):
                 store.set(protocol.wake_key(generation, rank), "close")
-        thread.join(timeout=STOP_WAIT)
 
     def join(self, timeout: float) -> None:
         thread = self._thread

@@ -4,6 +4,7 @@ peers all left is over, and Ctrl-C ends a process whatever it waits for."""
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -118,6 +119,56 @@ threading.Thread(target=watcher, daemon=True).start()
 seen.wait()
 print("exiting", flush=True)
 """
+
+
+EXITS_AS_ITS_WORLD_BREAKS = """\
+import sys, time
+import mwrun
+from mwrun import WorldSpec
+
+port, flag = int(sys.argv[1]), sys.argv[2]
+mwrun.init(worlds={"w": WorldSpec(rank=0, size=1, port=port, host_store=False)})
+
+class Teardown:  # deleted as __main__ is cleared: the interpreter's teardown has begun
+    def __del__(self, touch=open, sleep=time.sleep):
+        touch(flag, "w").close()  # the world breaks now (a peer that ended just then)
+        sleep(2.0)
+
+keep = Teardown()
+print("joined", flush=True)
+"""
+
+
+def test_a_process_that_exits_without_close_as_its_world_breaks_ends_normally(tmp_path):
+    """A member that ends without close() while a peer's end breaks the world (under the
+    launcher: both ended at the same moment): its watcher, asleep in the store, must be
+    woken by the exit hook, not by the break during the interpreter's teardown, where
+    it comes back from torch's C++ and the process dies by SIGABRT."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from mwrun import protocol
+
+    store = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=30),
+                          wait_for_workers=False)  # the launcher's, in effect
+    protocol.start(store)
+    flag = tmp_path / "in-teardown"
+    member = subprocess.Popen([sys.executable, "-c", EXITS_AS_ITS_WORLD_BREAKS,
+                               str(store.port), str(flag)], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not flag.exists() and member.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert flag.exists(), member.communicate(timeout=30)
+        protocol.mark_broken(store, 0, 1, "its peer ended")
+        out, _ = member.communicate(timeout=60)
+    finally:
+        if member.poll() is None:
+            member.kill()
+            member.wait()
+    assert (member.returncode, out) == (0, "joined\n")
 
 
 def test_a_process_that_exits_while_a_generation_is_let_go_waits_for_it():
