@@ -47,6 +47,8 @@ class Fresh:
 
     path: list[str]  # sys.path without its first entry
     own_modules: set[str]  # the zygote's own modules, not the user's to see
+    library: frozenset[str]  # of those, the library's, kept where this mwrun is the user's
+    origin: str | None  # the zygote's mwrun (its __init__.py)
     torch_rng: object
     area: Area | None
     kept_fds: frozenset[int]  # what the preloaded modules opened at import
@@ -56,6 +58,10 @@ class Fresh:
     def capture(cls, path, preloaded: set[str], area, kept_fds, imprint) -> Fresh:
         own = {m for m in sys.modules if (m == "mwrun" or m.startswith("mwrun."))
                and not any(p == m or p.startswith(m + ".") for p in preloaded)}
+        # The zygote's own machinery (mwrun.host) is never the user's; the rest is the
+        # library and its roots, imported as a fresh ``import mwrun`` would (zygote.py).
+        library = frozenset(m for m in own if m != "mwrun.host" and not m.startswith("mwrun.host."))
+        origin = getattr(sys.modules.get("mwrun"), "__file__", None)
         torch = sys.modules.get("torch")
         rng = None
         if torch is not None:
@@ -63,7 +69,7 @@ class Fresh:
             # seeds each from the OS: keep the state to restore, or reseed.
             fixed = torch.initial_seed() == 67280421310721
             rng = torch.get_rng_state() if fixed else "reseed"
-        return cls(path, own, rng, area, frozenset(kept_fds), imprint)
+        return cls(path, own, library, origin, rng, area, frozenset(kept_fds), imprint)
 
 
 def become(request: dict, fresh: Fresh) -> None:
@@ -198,8 +204,28 @@ def _identity(request: dict, fresh: Fresh) -> None:
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
     linecache.clearcache()
-    for name in fresh.own_modules:
+    kept = fresh.library if _imports(fresh.origin) else frozenset()
+    for name in fresh.own_modules - kept:
         sys.modules.pop(name, None)
+        parent, _, leaf = name.rpartition(".")
+        if parent in kept:  # as if never imported: no attribute of it on a kept package
+            with contextlib.suppress(AttributeError):
+                delattr(sys.modules[parent], leaf)
+
+
+def _imports(origin: str | None) -> bool:
+    """Whether this process, its path set, would import the zygote's mwrun (one beside
+    a script, or earlier on its path, would not): asked of the finders in the order
+    the import system asks them, sys.modules aside."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        try:
+            spec = find("mwrun", None) if find is not None else None
+        except Exception:  # a finder that cannot say: import it afresh, as before
+            return False
+        if spec is not None:
+            return origin is not None and spec.origin == origin
+    return False
 
 
 def _reseed(fresh: Fresh) -> None:

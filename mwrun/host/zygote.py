@@ -29,6 +29,10 @@ import sys
 import threading
 
 MAX_FDS = 4
+# What a process that uses torch under mwrun imports first (``mwrun.init``): about forty
+# modules, most of a warm child's own start (20-30 ms of its CPU, more than the fork),
+# so a zygote that preloads torch imports them too (see child.py for who keeps them).
+LIBRARY = "mwrun.worlds.job"
 PAD_VAR = "MWRUN_ZYGOTE_PAD"  # room for the children's environments in /proc/PID/environ
 
 
@@ -95,6 +99,9 @@ def main() -> None:
     try:
         for name in modules:
             importlib.import_module(name)
+        if "torch" in sys.modules:  # watched as the preload is: what it reads is told
+            with contextlib.suppress(Exception):  # a child's own import says why, if so
+                importlib.import_module(LIBRARY)
     except BaseException as exc:  # any failure is reported, then we end
         send(sock, {"failed": f"import {name}: {type(exc).__name__}: {exc}"})
         return

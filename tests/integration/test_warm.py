@@ -85,6 +85,35 @@ def test_a_forked_child_sees_what_a_fresh_one_does(procs, home, tmp_path):
     assert len({got[n]["random"] for n in ("warm", "warm2", "wmod")}) == 3
 
 
+def test_a_warm_child_starts_with_mwruns_library_imported_unless_it_would_import_another(
+        procs, home, tmp_path):
+    """The zygote that preloads torch imports mwrun's library too (most of a child's own
+    start): a warm child finds it imported, never the zygote's own machinery; a script
+    beside another package named mwrun imports that one, as a fresh process would."""
+    own = tmp_path / "own"
+    (own / "mwrun").mkdir(parents=True)
+    (own / "mwrun" / "__init__.py").write_text("OWN = True\n")
+    (own / "library.py").write_text((BIN / "library.py").read_text())
+    topology = write(tmp_path, {
+        "warm": ([PY, str(BIN / "library.py"), "--out", str(tmp_path)], []),
+        "cold": ([PY, str(BIN / "library.py"), "--out", str(tmp_path)], ["preload: false"]),
+        "beside": ([PY, str(own / "library.py"), "--out", str(tmp_path)], []),
+    })
+    job = launch(procs, home, topology)
+    doc = finish(job, home)
+    assert {p["name"]: p["start"] for p in doc["processes"]} == {
+        "warm": "warm", "cold": "cold", "beside": "warm"}
+    got = {n: json.loads((tmp_path / f"{n}.json").read_text()) for n in ("warm", "cold",
+                                                                          "beside")}
+    assert "mwrun.worlds.job" in got["warm"]["at_start"]
+    assert not [m for m in got["warm"]["at_start"] if m.startswith("mwrun.host")]
+    assert got["warm"]["origin"] == got["cold"]["origin"]
+    assert (got["cold"]["at_start"], got["cold"]["own"]) == ([], False)
+    assert got["warm"]["host"] is got["cold"]["host"] is False
+    assert (got["beside"]["at_start"], got["beside"]["own"]) == ([], True)
+    assert got["beside"]["origin"] == str(own / "mwrun" / "__init__.py")
+
+
 def test_exits_and_signals_are_reported_as_for_a_fresh_process(procs, home, tmp_path):
     hows = ("code", "message", "exception", "interrupt", "signal")
     processes = {}
