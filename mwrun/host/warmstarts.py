@@ -3,12 +3,12 @@ watched in its selector, known to its watchdog, and what it tells the user while
 come up (warm.py does the rest). Which command can start warm is the plan's to say
 (``plan.preload.target``); this only forks.
 
-A fork is asked and answered through the loop's selector, never waited for: a zygote
-forks one child at a time, and a child takes a while to become its process (on a
-loaded machine, tens of milliseconds each), so a bring-up of hundreds of processes
-waited for in turn held the loop for seconds: ``status`` went unanswered and Ctrl-C
-took that long. Each zygote is asked at most WINDOW forks ahead of its answers; the
-rest wait their turn, in order (none overtakes another).
+A fork is asked and answered through the loop's selector, never waited for: a child
+takes a while to become its process (on a loaded machine, tens of milliseconds each),
+so a bring-up of hundreds of processes waited for in turn held the loop for seconds:
+``status`` went unanswered and Ctrl-C took that long. Each zygote is asked at most
+WINDOW forks ahead of its answers (it forks the next while those before set up, and
+answers in order); the rest wait their turn, in order (none overtakes another).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from mwrun.host import warm
 from mwrun.host import zygote as protocol
 from mwrun.host.process import ProcessHandle
 
-WINDOW = 2  # forks asked of one zygote at once: one it makes, one it reads next
+WINDOW = 8  # forks asked of one zygote at once: it forks each while those before set up
 CLOSE_WAIT = 2.0  # seconds, at the end, for forks already asked (their children die)
 
 

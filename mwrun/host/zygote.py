@@ -13,17 +13,20 @@ process exits at once, so the child is re-parented to the supervisor (a child
 subreaper), which waits for it exactly as for a process it started itself; the zygote
 never holds a child. The child makes itself the planned process (child.py) and
 reports its pid on a pipe only once it leads its own session, so the supervisor never
-signals a process group that does not exist yet.
+signals a process group that does not exist yet. The zygote forks the next child while
+those before it set up, and answers in the order asked (``serve``).
 """
 
 from __future__ import annotations
 
 import array
+import collections
 import contextlib
 import gc
 import importlib
 import json
 import os
+import select
 import socket
 import sys
 import threading
@@ -127,10 +130,50 @@ def main() -> None:
         child.become(request, state)
 
 
+class Forking:
+    """A fork asked of the zygote, until its answer has gone: the child's report, read
+    from its pipe to the end (the child closes it once it is set up), or an answer
+    known at once (``cold``)."""
+
+    def __init__(self, read: int = -1, middle: int = 0, answer: dict | None = None):
+        self.read, self.middle, self.answer = read, middle, answer
+        self.data = b""
+
+    def take(self) -> None:
+        """Read what the child wrote; at its end, the answer."""
+        chunk = os.read(self.read, 65536)
+        if chunk:
+            self.data += chunk
+            return
+        os.close(self.read)
+        if self.middle > 0:  # gone already: the child waits for that before it reports
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.middle, 0)
+        try:
+            self.answer = json.loads(self.data)
+        except ValueError:
+            self.answer = {"error": "the forked child ended before it was set up"}
+
+
 def serve(sock: socket.socket, supervisor: int):
     """Answer requests until the supervisor closes the socket; returns the request in
-    a forked child, None in the zygote."""
+    a forked child, None in the zygote.
+
+    Forks are pipelined: the zygote forks the next child while those before it set
+    themselves up (on a busy machine each takes tens of milliseconds to be scheduled,
+    and the zygote waiting for each in turn made a bring-up of hundreds of processes a
+    chain of those waits). The answers go in the order asked, as the supervisor reads
+    them (host/warmstarts.py)."""
+    flight: collections.deque[Forking] = collections.deque()
     while True:
+        readable, _, _ = select.select(
+            [sock.fileno(), *(f.read for f in flight if f.answer is None)], [], [])
+        for forking in flight:
+            if forking.answer is None and forking.read in readable:
+                forking.take()
+        _answer(sock, flight)
+        if sock.fileno() not in readable:
+            continue
         try:
             message, fds = receive(sock)
         except ConnectionResetError:
@@ -141,17 +184,28 @@ def serve(sock: socket.socket, supervisor: int):
         if reason is not None:
             for fd in fds:
                 os.close(fd)
-            send(sock, {"cold": reason})
-            continue
-        in_child, result = fork(sock, message, fds, supervisor)
-        if in_child:
-            return result
-        send(sock, result)
+            flight.append(Forking(answer={"cold": reason}))
+        else:
+            in_child, forking = fork(sock, message, fds, supervisor)
+            if in_child:
+                return forking
+            flight.append(forking)
+        _answer(sock, flight)
+
+
+def _answer(sock: socket.socket, flight: collections.deque[Forking]) -> None:
+    """Send the answers known, in the order asked (a later one waits for those before)."""
+    while flight:
+        answer = flight[0].answer
+        if answer is None:
+            return
+        flight.popleft()
+        send(sock, answer)
 
 
 def fork(sock: socket.socket, message: dict, fds: list[int], supervisor: int):
-    """Fork the child (through a middle process); the reply in the zygote, the request
-    (with its descriptors and the pid pipe) in the child."""
+    """Fork the child (through a middle process); (False, its Forking) in the zygote,
+    (True, the request with its descriptors and the pid pipe) in the child."""
     read, write = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -171,11 +225,4 @@ def fork(sock: socket.socket, message: dict, fds: list[int], supervisor: int):
     os.close(write)
     for fd in fds:
         os.close(fd)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(middle, 0)  # once it is gone the child belongs to the supervisor
-    with os.fdopen(read, "rb") as pipe:
-        data = pipe.read()
-    try:
-        return False, json.loads(data)
-    except ValueError:
-        return False, {"error": "the forked child ended before it was set up"}
+    return False, Forking(read, middle)
