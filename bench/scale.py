@@ -52,12 +52,12 @@ HERE = Path(__file__).resolve().parent
 # The test bed (tests/integration/testbed.py) makes the sim's link; it needs the
 # standard library and psutil only.
 if __package__:  # bench.scale, the checkout's root on the path (the tests)
-    from bench.common import Launched, NotStarted, wait_for
+    from bench.common import Launched, NotStarted, compiled, wait_for
     from bench.supervisor import cpu_percent, import_torch_seconds
     from tests.integration import testbed
 else:  # a script: its folder first on the path, and the root for the test bed
     sys.path.insert(0, str(HERE.parent))
-    from common import Launched, NotStarted, wait_for
+    from common import Launched, NotStarted, compiled, wait_for
     from supervisor import cpu_percent, import_torch_seconds
 
     from tests.integration import testbed
@@ -335,6 +335,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["local", "sim", "events"])
     args = parser.parse_args()
     runs = [("this", None)] + ([("baseline", args.baseline)] if args.baseline else [])
+    compiled(*(checkout for _, checkout in runs))
     if args.only in (None, "events"):
         for label, checkout in runs:
             ev = events(checkout)
