@@ -155,11 +155,14 @@ def wake_all(timeout: float = WAKE_WAIT) -> None:
     """At exit: wake every sleeper and let its thread end, ``timeout`` at most. The
     writes go from a thread of their own: a store that does not answer (its host
     stopped) holds up the exit no longer than that."""
+    sleepers = list(ASLEEP)
+    if not sleepers:
+        return
     deadline = time.monotonic() + timeout
     woken: list[threading.Thread] = []
 
     def wake() -> None:
-        for sleeper in list(ASLEEP):
+        for sleeper in sleepers:
             with contextlib.suppress(Exception):  # one that cannot be woken: the next
                 thread = sleeper.wake()
                 if thread is not None:
