@@ -17,7 +17,7 @@ import signal
 import pytest
 
 from tests.helpers import ROOT, wait_gone
-from tests.integration.jobs import launch, proc_state, wait_status, world_state
+from tests.integration.jobs import launch, proc_state, wait_for, wait_status, world_state
 from tests.integration.test_readme_drill import mwrun
 
 pytestmark = pytest.mark.timeout(300)
@@ -115,8 +115,16 @@ def test_readme_scale_commands_as_written(procs, home, tmp_path):
     revisions = [json.loads(line) for line in (run_dir / "revisions.jsonl").read_text()
                  .splitlines()]
     assert [r["revision"] for r in revisions] == [1, 2, 3]
-    records = [json.loads(line) for line in (run_dir / "history.jsonl").read_text()
-               .splitlines()]
+
+    def faulted() -> list[dict] | None:
+        """The history once the kill's fault is in it: written when the fault closes, at
+        pair-0's first call after the re-form, which the frontend's next heartbeat
+        tells (the "served" line above may be one from before the kill, unclaimed)."""
+        records = [json.loads(line) for line in (run_dir / "history.jsonl").read_text()
+                   .splitlines()]
+        return records if any(r.get("event") == "fault" for r in records) else None
+
+    records = wait_for(faulted, 60, "the kill's fault record")
     scaled = [(r["process"], r["change"], r["outcome"]) for r in records
               if r.get("event") == "scale"]
     assert sorted(scaled) == sorted([(f"worker-{i}", "add", "done") for i in (2, 3, 4, 5)]
