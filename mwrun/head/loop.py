@@ -3,16 +3,17 @@ drives them.
 
 What the supervisor acts through is the ``Router`` (router.py: from a process to the
 hands of its host, ``host.hands.Hands`` for this machine, ``Agents`` for the others;
-the stores; the way down to each library). The loop is those hands' ``Owner``: what
-they tell (spawned, lines, exited, lost) goes to the supervisor and the console. Its
+the stores; the way down to each library). What those hands tell (spawned, lines,
+exited, lost) is ``Heard``, their ``Owner``, and goes to the supervisor and the console. Its
 ``run()`` is a single-threaded select loop over every child's exit descriptor (a
 pidfd: an exit is seen the moment it happens, not at the next poll), every child's
 output pipe, the agents' links, the control socket, and the signal wakeup pipe;
 between events it sleeps until the supervisor's next deadline. The control verbs
 (serve/verbs.py, serve/library.py) are handed the parts they use, never the loop; the
 ``Dispatcher`` (serve/dispatcher.py) serves the control socket's lines and the agents'
-relayed messages to them. The loop hands itself only as the hands' ``Owner`` (this
-host's ``Hands``, and ``Agents`` as their ``Head``): typed seams, checked by mypy.
+relayed messages to them. The loop hands itself to no part: ``Heard`` is the hands'
+``Owner`` (this host's ``Hands``, and ``Agents`` as their ``Head``): typed seams,
+checked by mypy.
 """
 
 from __future__ import annotations
@@ -158,9 +159,46 @@ class Rounds:
                 self.timers.set(key, when)
 
 
+class Heard:
+    """What the hands (this host's, or a host's agent) tell, turned into the
+    supervisor's events and the console's lines: ``host.hands.Owner`` and
+    ``hosts.agents.Head``. The supervisor and the dispatcher are built after the hands
+    that tell this (they act through them), so both are reached when told."""
+
+    def __init__(self, printer: Printer, events: Callable[[], Events],
+                 supervisor: Callable[[], Supervisor], dispatcher: Callable[[], Dispatcher]):
+        self.printer = printer
+        self._events, self._supervisor, self._dispatcher = events, supervisor, dispatcher
+
+    wall = staticmethod(time.time)  # the head's wall clock, as the agents read it
+
+    def spawned(self, name: str, pid: int, warm: bool, at: float | None = None) -> None:
+        """``at``: when its host (a remote agent) made it, on the head's clock."""
+        self._supervisor().on_spawned(name, pid, at, Start.WARM if warm else Start.COLD)
+        self._dispatcher().pid_told(name, pid)  # what it said before its pid came
+
+    def failed(self, name: str, error: str) -> None:
+        self._supervisor().on_spawn_failed(name, error)
+
+    def lines(self, name: str, lines: list[str]) -> None:
+        self.printer.lines(name, lines)
+        self._supervisor().first_words.heard(name, lines)  # why it could not start, if so
+
+    def exited(self, name: str, code: int, at: float | None = None) -> None:
+        """``at``: when its host (a remote agent) saw the exit, on the head's clock."""
+        self._supervisor().on_exit(name, code, at=at)
+
+    def lost(self, name: str, reason: str) -> None:
+        self._supervisor().on_exit(name, None, lost=reason)
+
+    def say(self, text: str) -> None:
+        self._events().emit(Said(text))
+
+
 class Loop:
     # Reached by a lambda before they are built: each in a cycle (said where), the rest in order.
     dispatcher: Dispatcher
+    events: Events
     postmortems: Postmortems
     router: Router
     supervisor: Supervisor
@@ -175,6 +213,10 @@ class Loop:
         self.control_path = control_path
         self.started_at = time.time()
         self.selector = selectors.DefaultSelector()
+        # What the hands tell (spawned, lines, exited, lost), and what the head says.
+        self.heard = heard = Heard(printer, lambda: self.events, lambda: self.supervisor,
+                                   lambda: self.dispatcher)
+        self.say = heard.say
         self.clients = control.Clients(self.selector, lambda line, connection:  # the verbs
             self.dispatcher.serve(line, connection))  # answer through clients.push (downlink)
         self.timers = Timers()  # every timer of the head, in one heap (decide/deadlines.py)
@@ -185,7 +227,7 @@ class Loop:
                                                   stores.choose_port)
         # The remote hosts' hands, if any (theirs relay to the verbs, capture for the bundles).
         self.agents = agents = Agents(
-            links, self, reach, lambda n: membership.plan.processes[n].host, self.selector,
+            links, heard, reach, lambda n: membership.plan.processes[n].host, self.selector,
             lambda request: self.dispatcher.relayed(request),
             lambda *told: self.postmortems.outside_told(*told)) if links else None
         self.downlink = Downlink(self.clients.push, agents.tell if agents is not None
@@ -193,7 +235,7 @@ class Loop:
         self.stacks = Stacks(self.downlink.tell, time.monotonic)  # mwrun stacks: the asks
         self.progress = Progress(list(plan.processes), list(plan.worlds), self.say,
                                  self.started_at)
-        self.hands = Hands(self.selector, self, run_dir / ZYGOTE_LOG,
+        self.hands = Hands(self.selector, heard, run_dir / ZYGOTE_LOG,
                            lambda: self.supervisor.stopping)  # which acts through them
         self.router = router = Router(lambda: membership.plan, self.hands, agents, stores,
                                       self.downlink, run_id, control_path)
@@ -252,36 +294,10 @@ class Loop:
         """The plan as it is now: the launch plan, or its latest revision."""
         return self.membership.plan
 
-    wall = staticmethod(time.time)  # the head's wall clock, as the agents read it
-
     def _fault_closed(self, record: dict) -> None:
         self.history.fault(record)
         self.downtimes.fault(record)
         self.postmortems.fault(record)  # beside its bundle, if it has one
-
-    # -- what the hands (here, or a host's agent) tell: host.hands.Owner ------------------
-
-    def spawned(self, name: str, pid: int, warm: bool, at: float | None = None) -> None:
-        """``at``: when its host (a remote agent) made it, on the head's clock."""
-        self.supervisor.on_spawned(name, pid, at, Start.WARM if warm else Start.COLD)
-        self.dispatcher.pid_told(name, pid)  # what it said before its pid came
-
-    def failed(self, name: str, error: str) -> None:
-        self.supervisor.on_spawn_failed(name, error)
-
-    def lines(self, name: str, lines: list[str]) -> None:
-        self.printer.lines(name, lines)
-        self.supervisor.first_words.heard(name, lines)  # why it could not start, if so
-
-    def exited(self, name: str, code: int, at: float | None = None) -> None:
-        """``at``: when its host (a remote agent) saw the exit, on the head's clock."""
-        self.supervisor.on_exit(name, code, at=at)
-
-    def lost(self, name: str, reason: str) -> None:
-        self.supervisor.on_exit(name, None, lost=reason)
-
-    def say(self, text: str) -> None:
-        self.events.emit(Said(text))
 
     # -- the loop --------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import json
 from types import SimpleNamespace
 
 from mwrun.head.decide.processbook import Made
-from mwrun.head.loop import Loop
+from mwrun.head.loop import Heard
 from mwrun.head.serve.dispatcher import Dispatcher
 from mwrun.head.serve.early import MAX_HELD, Early
 from mwrun.head.serve.library import Library
@@ -24,7 +24,7 @@ from tests.unit.test_supervisor import FakeHost, make
 
 
 class WarmHost(FakeHost):
-    """Every start is a warm one: its pid comes later (``Loop.spawned``)."""
+    """Every start is a warm one: its pid comes later (``Heard.spawned``)."""
 
     def spawn(self, name, generations, restarts, incarnation=1):
         super().spawn(name, generations, restarts, incarnation)
@@ -32,8 +32,8 @@ class WarmHost(FakeHost):
 
 
 def head(sup):
-    """The loop as the hands see it (``Loop.spawned``), and the dispatcher as the loop
-    builds it: the real supervisor and hold, the rest of the head left out."""
+    """The dispatcher as the loop builds it, and what the hands tell it (``Heard``): the
+    real supervisor and hold, the rest of the head left out."""
     calls = []
     quiet = SimpleNamespace(joined=lambda *a: None, broken=lambda *a: None,
                             added=lambda *a: None, first_call=lambda *a: None,
@@ -44,7 +44,7 @@ def head(sup):
     dispatcher = Dispatcher(verbs, library, sup.processes.awaits_pid)
     return SimpleNamespace(supervisor=sup, early=dispatcher.early, calls=calls,
                            dispatcher=dispatcher,
-                           router=SimpleNamespace(spawned=lambda name, warm: None))
+                           heard=Heard(None, lambda: None, lambda: sup, lambda: dispatcher))
 
 
 def said(loop, **request):
@@ -65,7 +65,7 @@ def test_a_starts_first_words_before_its_pid_are_served_once_the_pid_comes():
                  event="ready")
     assert all(not rec.worker.said_hello for rec in sup.procs.values())  # held, not yet served
     for name, pid in pids.items():
-        Loop.spawned(loop, name, pid, True)
+        loop.heard.spawned(name, pid, True)
     assert all(rec.state is P.RUNNING and rec.worker.said_hello for rec in sup.procs.values())
     assert all(w.state is W.HEALTHY for w in sup.worlds.values())
     assert ("downlink", ("worker-0", 7002)) in loop.calls  # its way down, for stacks

@@ -524,11 +524,9 @@ def test_the_folder_check_sees_a_forbidden_import(tmp_path):
 
 
 # The loop builds the head's parts and hands each the parts it uses, never itself:
-# nothing takes a ``loop`` to reach through it. It is handed whole only where it is a
-# typed seam's implementation (each checked by mypy): the hands' ``host.hands.Owner``
-# (this host's ``Hands``) and the agents' ``hosts.agents.Head`` (``Agents``), which tell
-# it what became of the processes they started.
-LOOP_HANDED_TO = {"Hands", "Agents"}
+# nothing takes a ``loop`` to reach through it, and it is handed whole to nothing. What
+# the hands tell (``host.hands.Owner``, ``hosts.agents.Head``) is ``loop.Heard``'s.
+LOOP_HANDED_TO: set[str] = set()
 
 
 def loop_parameters(path: Path) -> list[str]:
@@ -603,6 +601,7 @@ def test_the_check_sees_the_loop_handed_or_taken(tmp_path):
     assert loop_parameters(bad) == ["bad.py:1: handle_stop takes a loop",
                                     "bad.py:16: lambda takes a loop"]
     assert loop_handed(bad) == ["bad.py:14: loop handed to summary",
+                                "bad.py:7: self handed to Hands",
                                 "bad.py:8: self handed to Writer",
                                 "bad.py:8: self handed to build",
                                 "bad.py:9: self handed to serve"]
