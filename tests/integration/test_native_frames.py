@@ -8,10 +8,12 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from mwrun.host import spy
 from tests.helpers import ROOT
+from tests.integration.jobs import wait_for
 
 pytestmark = [pytest.mark.timeout(60),
               pytest.mark.skipif(spy.find()[0] is None, reason="py-spy is not installed")]
@@ -46,6 +48,10 @@ def test_native_frames_of_a_running_member_and_python_frames_of_a_stopped_one():
             assert running["error"] is None and running["by"] == "py-spy --native"
             assert any(name.startswith("libc") for name in files(running)), running
             child.send_signal(signal.SIGSTOP)  # as a drill's STOP leaves a member
+            # The stop lands when the child is next scheduled: until then it runs, and
+            # native frames are read (CI pair 28, two suites loading the machine).
+            wait_for(lambda: psutil.Process(child.pid).status() == psutil.STATUS_STOPPED,
+                     20, "the child stopped")
             stopped = capture(child.pid, native=True)
             assert stopped["error"] is None and stopped["by"] == "py-spy", stopped
             assert "<string>" in files(stopped)
