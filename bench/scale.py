@@ -220,8 +220,10 @@ def _sim_on(head: str, work: Path, hosts: int, watch: float, exits: int,
     topology = work / "sim.yaml"
     topology.write_text(sim_topology(hosts, head))
     home, exits_log = work / "home-sim", work / "exits.log"
+    # Each tree's own stand-in: it plays that tree's agent (its beats, its frames).
+    standin = (checkout / "bench" if checkout else HERE) / "bin" / "standin_agent.py"
     env = {**_env(checkout), "PATH": f"{HERE / 'bin'}:{os.environ['PATH']}",
-           "MWRUN_BENCH_PYTHON": PY, "MWRUN_BENCH_STANDIN": str(HERE / "bin" / "standin_agent.py"),
+           "MWRUN_BENCH_PYTHON": PY, "MWRUN_BENCH_STANDIN": str(standin),
            "MWRUN_BENCH_EXITS": str(exits_log)}
     started = time.monotonic()
     job = Launched(topology, home, env=env, cwd=work)
@@ -320,7 +322,7 @@ def sims(hosts: int, watch: float, kills: int, runs: list[tuple[str, Path | None
         print(f"[{label}] {8 * hosts} ranks on {hosts} simulated hosts:\n"
               f"  launch -> every world healthy {res['healthy_s']:.1f} s, supervisor CPU"
               f" {res['bringup_cpu_s']:.1f} s (goal <= 5 s)\n"
-              f"  supervisor CPU idle {res['cpu']:.2f} % of a core (goal <= 2 %)\n"
+              f"  supervisor CPU idle {res['cpu']:.2f} % of a core (goal <= 0.5 %)\n"
               f"  exit frame -> break in the store median {statistics.median(ms):.1f} ms,"
               f" max {max(ms):.1f} ms (goal <= 50 ms)")
 

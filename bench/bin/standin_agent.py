@@ -2,8 +2,9 @@
 it speaks the real frame protocol (mwrun/host/frames.py) to the head over stdin and
 stdout, as an agent reached over ssh does, and pretends to run the processes the head
 asks it to start: each says the library's hello and ready in its worlds, then beats
-at the library's interval (held and sent together, one frame a second, as an agent
-does), is probed as sleeping, and exits at once when signalled to (the time of that
+at the library's interval (sent together, at most one frame a second, each saying how
+long an agent would hold it; a link beat after BEAT seconds without a frame, as an
+agent does), is probed as sleeping, and exits at once when signalled to (the time of that
 exit frame goes to $MWRUN_BENCH_EXITS, for the exit -> break figure)."""
 
 import argparse
@@ -17,6 +18,7 @@ import time
 
 from mwrun import __version__
 from mwrun.host import frames
+from mwrun.host.relay import HOLD_MAX, HOLD_SHARE
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--host", required=True)
@@ -40,6 +42,11 @@ def beat_after(now: float, every: float) -> float:
     """When the library beats next: it checks on the wall clock's whole seconds
     (supervisor_link.aligned) and beats once ``every`` has nearly passed."""
     return float(int(now + every - 0.5) + 1)
+
+
+def held(every: float, next_in: float) -> float:
+    """The most an agent holds this beat, as its relay says with it (host/relay.py)."""
+    return round(min(HOLD_MAX, HOLD_SHARE * min(every, next_in)), 3)
 
 
 def interval(worlds: dict, env: dict) -> float:  # as the library's job.beat_interval
@@ -89,7 +96,8 @@ while running:
         # Each beat says when the next is due (``next``), as the library's does
         # (worlds/beats.py): the head looks at a silence only once that has passed.
         send("control", requests=[{"verb": "heartbeat", "process": n, "pid": p["pid"],
-                                   "next": round(p["due"] - now, 3)}
+                                   "next": round(p["due"] - now, 3),
+                                   "hold": held(p["interval"], p["due"] - now)}
                                   for n, p in procs.items() if p in beats])
     elif time.monotonic() - last_sent >= frames.BEAT:
         send("beat")

@@ -37,6 +37,7 @@ from mwrun.launchspec import LaunchSpec, SpecError
 READ_SLICE = 65536  # bytes read from the head's link per turn
 SHUTDOWN_WAIT = 2.0  # for the last exits and output once everything was SIGKILLed
 OUTBOX_CAP = 4 * 2**20  # queued for the head past this: stop reading children's output
+TURN = 1.0  # the longest the loop sleeps: a SIGTERM and orphans are seen within it
 
 
 class Agent:
@@ -210,7 +211,7 @@ class Agent:
                 due = min(due, other)
         if self.relay.backlog:
             due = now  # a library's lines wait to be served: look, do not sleep
-        for key, _ in self.selector.select(max(0.0, min(due - now, frames.BEAT))):
+        for key, _ in self.selector.select(max(0.0, min(due - now, TURN))):
             callback, arg = key.data
             callback(arg)
         if events and self.link_out != self.link_in:
@@ -274,7 +275,7 @@ def main(host: str | None, control_path: str, connect: str | None = None,
 def _end_on_sigterm(agent: Agent) -> None:
     """SIGTERM (a host shutting down, a session torn down) ends the agent as the head's
     stop does: what it started, its socket and its folder, within a beat (the loop
-    wakes at least every frames.BEAT)."""
+    wakes at least every TURN)."""
     signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "done", True))
 
 

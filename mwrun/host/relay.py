@@ -5,9 +5,12 @@ serves its own (host/jsonlines.py, its bounds included), sends the library's own
 (``protocol.LIBRARY_VERBS``) on to the head (``control`` frames: host/frames.py), and
 writes the head's lines down (``tell``) back on the connection the process opened.
 
-Heartbeats are held up to a quarter of their process's interval (at most a link beat)
+Heartbeats are held up to a quarter of their process's interval (at most HOLD_MAX)
 and go to the head together: one frame a second rather than one per process beat,
 while a quarter interval late is far inside the head's lateness bound (two intervals).
+Each held beat says how long it may be held (``hold``): the head looks at a silence
+only after the gap plus that, so a beat held is never taken for a missing one (each
+such look asked the agent for /proc, one frame each way).
 Any other message sends what is held first: the head hears them in the order said.
 """
 
@@ -21,12 +24,13 @@ import socket
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from mwrun.host import frames, sockets
+from mwrun.host import sockets
 from mwrun.host.frames import Kind
 from mwrun.host.jsonlines import Connection, Server
 from mwrun.protocol import LIBRARY_VERBS, Verb
 
 HOLD_SHARE = 0.25
+HOLD_MAX = 1.0  # seconds at most: the traffic the head shows (status, metrics) lags no more
 
 
 class Uplink(Protocol):
@@ -90,7 +94,9 @@ class Relay:
         pace = self.intervals.get(str(request.get("process")), 0.0)
         with contextlib.suppress(TypeError, ValueError):  # its next beat may come sooner
             pace = min(pace, float(request.get("next", pace)))
-        hold = min(frames.BEAT, HOLD_SHARE * pace)
+        hold = min(HOLD_MAX, HOLD_SHARE * pace)
+        if hold > 0:  # what the head allows for (decide/hangs.py)
+            request["hold"] = round(hold, 3)
         until = self.clock() + hold
         self.held_until = until if self.held_until is None else min(self.held_until, until)
 

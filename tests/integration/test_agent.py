@@ -198,14 +198,15 @@ def test_heartbeats_go_to_the_head_together_and_in_order(link):
                       key=lambda r: r["pid"]) == said  # a hello goes at once
         for sock, beat in zip(socks, beats, strict=True):
             sock.sendall(json.dumps(beat).encode() + b"\n")
-        # held (a quarter of 4 s, at most a link beat), then sent as one frame (in the
-        # order the agent read its sockets: each process's own messages stay in order)
+        # held (a quarter of 4 s, at most HOLD_MAX), then sent as one frame (in the
+        # order the agent read its sockets: each process's own messages stay in order),
+        # each saying how long it may have been held
         held = link.expect("control")["requests"]
-        assert sorted(held, key=lambda r: r["pid"]) == beats
+        assert sorted(held, key=lambda r: r["pid"]) == [{**b, "hold": 1.0} for b in beats]
         socks[0].sendall(json.dumps(beats[0]).encode() + b"\n" + json.dumps(world).encode()
                          + b"\n")
         # a message that is not a heartbeat takes the held ones with it, first
-        assert link.expect("control")["requests"] == [beats[0]]
+        assert link.expect("control")["requests"] == [{**beats[0], "hold": 1.0}]
         assert link.expect("control")["request"] == world
     finally:
         for sock in socks:

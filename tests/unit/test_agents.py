@@ -195,11 +195,12 @@ def test_heartbeats_are_held_and_anything_else_sends_them_first(tmp_path):
         assert len(up.sent) == 1
         relay.release(10.5)
         assert up.sent[-1] == {"kind": "control", "requests": [{"verb": "heartbeat",
-                                                                "process": "a"}]}
+                                                                "process": "a",
+                                                                "hold": 0.5}]}
         assert relay.held_until is None
         say({"verb": "heartbeat", "process": "a"}, {"verb": "bye", "process": "a"})
         assert [m.get("requests", m.get("request")) for m in up.sent[-2:]] == [
-            [{"verb": "heartbeat", "process": "a"}], {"verb": "bye", "process": "a"}]
+            [{"verb": "heartbeat", "process": "a", "hold": 0.5}], {"verb": "bye", "process": "a"}]
         relay.tell("a", {"verb": "drain"})
         relay.tell("nobody", {"verb": "drain"})
         assert lib.recv(100) == b'{"verb": "drain"}\n'

@@ -151,10 +151,14 @@ def test_a_relayed_request_is_checked_like_a_local_one_and_only_the_librarys(req
 def test_a_well_formed_relayed_heartbeat_reaches_the_supervisor():
     control = Control()
     control.dispatcher.relayed({"verb": "heartbeat", "process": "leader", "pid": 42})
-    assert control.calls == [("on_heartbeat", ("leader", 42, None))]
+    assert control.calls == [("on_heartbeat", ("leader", 42, None, None))]
     control = Control()  # with when its next beat is due (worlds/supervisor_link.next_beat)
     control.dispatcher.relayed({"verb": "heartbeat", "process": "leader", "pid": 42, "next": 1.0})
-    assert control.calls == [("on_heartbeat", ("leader", 42, 1.0))]
+    assert control.calls == [("on_heartbeat", ("leader", 42, 1.0, None))]
+    control = Control()  # and how long its agent held it at most (host/relay.py)
+    control.dispatcher.relayed({"verb": "heartbeat", "process": "leader", "pid": 42, "next": 1.0,
+                                "hold": 0.25})
+    assert control.calls == [("on_heartbeat", ("leader", 42, 1.0, 0.25))]
 
 
 def test_the_times_a_member_tells_reach_the_faults_on_the_heads_clock():

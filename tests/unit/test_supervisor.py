@@ -401,8 +401,10 @@ def test_stop_terms_then_kills_after_grace_and_counts_as_success():
 def test_second_stop_kills_at_once():
     sup, host = make()
     sup.request_stop("Ctrl-C")
-    sup.request_stop("Ctrl-C again")
+    sup.request_stop("SIGTERM received")
     assert ("worker-1", signal.SIGKILL) in host.of("signal")
+    # what asked again is said: a SIGKILL nobody typed is traced to its sender's signal
+    assert ("SIGTERM received: stopping now: SIGKILL to every process",) in host.of("say")
 
 
 def test_kill_world_signals_only_exclusive_members_or_one_rank():

@@ -124,3 +124,58 @@ def test_a_tick_judges_no_process_that_beats_on_time(monkeypatch):
     assert judged == []
     run_for(sup, host, 2.0, beating=("leader", "worker-1"))  # one falls silent: looked at
     assert judged and sup.procs["worker-0"].state is P.UNRESPONSIVE
+
+
+def relayed_beats(sup, host, seconds, hold, held=(1.0, 0.0), every=4.0):
+    """Every process beats every ``every`` seconds through its host's agent, which holds
+    each beat for one of ``held`` seconds in turn (a relay sends what it holds together,
+    so one beat waits its whole hold and the next hardly at all); each beat says
+    ``hold`` (None: says nothing). The loop ticks every TICK meanwhile."""
+    from tests.unit.test_supervisor import TICK
+
+    start, arrivals = host.t, []
+    for i, sent in enumerate(range(0, int(seconds), int(every))):
+        arrivals.append(start + sent + held[i % len(held)])
+    while host.t < start + seconds:
+        host.t += TICK
+        while arrivals and arrivals[0] <= host.t:
+            arrivals.pop(0)
+            for name, rec in sup.procs.items():
+                sup.members.on_heartbeat(name, rec.worker.pid, every, hold)
+        sup.on_tick()
+
+
+def test_a_beat_held_by_its_agent_as_long_as_it_says_is_on_time():
+    """An agent holds its processes' beats up to a quarter interval to send them together
+    (host/relay.py) and says so in each (``hold``): the head waits that much past a
+    beat's gap before it looks (each look at a remote process asks its agent for /proc,
+    a frame each way), and a process that does fall silent is still seen."""
+    sup, host = make(HANGS, host=Probes())
+    hello_every(sup, 4.0)
+    relayed_beats(sup, host, 24.0, hold=1.0)
+    assert host.probed == []
+    assert all(rec.state is P.RUNNING for rec in sup.procs.values())
+    relayed_beats(sup, host, 24.0, hold=None)  # the same beats, saying nothing of it
+    assert host.probed  # a beat held long after one sent at once: looked at as missing
+    for name, rec in sup.procs.items():  # a held beat from each, then worker-0 stops
+        sup.members.on_heartbeat(name, rec.worker.pid, 4.0, 1.0)
+    host.probed.clear()
+    host.status["worker-0"] = "stopped"
+    others = {name: rec.worker.pid for name, rec in sup.procs.items() if name != "worker-0"}
+    for _ in range(10):  # 5 s: its gap (4 s) and hold (1 s)
+        next_tick(sup, host)
+        for name, pid in others.items():
+            sup.members.on_heartbeat(name, pid, 4.0, 1.0)
+    assert host.probed == [] and sup.procs["worker-0"].state is P.RUNNING
+    next_tick(sup, host)
+    assert sup.procs["worker-0"].state is P.UNRESPONSIVE
+    assert ("worker-0 is unresponsive (stopped)",) in host.of("say")
+
+
+def test_a_beat_cannot_say_it_is_held_longer_than_half_its_gap():
+    from mwrun.head.decide import hangs
+
+    assert hangs.beat_hold(1.0, 4.0) == 1.0
+    assert hangs.beat_hold(30.0, 4.0) == 2.0
+    assert [hangs.beat_hold(h, 4.0) for h in (None, "1", -1, 0, float("inf"))] == [0.0] * 5
+    assert hangs.beat_hold(1.0, None) == 0.0

@@ -55,11 +55,13 @@ class Beats:
             self.nccl_warned.add(str(nccl))
             self.processes.say(warning)
 
-    def heartbeat(self, rec: ProcessRecord, next_in: object) -> None:
-        """A beat, and the most seconds to its next one, as it says (hangs.beat_gap)."""
+    def heartbeat(self, rec: ProcessRecord, next_in: object, hold: object = None) -> None:
+        """A beat, the most seconds to its next one, as it says (hangs.beat_gap), and the
+        most its beats wait on the way (hangs.beat_hold)."""
         worker = rec.worker
         worker.last_beat, worker.beat_gap = self.awake(), hangs.beat_gap(next_in,
                                                                          worker.beat_every)
+        worker.beat_hold = hangs.beat_hold(hold, worker.beat_gap)
         self.responsive(rec, None)
         self._look_after(rec, worker.last_beat)
 

@@ -125,6 +125,16 @@ def beat_gap(next_in: object, beat_every: float | None) -> float | None:
     return beat_every
 
 
+def beat_hold(hold: object, gap: float | None) -> float:
+    """The most seconds a beat may wait on its way, as its beat said (``hold``): a remote
+    host's agent holds its processes' beats to send them together (host/relay.py), so
+    a beat on time may come that much after its gap. 0 for a beat sent straight; never
+    more than half the gap, whatever a beat says, so that no hold hides a silence."""
+    if isinstance(hold, int | float) and 0 < hold < float("inf") and gap:
+        return min(float(hold), gap / 2)
+    return 0.0
+
+
 def judge(rec: Worker, limit: float, awake: float, stopped: Callable[[], bool],
           late_beats: int = LATE_BEATS) -> tuple[str | None, str | None]:
     """Why a live process is unresponsive (shown at once, long before it is judged:
@@ -139,9 +149,11 @@ def judge(rec: Worker, limit: float, awake: float, stopped: Callable[[], bool],
         # A STOP the supervisor sent itself (a drill) is looked for at the next tick.
         silent = awake - rec.last_beat
         gap = rec.beat_gap or rec.beat_every
+        due = gap + rec.beat_hold  # a relayed beat may wait this long and be on time
         stop_sent = rec.stop_sent_at is not None and rec.stop_sent_at >= rec.last_beat
-        is_stopped = stopped() if silent > gap or stop_sent or silent >= limit else False
-        why = STOPPED if is_stopped else LATE if silent >= late_beats * gap else None
+        is_stopped = stopped() if silent > due or stop_sent or silent >= limit else False
+        why = STOPPED if is_stopped else \
+            LATE if silent >= late_beats * gap + rec.beat_hold else None
         if silent < limit:
             rec.suspect_since = None
             return why, None
@@ -169,8 +181,8 @@ def next_look(rec: Worker, limit: float, awake: float, tick: float) -> float:
     if rec.beat_every is None or rec.suspect_since is not None:
         return tick
     silent = awake - rec.last_beat
-    gap = min(rec.beat_gap or rec.beat_every, limit)
+    due = min(rec.beat_gap or rec.beat_every, limit) + rec.beat_hold
     stop_sent = rec.stop_sent_at is not None and rec.stop_sent_at >= rec.last_beat
-    if stop_sent or silent > gap:
+    if stop_sent or silent > due:
         return tick
-    return gap - silent + LOOK_SLACK
+    return due - silent + LOOK_SLACK

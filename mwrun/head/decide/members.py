@@ -40,11 +40,13 @@ class Members:
         if rec is not None and rec.state.alive and rec.worker.hung is None:
             self.beats.hang(rec, reason or "a communicator abort did not return")
 
-    def on_heartbeat(self, name: str, pid: int, next_in: object = None) -> None:
-        """A beat, and the most seconds to its next one, as it says (hangs.beat_gap)."""
+    def on_heartbeat(self, name: str, pid: int, next_in: object = None,
+                     hold: object = None) -> None:
+        """A beat, the most seconds to its next one (hangs.beat_gap) and the most its
+        beats wait on the way (hangs.beat_hold), as it says."""
         rec = self.processes.live(name, pid)
         if rec is not None:
-            self.beats.heartbeat(rec, next_in)
+            self.beats.heartbeat(rec, next_in, hold)
 
     def on_bye(self, name: str, pid: int) -> None:
         rec = self.processes.live(name, pid)

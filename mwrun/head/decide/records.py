@@ -42,6 +42,7 @@ class Worker:
     said_hello: bool = False
     beat_every: float | None = None
     beat_gap: float | None = None  # the most seconds to its next beat, as its last beat said
+    beat_hold: float = 0.0  # the most seconds its beats wait on the way (hangs.beat_hold)
     last_beat: float = 0.0  # awake time
     stop_sent_at: float | None = None  # awake time the supervisor last sent it SIGSTOP
     stopped_since: float | None = None

@@ -30,8 +30,8 @@ class Stopping:
     def ask(self, reason: str, now: float) -> list[ProcessRecord]:
         """Begin the stop (or, asked again, kill at once); what it moved."""
         procs = self.processes
-        if self.asked:
-            procs.say("stopping now: SIGKILL to every process")
+        if self.asked:  # said with what asked again (a second Ctrl-C, a SIGTERM, --force)
+            procs.say(f"{reason}: stopping now: SIGKILL to every process")
             return self.due("kill", now)
         self.asked = True
         procs.emit(ev.Stopping(reason))

@@ -44,13 +44,14 @@ class Library:
             self.downlink.hello(request["process"], request["pid"], connection)  # the way down
 
     def heartbeat(self, request: dict) -> None:
-        """heartbeat {process, pid, next?, t?, traffic?, first_calls?, times?}: alive,
-        with its worlds' traffic, the first call of each world's generation (faults.py)
-        and its calls' times."""
+        """heartbeat {process, pid, next?, hold?, t?, traffic?, first_calls?, times?}:
+        alive, with its worlds' traffic, the first call of each world's generation
+        (faults.py) and its calls' times; ``hold``: the most its host's agent holds its
+        beats (host/relay.py)."""
         # The hottest verb (every member, every second or so): each field read once.
         process: Any = request.get("process")
         pid: Any = request.get("pid")
-        self.members.on_heartbeat(process, pid, request.get("next"))
+        self.members.on_heartbeat(process, pid, request.get("next"), request.get("hold"))
         if isinstance(request.get("traffic"), dict):  # see mwrun/head/observe/traffic.py
             self.traffic.beat(process, pid, float(request["t"]), request["traffic"], self.now())
         if "times" in request:  # checked by requests.py; see observe/calltimes.py
