@@ -18,7 +18,7 @@ import time
 
 from mwrun import __version__
 from mwrun.host import frames
-from mwrun.host.relay import HOLD_MAX, HOLD_SHARE
+from mwrun.host.relay import hold_for
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--host", required=True)
@@ -42,11 +42,6 @@ def beat_after(now: float, every: float) -> float:
     """When the library beats next: it checks on the wall clock's whole seconds
     (supervisor_link.aligned) and beats once ``every`` has nearly passed."""
     return float(int(now + every - 0.5) + 1)
-
-
-def held(every: float, next_in: float) -> float:
-    """The most an agent holds this beat, as its relay says with it (host/relay.py)."""
-    return round(min(HOLD_MAX, HOLD_SHARE * min(every, next_in)), 3)
 
 
 def interval(worlds: dict, env: dict) -> float:  # as the library's job.beat_interval
@@ -97,7 +92,8 @@ while running:
         # (worlds/beats.py): the head looks at a silence only once that has passed.
         send("control", requests=[{"verb": "heartbeat", "process": n, "pid": p["pid"],
                                    "next": round(p["due"] - now, 3),
-                                   "hold": held(p["interval"], p["due"] - now)}
+                                   "hold": round(hold_for(min(p["interval"],
+                                                              p["due"] - now)), 3)}
                                   for n, p in procs.items() if p in beats])
     elif time.monotonic() - last_sent >= frames.BEAT:
         send("beat")

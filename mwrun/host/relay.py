@@ -33,6 +33,11 @@ HOLD_SHARE = 0.25
 HOLD_MAX = 1.0  # seconds at most: the traffic the head shows (status, metrics) lags no more
 
 
+def hold_for(pace: float) -> float:
+    """The most a beat of a process that beats every ``pace`` seconds is held here."""
+    return min(HOLD_MAX, HOLD_SHARE * pace)
+
+
 class Uplink(Protocol):
     """The link to the head, as the relay sends on it (``agent.Agent``)."""
 
@@ -94,7 +99,7 @@ class Relay:
         pace = self.intervals.get(str(request.get("process")), 0.0)
         with contextlib.suppress(TypeError, ValueError):  # its next beat may come sooner
             pace = min(pace, float(request.get("next", pace)))
-        hold = min(HOLD_MAX, HOLD_SHARE * pace)
+        hold = hold_for(pace)
         if hold > 0:  # what the head allows for (decide/hangs.py)
             request["hold"] = round(hold, 3)
         until = self.clock() + hold

@@ -3,7 +3,7 @@
 import signal
 
 from mwrun.schema import ProcessState as P
-from tests.unit.test_supervisor import HANGS, FakeHost, join_all, make, next_tick, run_for
+from tests.unit.test_supervisor import HANGS, TICK, FakeHost, join_all, make, next_tick, run_for
 
 
 def test_late_heartbeats_show_unresponsive_then_running_again():
@@ -131,8 +131,6 @@ def relayed_beats(sup, host, seconds, hold, held=(1.0, 0.0), every=4.0):
     each beat for one of ``held`` seconds in turn (a relay sends what it holds together,
     so one beat waits its whole hold and the next hardly at all); each beat says
     ``hold`` (None: says nothing). The loop ticks every TICK meanwhile."""
-    from tests.unit.test_supervisor import TICK
-
     start, arrivals = host.t, []
     for i, sent in enumerate(range(0, int(seconds), int(every))):
         arrivals.append(start + sent + held[i % len(held)])
