@@ -26,13 +26,12 @@ import sys
 import time
 
 from mwrun import __version__, machine
-from mwrun.errors import StartError
 from mwrun.host import frames
+from mwrun.host.asks import Asks
 from mwrun.host.frames import Kind
 from mwrun.host.hands import Hands
 from mwrun.host.relay import Relay
 from mwrun.host.spy import Spies
-from mwrun.launchspec import LaunchSpec, SpecError
 
 READ_SLICE = 65536  # bytes read from the head's link per turn
 SHUTDOWN_WAIT = 2.0  # for the last exits and output once everything was SIGKILLed
@@ -41,8 +40,8 @@ TURN = 1.0  # the longest the loop sleeps: a SIGTERM and orphans are seen within
 
 
 class Agent:
-    """The agent's link to the head and its loop: the head's requests to this host's
-    hands, what the hands tell back to the head, beats and silence either way; the
+    """The agent's link to the head and its loop: frames in (each request done by its
+    ``Asks``), what the hands tell back to the head, beats and silence either way; the
     libraries' messages go through its ``Relay``."""
 
     def __init__(self, link_in: int, link_out: int, control_path: str, *,
@@ -64,12 +63,16 @@ class Agent:
         self.hands = Hands(self.selector, self, self.zygote_log, lambda: self.done, clock)
         self.spies = Spies(self.selector, clock, lambda key, pid, result: self.send(
             Kind.CAPTURED, key=key, pid=pid, result=result))  # read for the head's bundles
+        self.asks = Asks(self.hands, self.spies, self.relay, self, wall, self._stop)
 
     # -- the link ---------------------------------------------------------------------
 
     def send(self, kind: str, **fields) -> None:
         self.outbox.put({"kind": kind, **fields})
         self.beat_due = self.clock() + frames.BEAT  # any frame tells the head we live
+
+    def _stop(self) -> None:
+        self.done = True  # the head's stop: everything is ended on the way out
 
     def hello(self, host: str) -> None:
         self.send(Kind.HELLO, protocol=frames.PROTOCOL, version=__version__, host=host,
@@ -92,61 +95,9 @@ class Agent:
             self.done = True
             return
         for message in messages:
-            handler = getattr(self, f"on_{message['kind']}", None)
+            handler = self.asks.handler(message["kind"])
             if handler is not None:
                 handler(message)
-
-    # -- what the head asks -------------------------------------------------------------
-
-    def _spec(self, msg: dict) -> LaunchSpec | None:
-        try:
-            return LaunchSpec.from_fields(msg)
-        except SpecError as exc:
-            if isinstance(msg.get("name"), str):
-                self.send(Kind.FAILED, name=msg["name"], error=str(exc))
-            return None
-
-    def on_prepare(self, msg: dict) -> None:
-        spec = self._spec(msg)
-        if spec is not None:
-            self.hands.prepare(spec)
-
-    def on_spawn(self, msg: dict) -> None:
-        spec = self._spec(msg)
-        if spec is None:
-            return
-        try:
-            pid = self.hands.start(spec)
-        except StartError as exc:
-            self.failed(spec.name, str(exc))
-            return
-        if pid is not None:  # else it waits for its zygote: told when made
-            self.spawned(spec.name, pid, bool(self.hands.was_warm(spec.name)))
-
-    def on_signal(self, msg: dict) -> None:
-        with contextlib.suppress(TypeError, ValueError):
-            self.hands.signal(str(msg["name"]), int(msg["signal"]))
-
-    def on_probe(self, msg: dict) -> None:
-        name = str(msg.get("name"))
-        cpu, rss = self.hands.usage(name)
-        self.send(Kind.PROBED, name=name, status=self.hands.status(name), cpu=cpu, rss=rss)
-
-    def on_capture(self, msg: dict) -> None:
-        """Read a process's stacks from outside, for a bundle (head/postmortem.py)."""
-        self.spies.asked(msg)
-
-    def on_stop(self, msg: dict) -> None:
-        self.done = True
-
-    def on_tell(self, msg: dict) -> None:
-        """A line from the head down to a process's library (head/downlink.py)."""
-        if isinstance(msg.get("message"), dict):
-            self.relay.tell(str(msg.get("name")), msg["message"])
-
-    def on_clock(self, msg: dict) -> None:
-        """At once: the head measures our clock's offset from its own (head/clocks.py)."""
-        self.send(Kind.CLOCK, sent=msg.get("sent"), at=self.wall())
 
     # -- what the hands tell (host.hands.Owner): over the link ----------------------------
 

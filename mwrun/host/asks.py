@@ -1,0 +1,90 @@
+"""What the head asks of this host, done here: each request frame (``host.frames``) an
+agent reads is one ``on_KIND`` method of ``Asks``, carried out on the host's hands, its
+spies and its relay; the answers go back over the agent's link. The agent keeps the
+link itself (frames in and out, beats, silence) and the loop (``host.agent``)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Protocol
+
+from mwrun.errors import StartError
+from mwrun.host.frames import Kind
+from mwrun.host.hands import Hands
+from mwrun.host.relay import Relay
+from mwrun.host.spy import Spies
+from mwrun.launchspec import LaunchSpec, SpecError
+
+
+class Link(Protocol):
+    """The agent's link to the head, as the answers go on it."""
+
+    def send(self, kind: str, **fields) -> None: ...
+    def spawned(self, name: str, pid: int, warm: bool) -> None: ...
+    def failed(self, name: str, error: str) -> None: ...
+
+
+class Asks:
+    """The head's requests, each done on this host: ``on_KIND(frame)``."""
+
+    def __init__(self, hands: Hands, spies: Spies, relay: Relay, link: Link,
+                 wall: Callable[[], float], stop: Callable[[], None]):
+        self.hands, self.spies, self.relay, self.link = hands, spies, relay, link
+        self.wall = wall  # this host's wall clock: the times told to the head (frames.py)
+        self.stop = stop
+
+    def handler(self, kind: object) -> Callable[[dict], None] | None:
+        """The method for a frame of ``kind``; None for a kind an agent is not asked."""
+        return getattr(self, f"on_{kind}", None)
+
+    def _spec(self, msg: dict) -> LaunchSpec | None:
+        try:
+            return LaunchSpec.from_fields(msg)
+        except SpecError as exc:
+            if isinstance(msg.get("name"), str):
+                self.link.send(Kind.FAILED, name=msg["name"], error=str(exc))
+            return None
+
+    def on_prepare(self, msg: dict) -> None:
+        spec = self._spec(msg)
+        if spec is not None:
+            self.hands.prepare(spec)
+
+    def on_spawn(self, msg: dict) -> None:
+        spec = self._spec(msg)
+        if spec is None:
+            return
+        try:
+            pid = self.hands.start(spec)
+        except StartError as exc:
+            self.link.failed(spec.name, str(exc))
+            return
+        if pid is not None:  # else it waits for its zygote: told when made
+            self.link.spawned(spec.name, pid, bool(self.hands.was_warm(spec.name)))
+
+    def on_signal(self, msg: dict) -> None:
+        with contextlib.suppress(TypeError, ValueError):
+            self.hands.signal(str(msg["name"]), int(msg["signal"]))
+
+    def on_probe(self, msg: dict) -> None:
+        name = str(msg.get("name"))
+        cpu, rss = self.hands.usage(name)
+        self.link.send(Kind.PROBED, name=name, status=self.hands.status(name), cpu=cpu,
+                       rss=rss)
+
+    def on_capture(self, msg: dict) -> None:
+        """Read a process's stacks from outside, for a bundle (head/postmortem.py)."""
+        self.spies.asked(msg)
+
+    def on_stop(self, msg: dict) -> None:
+        self.stop()
+
+    def on_tell(self, msg: dict) -> None:
+        """A line from the head down to a process's library (head/downlink.py)."""
+        if isinstance(msg.get("message"), dict):
+            self.relay.tell(str(msg.get("name")), msg["message"])
+
+    def on_clock(self, msg: dict) -> None:
+        """At once: the head measures our clock's offset from its own (head/clocks.py)."""
+        self.link.send(Kind.CLOCK, sent=msg.get("sent"), at=self.wall())
