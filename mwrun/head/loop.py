@@ -253,8 +253,10 @@ class Loop:
             run_dir, self.stacks, lambda told: Spies(self.selector, time.monotonic, told),
             lambda: self.supervisor, lambda: router,
             self.history.postmortem, time.monotonic, time.time)
+        self.usage = document.Usage(router.usage_of, agents.refresh_usage
+                                    if agents is not None else lambda: None)
         self.writer = document.Writer(run_dir / STATE, lambda: self.status.build(),
-                                      lambda: self.status.outside())
+                                      lambda: self.status.outside(), spent=self.usage.cost)
         # Who hears it: console and events.log, faults, history, scale operations, state.json.
         self.tally = Tally()  # restarts and breaks for the finish line, as report counts
         self.events = Events((lines(printer.event), self.faults, self.history, self.ops,
@@ -262,8 +264,6 @@ class Loop:
                               Leaving(membership, router, self.traffic), Counted(self.tally)))
         self.supervisor = supervisor = Supervisor(plan, router, self.events, grace,
                                                   self.postmortems.wait, self.timers)
-        self.usage = document.Usage(router.usage_of, agents.refresh_usage
-                                    if agents is not None else lambda: None)
         self.elastic = Elastic(membership, supervisor, self.ops, router.host_up, run_dir)
         self.status = document.Status(
             document.Facts(run_id, self.started_at, str(run_dir / TOPOLOGY), control_path),

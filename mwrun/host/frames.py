@@ -39,9 +39,9 @@ from enum import Enum
 PROTOCOL = 4
 # Seconds without a frame before a side sends a beat. The head reads and writes every
 # host's link: at 1,000 ranks on 125 hosts, beats once a second were 250 frames a
-# second, most of what an idle job costs it (bench/README.rst); every three seconds
-# leaves SILENCE five beats.
-BEAT = 3.0
+# second, most of what an idle job costs it, and each write wakes that host's ssh or
+# agent (bench/README.rst); every five seconds leaves SILENCE three beats.
+BEAT = 5.0
 # No frame for this long: the other side is gone. A closed link is seen at once; this
 # is for a head or host that is stopped or cut off, and must outlast a busy moment (a
 # head importing torch on a loaded machine sends nothing for seconds).

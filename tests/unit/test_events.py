@@ -11,7 +11,8 @@ import pytest
 
 from mwrun.head.decide import events as ev
 from mwrun.head.decide.events import Why
-from mwrun.head.observe.document import SAVE_GAP, Writer
+from mwrun.head.observe import document
+from mwrun.head.observe.document import SAVE_GAP, USAGE_EVERY, USAGE_SHARE, Usage, Writer
 from mwrun.head.observe.history import History
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
@@ -385,3 +386,33 @@ def test_what_no_event_tells_still_rewrites_state_json(tmp_path):
     outside[0] = ("lost",)  # a host's state, a usage reading: not the supervisor's
     writer.save()
     assert len(built) == 2
+
+
+def test_the_usage_readings_follow_what_a_whole_rewrite_of_state_json_took(tmp_path,
+                                                                          monkeypatch):
+    """The readings' period is set by the whole rewrite (the probes sent while building,
+    the build, the write), not by the build alone: a job of many hosts reads usage as
+    seldom as keeps that rewrite under USAGE_SHARE of a core."""
+    clock = [1000.0]
+    usage = Usage(lambda name: (1.0, 2048), lambda: None)
+
+    def build() -> dict:
+        clock[0] += 0.004  # the build, probes and all
+        return {}
+
+    writer = Writer(tmp_path / "state.json", build, lambda: (), clock=lambda: clock[0],
+                    spent=usage.cost)
+    writer.save()
+    assert usage.every == USAGE_EVERY  # a quick rewrite: the readings every USAGE_EVERY
+    written = []
+
+    def slow_write(path, doc) -> None:
+        clock[0] += 0.016  # a large document's write, on a slow disk
+        written.append(doc)
+
+    monkeypatch.setattr(document.rundir, "write_json", slow_write)
+    writer.dirty = True
+    clock[0] += 1.0
+    writer.save()
+    assert written == [{}]
+    assert usage.every == pytest.approx(0.020 / USAGE_SHARE)  # build and write, both

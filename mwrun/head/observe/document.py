@@ -29,10 +29,12 @@ from mwrun.schema import HostState
 from mwrun.schema import WorldState as W
 
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json, at least
-# The most of a core state.json's rewrite for the usage readings alone may take: a job
-# of 1,000 ranks (a 50 ms document) is read every 50 s, not 10 (a live run's status is
-# asked of its head, fresh; state.json's readings serve a head that died).
-USAGE_SHARE = 0.001
+# The most of a core state.json's rewrite for the usage readings alone may take, the
+# whole rewrite counted (the probes sent to every host, the build, the write): a job of
+# 1,000 ranks on 125 hosts (about 9 ms a rewrite) is read every 18 s, not 10 (a live
+# run's status is asked of its head, fresh; state.json's readings serve a head that
+# died). A twentieth of the idle head's goal (bench/README.rst).
+USAGE_SHARE = 0.0005
 USAGE_FRESH = 1.0  # a status request reuses readings younger than this
 SAVE_GAP = 0.25  # seconds between two writes of state.json at least
 
@@ -53,7 +55,7 @@ class Usage:
         return now - self.at >= self.every
 
     def cost(self, seconds: float) -> None:
-        """A document took ``seconds`` to build: the readings' period follows it."""
+        """state.json took ``seconds`` to rewrite: the readings' period follows it."""
         self.every = max(USAGE_EVERY, seconds / USAGE_SHARE)
 
     def of(self, names, now: float, fresh: bool) -> dict[str, tuple]:
@@ -134,11 +136,6 @@ class Status:
 
     def build(self, fresh_usage: bool = False) -> dict:
         now = time.monotonic()
-        doc = self._build(fresh_usage, now)
-        self.usage.cost(time.monotonic() - now)
-        return doc
-
-    def _build(self, fresh_usage: bool, now: float) -> dict:
         sup = self.job
         usage = self.usage.of([n for n, rec in sup.procs.items() if rec.state.alive], now,
                               fresh_usage)
@@ -249,14 +246,16 @@ class Writer:
     marks itself dirty; ``save`` (after every turn of the loop, so the common case must
     cost next to nothing) writes when an event came or ``outside`` changed, at most
     once per SAVE_GAP: a burst of events (a launch, a host lost) costs one write, not
-    one per event. ``due`` tells the loop when a write held back is due."""
+    one per event. ``due`` tells the loop when a write held back is due; ``spent`` is
+    told what each write took (the usage readings' period follows it)."""
 
     def __init__(self, path: Path, build: Callable[[], dict], outside: Callable[[], tuple],
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 spent: Callable[[float], None] = lambda seconds: None):
         self.path = path
         self.build = build
         self.outside = outside
-        self.clock = clock
+        self.clock, self.spent = clock, spent
         self.dirty = True  # nothing written yet
         self.seen: tuple | None = None  # what outside() said at the last write
         self.saved_at = float("-inf")
@@ -275,7 +274,9 @@ class Writer:
             self.due = self.saved_at + SAVE_GAP
             return
         self.dirty = False
+        began = self.clock()
         rundir.write_json(self.path, self.build())
         self.seen = self.outside()  # build() may have read usage afresh
         self.saved_at, self.due = self.clock(), None
         self.writes += 1
+        self.spent(self.saved_at - began)
