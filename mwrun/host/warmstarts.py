@@ -27,7 +27,7 @@ from mwrun.host import warm
 from mwrun.host import zygote as protocol
 from mwrun.host.process import ProcessHandle
 
-WINDOW = 8  # forks asked of one zygote at once: it forks each while those before set up
+WINDOW = 16  # forks asked of one zygote at once: two middles of BATCH (zygote.py) in flight
 CLOSE_WAIT = 2.0  # seconds, at the end, for forks already asked (their children die)
 
 

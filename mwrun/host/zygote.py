@@ -8,13 +8,14 @@ child's stdin and stdout descriptors attached (SCM_RIGHTS).
 
 Each request is checked first: a process that has a second thread or an initialised
 CUDA cannot fork safely, so the zygote answers ``cold`` (the supervisor then starts the
-process the ordinary way) instead of forking. Otherwise it forks twice: the middle
-process exits at once, so the child is re-parented to the supervisor (a child
-subreaper), which waits for it exactly as for a process it started itself; the zygote
-never holds a child. The child makes itself the planned process (child.py) and
-reports its pid on a pipe only once it leads its own session, so the supervisor never
-signals a process group that does not exist yet. The zygote forks the next child while
-those before it set up, and answers in the order asked (``serve``).
+process the ordinary way) instead of forking. Otherwise it forks twice: a middle
+process forks the children of up to BATCH requests waiting together and exits, so each
+child is re-parented to the supervisor (a child subreaper), which waits for it exactly
+as for a process it started itself; the zygote never holds a child. The child makes
+itself the planned process (child.py) and reports its pid on a pipe only once it leads
+its own session, so the supervisor never signals a process group that does not exist
+yet. The zygote forks the next middle while the children before set up, and answers
+in the order asked (``serve``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ import sys
 import threading
 
 MAX_FDS = 4
+# Requests one middle process forks the children of. A fork of a zygote that imported
+# torch copies the page tables of its ~150 MB of private memory, and a middle's exit
+# tears its copy down again: with a middle per child, the zygote's own forks were the
+# bring-up's one serial step (14 ms each on a busy 2-core machine, 128 one after
+# another). Middles of a few children each fork side by side, and the zygote forks an
+# eighth as often (bench/README.rst).
+BATCH = 8
 # What a process that uses torch under mwrun imports first (``mwrun.init``): about forty
 # modules, most of a warm child's own start (20-30 ms of its CPU, more than the fork),
 # so a zygote that preloads torch imports them too (see child.py for who keeps them).
@@ -47,10 +55,12 @@ def send(sock: socket.socket, message: dict, fds=()) -> None:
         sock.send(data)
 
 
-def receive(sock: socket.socket) -> tuple[dict | None, list[int]]:
-    """One message and the descriptors that came with it; (None, []) at end of file."""
+def receive(sock: socket.socket, flags: int = 0) -> tuple[dict | None, list[int]]:
+    """One message and the descriptors that came with it; (None, []) at end of file.
+    ``flags``: MSG_DONTWAIT raises BlockingIOError when none waits."""
     fds = array.array("i")
-    data, ancdata, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * fds.itemsize))
+    data, ancdata, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * fds.itemsize),
+                                       flags)
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
@@ -174,23 +184,41 @@ def serve(sock: socket.socket, supervisor: int):
         _answer(sock, flight)
         if sock.fileno() not in readable:
             continue
-        try:
-            message, fds = receive(sock)
-        except ConnectionResetError:
-            return None
-        if message is None:
+        batch = waiting(sock)
+        if batch is None:
             return None
         reason = unsafe_to_fork()
         if reason is not None:
-            for fd in fds:
-                os.close(fd)
-            flight.append(Forking(answer={"cold": reason}))
+            for _, fds in batch:
+                for fd in fds:
+                    os.close(fd)
+            flight.extend(Forking(answer={"cold": reason}) for _ in batch)
         else:
-            in_child, forking = fork(sock, message, fds, supervisor)
+            in_child, forked = fork(sock, batch, supervisor)
             if in_child:
-                return forking
-            flight.append(forking)
+                return forked
+            flight.extend(forked)
         _answer(sock, flight)
+
+
+def waiting(sock: socket.socket) -> list[tuple[dict, list[int]]] | None:
+    """The requests waiting on a readable socket, up to BATCH; None once it is closed
+    (what came before the close is of no use: the supervisor is gone)."""
+    batch: list[tuple[dict, list[int]]] = []
+    while len(batch) < BATCH:
+        try:
+            message, fds = receive(sock, socket.MSG_DONTWAIT if batch else 0)
+        except BlockingIOError:
+            break
+        except ConnectionResetError:
+            message = None
+        if message is None:
+            for _, fds in batch:
+                for fd in fds:
+                    os.close(fd)
+            return None
+        batch.append((message, fds))
+    return batch
 
 
 def _answer(sock: socket.socket, flight: collections.deque[Forking]) -> None:
@@ -203,26 +231,41 @@ def _answer(sock: socket.socket, flight: collections.deque[Forking]) -> None:
         send(sock, answer)
 
 
-def fork(sock: socket.socket, message: dict, fds: list[int], supervisor: int):
-    """Fork the child (through a middle process); (False, its Forking) in the zygote,
-    (True, the request with its descriptors and the pid pipe) in the child."""
-    read, write = os.pipe()
+def fork(sock: socket.socket, batch: list[tuple[dict, list[int]]], supervisor: int):
+    """Fork a middle process that forks a child for each request of ``batch`` and exits;
+    (False, a Forking per request, in order) in the zygote, (True, its request with its
+    descriptors and the pid pipe) in a child."""
+    pipes = [os.pipe() for _ in batch]
     sys.stdout.flush()
     sys.stderr.flush()
     middle = os.fork()
     if middle == 0:
         middle = os.getpid()
-        try:
-            pid = os.fork()
-        except BaseException:  # no child: the zygote reads end of file
-            os._exit(1)
-        if pid != 0:
-            os._exit(0)  # the middle process: its exit hands the child to the supervisor
+        for mine, (message, fds) in enumerate(batch):
+            try:
+                pid = os.fork()
+            except BaseException:  # no child: the zygote reads end of file for the rest
+                os._exit(1)
+            if pid == 0:
+                _keep_only(mine, batch, pipes)
+                sock.detach()  # the child closes every inherited descriptor by number
+                return True, {**message, "fds": fds, "report": pipes[mine][1],
+                              "middle": middle, "supervisor": supervisor}
+        os._exit(0)  # the middle process: its exit hands the children to the supervisor
+    for (_, write), (_, fds) in zip(pipes, batch, strict=True):
+        os.close(write)
+        for fd in fds:
+            os.close(fd)
+    return False, [Forking(read, middle) for read, _ in pipes]
+
+
+def _keep_only(mine: int, batch: list[tuple[dict, list[int]]],
+               pipes: list[tuple[int, int]]) -> None:
+    """In a child: the other children's descriptors closed (a report pipe another child
+    held open would keep its end of file from the zygote), and every read end."""
+    for i, ((_, fds), (read, write)) in enumerate(zip(batch, pipes, strict=True)):
         os.close(read)
-        sock.detach()  # the child closes every inherited descriptor by number
-        return True, {**message, "fds": fds, "report": write, "middle": middle,
-                      "supervisor": supervisor}
-    os.close(write)
-    for fd in fds:
-        os.close(fd)
-    return False, Forking(read, middle)
+        if i != mine:
+            os.close(write)
+            for fd in fds:
+                os.close(fd)

@@ -51,3 +51,78 @@ def _sent(sock):
             yield json.loads(sock.recv(1 << 16))
         except BlockingIOError:
             return
+
+
+def test_the_requests_waiting_together_are_taken_up_to_a_batch_and_a_close_ends_it():
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        for i in range(zygote.BATCH + 2):
+            read, write = os.pipe()
+            zygote.send(theirs, {"n": i}, (write,))
+            os.close(write)
+            os.close(read)
+        first = zygote.waiting(ours)
+        assert [message["n"] for message, _ in first] == list(range(zygote.BATCH))
+        assert all(len(fds) == 1 for _, fds in first)
+        second = zygote.waiting(ours)
+        assert [message["n"] for message, _ in second] == [zygote.BATCH, zygote.BATCH + 1]
+        read, write = os.pipe()
+        zygote.send(theirs, {"n": "last"}, (write,))
+        theirs.close()  # the supervisor gone: what it asked last is dropped, fds closed
+        os.close(write)
+        assert zygote.waiting(ours) is None
+        assert os.read(read, 1) == b""  # no copy of its write end is left open
+        os.close(read)
+        for _, fds in first + second:
+            for fd in fds:
+                os.close(fd)
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_one_middle_forks_a_child_per_request_each_with_only_its_own_descriptors():
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    outputs = [os.pipe() for _ in range(3)]
+    batch = [({"n": i}, [os.dup(write)]) for i, (_, write) in enumerate(outputs)]
+    for _, write in outputs:
+        os.close(write)
+    in_child, forked = zygote.fork(ours, batch, os.getpid())
+    if in_child:  # a child: says what it holds on its own output, and goes
+        try:
+            [output] = forked["fds"]
+            others = [fd for _, fds in batch for fd in fds if fd != output]
+            os.write(output, json.dumps({"n": forked["n"], "others": [
+                fd for fd in others if _open(fd)]}).encode())
+            os.write(forked["report"], json.dumps({"pid": os.getpid()}).encode())
+        finally:
+            os._exit(0)
+    try:
+        while any(f.answer is None for f in forked):
+            for f in forked:
+                if f.answer is None:
+                    f.take()
+        pids = [f.answer["pid"] for f in forked]
+        assert len(set(pids)) == 3 and len({f.middle for f in forked}) == 1  # one middle
+        told = [json.loads(_read_all(read)) for read, _ in outputs]
+        assert told == [{"n": i, "others": []} for i in range(3)]
+    finally:
+        ours.close()
+        theirs.close()
+        for read, _ in outputs:
+            os.close(read)
+
+
+def _open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _read_all(fd: int) -> bytes:
+    data = b""
+    while chunk := os.read(fd, 1 << 16):
+        data += chunk
+    return data
