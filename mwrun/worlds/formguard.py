@@ -24,6 +24,7 @@ import contextlib
 import os
 import socket
 import stat
+import sys
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -56,6 +57,11 @@ def build(stores: WorldStore, store, seat: Seat, create: Callable[[dist.Store, S
     spec = stores.spec
     connection = Connection(lambda: stores.client(spec.timeout, seat.generation), spec.port,
                             connecting(spec.addr, spec.port))
+    if not connection.cuttable:  # rare, and then a break before forming costs the timeout
+        print(f"mwrun: world {stores.name!r} g{seat.generation}: its group is built with"
+              f" no guard ({connection.found} new connections to its store, not one): a"
+              " break before it forms waits for the world's timeout", file=sys.stderr,
+              flush=True)
     guard = FormingGuard(stores, connection, seat.generation, seat.rank)
     guard.start()
     try:
@@ -118,6 +124,7 @@ class Connection:
             after = gloo_abort.fd_targets()
         new = [fd for fd, target in after.items() if before.get(fd) != target]
         found = [d for d in (_socket_to(fd, port) for fd in new) if d is not None]
+        self.found = len(found)  # new sockets to the store's port: one, or no guard
         self._socket = found.pop() if len(found) == 1 else None  # a dup: never reused
         for other in found:  # another thread connected to the store meanwhile: unsure
             os.close(other)
