@@ -8,8 +8,8 @@ topology error.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-import pickle
 import resource
 import secrets
 import shutil
@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from mwrun import runs
@@ -26,7 +26,7 @@ from mwrun.errors import RunError, TopologyError
 from mwrun.head.hosts import remote, slurm
 from mwrun.head.observe import rundir
 from mwrun.head.observe.console import Printer, RotatedOutput
-from mwrun.plan import inventory, placement, ports, topology
+from mwrun.plan import inventory, placement, ports, stored, topology
 from mwrun.schema import FINAL, PLAN, SUPERVISOR_LOG, TOPOLOGY
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
@@ -179,10 +179,11 @@ def run_detached(path: str, run_id: str, grace: float) -> int:
     the console goes to ``supervisor.log``, rotated. Remote hosts are reached from
     here (an agent's link belongs to the process that supervises)."""
     _more_descriptors()
-    plan, fds = pickle.load(sys.stdin.buffer)
-    listeners = {name: socket.socket(fileno=fd) for name, fd in fds.items()}
-    log = RotatedOutput(rundir.run_path(run_id) / SUPERVISOR_LOG)
+    handed = json.load(sys.stdin.buffer)  # JSON, as plan.json keeps it (plan/stored.py)
+    listeners = {name: socket.socket(fileno=fd) for name, fd in handed["fds"].items()}
     try:
+        plan = stored.load(handed["plan"], "the plan handed to the detached head")
+        log = RotatedOutput(rundir.run_path(run_id) / SUPERVISOR_LOG)
         topo, mapping = _hosts_of(topology.load(path))
         agents = _reach(topo, mapping, run_id, _progress(log))
     except BaseException:
@@ -209,7 +210,7 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id, plan.name)
         run_id = run_dir.name
         shutil.copyfile(path, run_dir / TOPOLOGY)
-        rundir.write_json(run_dir / PLAN, asdict(plan))
+        rundir.write_json(run_dir / PLAN, stored.dump(plan))
         widest = max((len(f"{n}-{s.scale.max - 1}") for n, s in topo.scaled.items()
                       if s.scale is not None), default=0)  # its replicas' names line up
         printer = Printer(list(plan.processes), stream, use_colour(stream), run_dir, widest)
@@ -321,7 +322,7 @@ def _start_detached(path: str, run_id: str, grace: float, run_dir, plan,
             pass_fds=list(fds.values()), start_new_session=True, cwd=os.getcwd())
     assert child.stdin is not None, "stdin=PIPE above"
     with contextlib.suppress(BrokenPipeError), child.stdin:
-        child.stdin.write(pickle.dumps((plan, fds)))
+        child.stdin.write(json.dumps({"plan": stored.dump(plan), "fds": fds}).encode())
     return child
 
 
