@@ -226,6 +226,10 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         from mwrun.head.hosts.pending import PendingStores
         from mwrun.head.loop import Loop
 
+        if plan.metrics is not None:  # the loop's metrics parts, imported only for them
+            from mwrun.head.observe import metrics  # noqa: F401
+            from mwrun.head.serve import scrapes  # noqa: F401
+
         # torch (for the stores) loads in the background while the processes start.
         stores = PendingStores(plan, listeners)
     except BaseException as exc:

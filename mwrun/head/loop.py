@@ -24,7 +24,7 @@ import selectors
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mwrun.head.decide.deadlines import Timer, Timers, next_on_grid
 from mwrun.head.decide.events import Event, Events, Gone, Said, WorldRemoved, lines
@@ -33,8 +33,9 @@ from mwrun.head.decide.supervisor import TICK, Supervisor
 from mwrun.head.hosts.agents import Agents
 from mwrun.head.hosts.downlink import Downlink
 from mwrun.head.hosts.router import Router
-from mwrun.head.observe import document, metrics
+from mwrun.head.observe import document
 from mwrun.head.observe.console import Printer
+from mwrun.head.observe.downtimes import Downtimes
 from mwrun.head.observe.faults import Faults
 from mwrun.head.observe.history import SAMPLE_EVERY, Counted, History
 from mwrun.head.observe.opbook import OpBook
@@ -48,7 +49,6 @@ from mwrun.head.serve import control
 from mwrun.head.serve.dispatcher import Dispatcher
 from mwrun.head.serve.elastic import Elastic
 from mwrun.head.serve.library import Library
-from mwrun.head.serve.scrapes import Scrapes
 from mwrun.head.serve.verbs import Verbs
 from mwrun.head.wakeups import Wakeups
 from mwrun.host import sockets
@@ -60,6 +60,9 @@ from mwrun.plan.placement import Plan
 from mwrun.plan.topology import Topology
 from mwrun.records import Tally
 from mwrun.schema import OPS, STATE, TOPOLOGY, ZYGOTE_LOG, Start
+
+if TYPE_CHECKING:
+    from mwrun.head.serve.scrapes import Scrapes
 
 OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
 OUTPUT_SLICE_MIN = 4096
@@ -221,7 +224,7 @@ class Loop:
             self.dispatcher.serve(line, connection))  # answer through clients.push (downlink)
         self.timers = Timers()  # every timer of the head, in one heap (decide/deadlines.py)
         self.traffic = Traffic()
-        self.downtimes = metrics.Downtimes()  # each world's faults, for the metrics
+        self.downtimes = Downtimes()  # each world's faults, for the metrics
         # What the job should be made of: the plan as launched, then each revision.
         membership = self.membership = Membership(topology, plan, inventory, sys.executable,
                                                   stores.choose_port)
@@ -284,10 +287,16 @@ class Loop:
                              self.hands, self.ops, supervisor.plain, stores.plain_ranks,
                              self.history, self.status, self.traffic, self.writer,
                              self.postmortems, slow)
-        self.scrapes = None if plan.metrics is None else Scrapes(self.selector, metrics.Source(
-            self.status.build, self.traffic.counts, lambda: supervisor.procs,
-            lambda: self.rounds.lag, lambda: self.history.bundles, lambda: self.ops.begun,
-            self.downtimes, self.traffic.times.histograms).families)
+        self.scrapes: Scrapes | None = None
+        if plan.metrics is not None:  # prometheus_client, only for a job that serves it
+            from mwrun.head.observe import metrics
+            from mwrun.head.serve.scrapes import Scrapes
+
+            self.scrapes = Scrapes(self.selector, metrics.Source(
+                self.status.build, self.traffic.counts, lambda: supervisor.procs,
+                lambda: self.rounds.lag, lambda: self.history.bundles,
+                lambda: self.ops.begun, self.downtimes,
+                self.traffic.times.histograms).families)
 
     @property
     def plan(self) -> Plan:

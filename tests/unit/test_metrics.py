@@ -9,7 +9,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mwrun.head.observe.calltimes import CallTimes
-from mwrun.head.observe.metrics import Downtimes, Readings, downtime, families
+from mwrun.head.observe.downtimes import Downtimes, downtime
+from mwrun.head.observe.metrics import Readings, families
 from mwrun.plan.fields import listen_error
 from mwrun.plan.topology import parse
 from mwrun.protocol import CALL_TIME_BOUNDS
