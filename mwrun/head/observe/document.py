@@ -31,7 +31,7 @@ from mwrun.schema import WorldState as W
 USAGE_EVERY = 10.0  # seconds between cpu/memory readings for state.json, at least
 # The most of a core state.json's rewrite for the usage readings alone may take, the
 # whole rewrite counted (the probes sent to every host, the build, the write): a job of
-# 1,000 ranks on 125 hosts (about 9 ms a rewrite) is read every 18 s, not 10 (a live
+# 1,000 ranks on 125 hosts (10-20 ms a rewrite) is read every 20-40 s, not 10 (a live
 # run's status is asked of its head, fresh; state.json's readings serve a head that
 # died). A twentieth of the idle head's goal (bench/README.rst).
 USAGE_SHARE = 0.0005
