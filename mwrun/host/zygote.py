@@ -189,9 +189,7 @@ def serve(sock: socket.socket, supervisor: int):
             return None
         reason = unsafe_to_fork()
         if reason is not None:
-            for _, fds in batch:
-                for fd in fds:
-                    os.close(fd)
+            _close(batch)
             flight.extend(Forking(answer={"cold": reason}) for _ in batch)
         else:
             in_child, forked = fork(sock, batch, supervisor)
@@ -213,12 +211,17 @@ def waiting(sock: socket.socket) -> list[tuple[dict, list[int]]] | None:
         except ConnectionResetError:
             message = None
         if message is None:
-            for _, fds in batch:
-                for fd in fds:
-                    os.close(fd)
+            _close(batch)
             return None
         batch.append((message, fds))
     return batch
+
+
+def _close(batch: list[tuple[dict, list[int]]]) -> None:
+    """The zygote's copies of a batch's descriptors: the children (or none) hold them."""
+    for _, fds in batch:
+        for fd in fds:
+            os.close(fd)
 
 
 def _answer(sock: socket.socket, flight: collections.deque[Forking]) -> None:
@@ -252,10 +255,9 @@ def fork(sock: socket.socket, batch: list[tuple[dict, list[int]]], supervisor: i
                 return True, {**message, "fds": fds, "report": pipes[mine][1],
                               "middle": middle, "supervisor": supervisor}
         os._exit(0)  # the middle process: its exit hands the children to the supervisor
-    for (_, write), (_, fds) in zip(pipes, batch, strict=True):
+    for _, write in pipes:
         os.close(write)
-        for fd in fds:
-            os.close(fd)
+    _close(batch)
     return False, [Forking(read, middle) for read, _ in pipes]
 
 

@@ -6,8 +6,11 @@ import json
 import os
 import socket
 
-from mwrun.host import zygote
+import psutil
+
+from mwrun.host import child, zygote
 from mwrun.host.zygote import Forking
+from tests.helpers import settle
 
 
 def test_answers_go_in_the_order_asked_whatever_order_the_children_report_in():
@@ -71,7 +74,8 @@ def test_the_requests_waiting_together_are_taken_up_to_a_batch_and_a_close_ends_
         theirs.close()  # the supervisor gone: what it asked last is dropped, fds closed
         os.close(write)
         assert zygote.waiting(ours) is None
-        assert os.read(read, 1) == b""  # no copy of its write end is left open
+        os.set_blocking(read, False)  # an end of file now, not a wait: no copy is left
+        assert os.read(read, 1) == b""
         os.close(read)
         for _, fds in first + second:
             for fd in fds:
@@ -91,9 +95,9 @@ def test_one_middle_forks_a_child_per_request_each_with_only_its_own_descriptors
     if in_child:  # a child: says what it holds on its own output, and goes
         try:
             [output] = forked["fds"]
-            others = [fd for _, fds in batch for fd in fds if fd != output]
-            os.write(output, json.dumps({"n": forked["n"], "others": [
-                fd for fd in others if _open(fd)]}).encode())
+            others = {fd for _, fds in batch for fd in fds if fd != output}
+            os.write(output, json.dumps({"n": forked["n"], "others": sorted(
+                others & child.open_fds())}).encode())
             os.write(forked["report"], json.dumps({"pid": os.getpid()}).encode())
         finally:
             os._exit(0)
@@ -106,6 +110,7 @@ def test_one_middle_forks_a_child_per_request_each_with_only_its_own_descriptors
         assert len(set(pids)) == 3 and len({f.middle for f in forked}) == 1  # one middle
         told = [json.loads(_read_all(read)) for read, _ in outputs]
         assert told == [{"n": i, "others": []} for i in range(3)]
+        assert settle(lambda: [p for p in pids if _alive(p)]) == []  # each ended
     finally:
         ours.close()
         theirs.close()
@@ -113,12 +118,11 @@ def test_one_middle_forks_a_child_per_request_each_with_only_its_own_descriptors
             os.close(read)
 
 
-def _open(fd: int) -> bool:
+def _alive(pid: int) -> bool:
     try:
-        os.fstat(fd)
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    return True
 
 
 def _read_all(fd: int) -> bytes:
