@@ -211,6 +211,6 @@ class Launched:
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGINT)
         # The head's end may wait up to a minute for a store's build still importing
-        # torch (head/hosts/pending.py CLOSE_WAIT; an import cannot be cut short), which
+        # torch (keeper/pending.py CLOSE_WAIT; an import cannot be cut short), which
         # on a loaded machine took all of it (a CI pair of stop 40): more than that.
         self.popen.wait(timeout=120)

@@ -53,12 +53,12 @@ HERE = Path(__file__).resolve().parent
 # standard library and psutil only.
 if __package__:  # bench.scale, the checkout's root on the path (the tests)
     from bench.common import Launched, NotStarted, compiled, wait_for
-    from bench.supervisor import cpu_percent, import_torch_seconds
+    from bench.supervisor import control_plane, cpu_percent, cpu_seconds, import_torch_seconds
     from tests.integration import testbed
 else:  # a script: its folder first on the path, and the root for the test bed
     sys.path.insert(0, str(HERE.parent))
     from common import Launched, NotStarted, compiled, wait_for
-    from supervisor import cpu_percent, import_torch_seconds
+    from supervisor import control_plane, cpu_percent, cpu_seconds, import_torch_seconds
 
     from tests.integration import testbed
 
@@ -234,9 +234,8 @@ def _sim_on(head: str, work: Path, hosts: int, watch: float, exits: int,
             doc = job.healthy(600, every=0.1)
         except NotStarted as exc:
             return {"never": f"{exc}{_unfinished(job.state())}"}
-        times = proc.cpu_times()
         out["healthy_s"], out["bringup_cpu_s"] = (time.monotonic() - started,
-                                                  times.user + times.system)
+                                                  cpu_seconds(control_plane(proc.pid)))
         _stores_served(doc, head)
         time.sleep(3.0)
         out["cpu"] = cpu_percent(job.popen.pid, watch)

@@ -128,8 +128,11 @@ def drill(work: Path, preload: str, count: int) -> list[float]:
     text = (ROOT / "configs" / "star.yaml").read_text()
     topology.write_text(text.replace("backend: gloo", f"backend: gloo\n{preload}".rstrip())
                         .replace("cwd: ..", f"cwd: {ROOT}"))  # the star runs until stopped
-    home = work / "home"
-    job = Launched(topology, home)
+    # A home of its own: an earlier part's ended run, in a shared one, was taken for
+    # this one's end. The star's commands say ``python``: the one running this bench,
+    # as in the README (its venv activated), not another on the PATH without torch.
+    home = work / f"home-drill-{_tag(preload)}"
+    job = Launched(topology, home, env={"PATH": f"{Path(PY).parent}:{os.environ['PATH']}"})
     took = []
 
     def seen(text: str) -> int:

@@ -278,6 +278,7 @@ LOGS = "logs"  # the folder of every process's output, LOGS/NAME.log
 LOG_BACKUPS = 3  # rotated logs kept beside each: NAME.log.1 ... NAME.log.3
 SUPERVISOR_LOG = "supervisor.log"  # a detached head's console
 ZYGOTE_LOG = "zygote.log"  # the head's zygote's own output
+KEEPER_LOG = "keeper.log"  # the worlds' stores' keeper's own output (mwrun/keeper)
 CONTROL = "control.sock"  # the supervisor's control socket (owner only)
 REPORT = "report.png"  # where ``mwrun report`` draws by default
 POSTMORTEM = "postmortem"  # the bundles of hangs and breaks: POSTMORTEM/WORLD-gGEN/

@@ -22,7 +22,7 @@ May import: ``mwrun.errors``, ``mwrun.protocol``, ``mwrun.terminal``, ``mwrun.ma
 ``mwrun.schema``, ``mwrun.runs``, ``mwrun.launchspec``, ``mwrun.lookups``,
 ``mwrun.stacktext``, ``plan``,
 ``membership``, ``host``, ``records`` (observe counts the finish line's restarts and
-breaks with its tally, as ``report`` does). Never
-``worlds`` or ``cli``. Only ``hosts/stores`` imports torch, and only once a launch is
-under way.
+breaks with its tally, as ``report`` does), ``keeper``'s ``wire`` (what it says to the
+worlds' stores' keeper, a process of its own). Never ``worlds`` or ``cli``, nor torch:
+the keeper holds the stores.
 """

@@ -18,16 +18,19 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from mwrun import runs
 from mwrun.errors import RunError, TopologyError
 from mwrun.head.hosts import remote, slurm
+from mwrun.head.hosts.stores import StoreKeeper
 from mwrun.head.observe import rundir
 from mwrun.head.observe.console import Printer, RotatedOutput
-from mwrun.plan import inventory, placement, ports, stored, topology
-from mwrun.schema import FINAL, PLAN, SUPERVISOR_LOG, TOPOLOGY
+from mwrun.host import warm
+from mwrun.plan import environment, inventory, placement, ports, stored, topology
+from mwrun.schema import FINAL, KEEPER_LOG, PLAN, SUPERVISOR_LOG, TOPOLOGY, ZYGOTE_LOG
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
 from mwrun.terminal import count, seconds, use_colour
@@ -206,6 +209,7 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
                stream, existing_dir: bool) -> int:
     links, reach = agents
     run_dir = None
+    zygotes: list = []
     try:
         run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id, plan.name)
         run_id = run_dir.name
@@ -220,22 +224,18 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
                       f" {run_id})")
         printer.event(f"watch it: mwrun status {run_id} --watch;"
                       f" drill it: mwrun kill-world {next(iter(plan.worlds))} {run_id}")
-        # Everything this thread imports, it imports before torch starts loading in
-        # another: a Ctrl-C landing inside the import machinery while both import is
-        # swallowed there and leaves a module lock held, and the launch hangs.
-        from mwrun.head.hosts.pending import PendingStores
+        zygotes = _zygotes_first(plan, run_id, run_dir, set(links), printer.event)
+        # The worlds' stores, in their keeper: forked from a zygote that imports torch
+        # (the loop asks it first), else started now, importing torch beside the rest.
+        torch_zygote = next(((z.modules, z.env) for z in zygotes if "torch" in z.modules),
+                            None)
+        stores = StoreKeeper(plan, listeners, run_dir / KEEPER_LOG, torch_zygote)
         from mwrun.head.loop import Loop
-
-        if plan.metrics is not None:  # the loop's metrics parts, imported only for them
-            from mwrun.head.observe import metrics  # noqa: F401
-            from mwrun.head.serve import scrapes  # noqa: F401
-
-        # torch (for the stores) loads in the background while the processes start.
-        stores = PendingStores(plan, listeners)
     except BaseException as exc:
         for sock in listeners.values():
             sock.close()
         _let_go(agents)
+        _end_unowned(zygotes)
         _never_started(run_dir, exc)
         raise
     topo_hosts = [(name, host.addr) for name, host in topo.hosts.items()]
@@ -245,15 +245,47 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         inv = inventory.inventory(topo)
         inv.update(remote.reported_inventory(topo, links, inv))
         loop = Loop(plan, run_id, run_dir, stores, printer, grace,
-                    str(rundir.control_path(run_id)), topo, inv, links, reach, topo_hosts)
+                    str(rundir.control_path(run_id)), topo, inv, links, reach, topo_hosts,
+                    zygotes)
         code = loop.run()
         _summary(printer, loop.supervisor, loop.tally, loop.run_id, loop.started_at)
     except BaseException as exc:
+        _end_unowned(zygotes)
         _never_started(run_dir, exc)
         raise
     finally:
         printer.close()
     return code
+
+
+def _zygotes_first(plan, run_id: str, run_dir, remote: set[str],
+                   say: Callable[[str], None]) -> list[warm.Zygote]:
+    """The zygotes this machine's warm processes will be forked from, started before
+    the rest of the head: their imports (about a second, for torch) are the bring-up's
+    longest step, and the head's own start (its imports, the loop's making, a quarter
+    of a second) runs beside them, not before. The loop's hands take them over, and
+    start any other the same way (``Router.prepare``), so this is an early start only."""
+    wanted = [name for name, proc in plan.processes.items()
+              if proc.preload and proc.host not in remote]
+    if not wanted or not warm.become_subreaper():  # without it, every start is cold
+        return []
+    zygotes = warm.Zygotes(sys.executable, run_dir / ZYGOTE_LOG, say,
+                           on_start=lambda zygote: say(warm.started_line(zygote)))
+    control = str(rundir.control_path(run_id))
+    for name in wanted:  # those whose imports may share one zygote share it, as later
+        spec = environment.launch_spec(plan, name, run_id=run_id, control=control,
+                                       generations=dict.fromkeys(plan.processes[name].worlds,
+                                                                 0), restart_count=0)
+        zygotes.prepare(tuple(spec.preload), spec.environ(os.environ))
+    return zygotes.zygotes
+
+
+def _end_unowned(zygotes: list[warm.Zygote]) -> None:
+    """Zygotes a launch that failed before its loop ran may still hold (closed twice
+    is harmless: one the loop closed is reaped, and left alone)."""
+    for zygote in zygotes:
+        if zygote.popen.returncode is None:
+            zygote.close()
 
 
 def _never_started(run_dir, exc: BaseException) -> None:

@@ -23,7 +23,7 @@ import os
 import selectors
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mwrun.head.decide.deadlines import Timer, Timers, next_on_grid
@@ -33,6 +33,7 @@ from mwrun.head.decide.supervisor import TICK, Supervisor
 from mwrun.head.hosts.agents import Agents
 from mwrun.head.hosts.downlink import Downlink
 from mwrun.head.hosts.router import Router
+from mwrun.head.hosts.stores import StoreKeeper
 from mwrun.head.observe import document
 from mwrun.head.observe.console import Printer
 from mwrun.head.observe.downtimes import Downtimes
@@ -54,6 +55,7 @@ from mwrun.head.wakeups import Wakeups
 from mwrun.host import sockets
 from mwrun.host.hands import Hands
 from mwrun.host.spy import Spies
+from mwrun.host.warm import Zygote
 from mwrun.membership.revision import Membership
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import Plan
@@ -207,9 +209,11 @@ class Loop:
     supervisor: Supervisor
     status: document.Status
 
-    def __init__(self, plan: Plan, run_id: str, run_dir, stores, printer: Printer, grace: float,
+    def __init__(self, plan: Plan, run_id: str, run_dir, stores: StoreKeeper, printer: Printer,
+                 grace: float,
                  control_path: str, topology: Topology, inventory: dict[str, HostInventory],
-                 links: dict | None = None, reach=None, hosts: list | None = None):
+                 links: dict | None = None, reach=None, hosts: list | None = None,
+                 zygotes: Sequence[Zygote] = ()):
         self.run_id = run_id
         self.stores = stores
         self.printer = printer
@@ -239,7 +243,8 @@ class Loop:
         self.progress = Progress(list(plan.processes), list(plan.worlds), self.say,
                                  self.started_at)
         self.hands = Hands(self.selector, heard, run_dir / ZYGOTE_LOG,
-                           lambda: self.supervisor.stopping)  # which acts through them
+                           lambda: self.supervisor.stopping,  # which acts through them
+                           zygotes=zygotes)  # launch's own, started first thing
         self.router = router = Router(lambda: membership.plan, self.hands, agents, stores,
                                       self.downlink, run_id, control_path)
         # The listeners hear the supervisor, and read it. The fault timeline (hears each
@@ -327,6 +332,7 @@ class Loop:
         try:
             for name in self.plan.processes:  # every zygote at once: imports side by side
                 self.router.prepare(name)
+            self.stores.start(self.hands.fork)  # the zygote's first fork, if it is warm
             self.supervisor.start()
             self.stores.serve(wakeups.wake)
             self.writer.save()
@@ -355,7 +361,7 @@ class Loop:
         self.clients.serve_backlog()
         if self.agents is not None:
             self.agents.handle_pending()  # frames read while awaiting an answer
-        self.stores.ready()  # what waited for the stores is written once they exist
+        self.stores.ready()  # a keeper that failed or ended ends the run, here
         for name in self.postmortems.step():  # captured: a hung member's kill goes now
             self.supervisor.beats.kill_hung(name)
         self.timers.fire(time.monotonic())

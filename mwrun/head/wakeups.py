@@ -1,7 +1,8 @@
 """What wakes the loop from its select besides its descriptors: a stop signal
 (SIGINT, SIGTERM, SIGHUP: recorded by the handler, acted on by the loop, never in the
-handler) and the stores' thread (a store a write waited for exists now). Both write a
-byte to one socket pair the loop's selector watches."""
+handler) and the thread that reads the worlds' stores' keeper (it said something: its
+stores exist, or it failed or ended). Both write a byte to one socket pair the loop's
+selector watches."""
 
 from __future__ import annotations
 

@@ -25,14 +25,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import IO, Protocol
 
 from mwrun.errors import StartError
 from mwrun.host.lines import LineBuffer
 from mwrun.host.process import ProcessHandle
-from mwrun.host.warm import reap_orphans
-from mwrun.host.warmstarts import WarmStarts
+from mwrun.host.warm import Zygote, reap_orphans
+from mwrun.host.warmstarts import Waiting, WarmStarts
 from mwrun.launchspec import LaunchSpec
 
 READ_SLICE = 65536  # bytes read of one child's output per wake: fair to the others
@@ -92,15 +92,96 @@ class Watchdog:
             self.popen.kill()
 
 
+class Outputs:
+    """The children's output: each pipe read in slices (what is there, never waiting),
+    split into lines for the owner, left unread while the owner's link is behind
+    (``pause``), and read to its end as the hands close."""
+
+    def __init__(self, selector: selectors.BaseSelector,
+                 lines: Callable[[str, list[str]], None], clock: Callable[[], float]):
+        self.selector, self.lines, self.clock = selector, lines, clock
+        self.pipes: dict[int, Child] = {}  # by output fd: every pipe still open
+
+    def add(self, child: Child) -> None:
+        self.pipes[child.handle.output_fd] = child
+        self.selector.register(child.handle.output_fd, selectors.EVENT_READ,
+                               (self.drain, child))
+
+    def drain(self, child: Child, limit: int = READ_SLICE) -> None:
+        """Read up to ``limit`` bytes of a child's output (what is there; never waits)."""
+        fd = child.handle.output_fd
+        if self.pipes.get(fd) is not child:
+            return
+        while limit > 0:
+            try:
+                data = os.read(fd, min(limit, READ_SLICE))
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:  # EOF: every writer (grandchildren too) has closed it
+                self._close_pipe(child)
+                return
+            limit -= len(data)
+            lines = child.lines.feed(data)
+            if lines:
+                self.lines(child.name, lines)
+
+    def _close_pipe(self, child: Child) -> None:
+        lines = child.lines.flush()
+        if lines:
+            self.lines(child.name, lines)
+        if not child.paused:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(child.handle.output_fd)
+        del self.pipes[child.handle.output_fd]
+        child.reading = False
+        child.handle.close_output()
+
+    def pause(self, paused: bool) -> None:
+        """Back-pressure: while the owner's link is behind, leave output in the
+        children's pipes (they block writing) rather than queue it without bound."""
+        for child in self.pipes.values():
+            if child.paused == paused:
+                continue
+            child.paused = paused
+            with contextlib.suppress(KeyError, ValueError):
+                if paused:
+                    self.selector.unregister(child.handle.output_fd)
+                else:
+                    self.selector.register(child.handle.output_fd, selectors.EVENT_READ,
+                                           (self.drain, child))
+
+    def drain_to_end(self, deadline: float) -> None:
+        """Read every pipe to its end, until ``deadline`` (a process that left its
+        group may hold one for ever); then close what is left."""
+        with selectors.DefaultSelector() as pipes:
+            for fd in self.pipes:
+                pipes.register(fd, selectors.EVENT_READ)
+            while self.pipes and self.clock() < deadline:
+                for key, _ in pipes.select(max(deadline - self.clock(), 0.0)):
+                    child = self.pipes.get(key.fd)
+                    if child is not None:
+                        self.drain(child, EXIT_DRAIN)
+                    if key.fd not in self.pipes:  # its end: closed by drain
+                        pipes.unregister(key.fd)
+        for child in list(self.pipes.values()):
+            self._close_pipe(child)
+
+
 class Hands:
     def __init__(self, selector: selectors.BaseSelector, owner: Owner, zygote_log,
-                 stopping: Callable[[], bool], clock: Callable[[], float] = time.monotonic):
+                 stopping: Callable[[], bool], clock: Callable[[], float] = time.monotonic,
+                 zygotes: Sequence[Zygote] = ()):
         self.selector, self.owner, self.stopping, self.clock = selector, owner, stopping, clock
         self.children: dict[str, Child] = {}  # by name: the live one, or its last
-        self.pipes: dict[int, Child] = {}  # by output fd: every pipe still open
+        self.outputs = Outputs(selector, owner.lines, clock)
+        # What the loop reads when a pipe is ready, and back-pressure from the link.
+        self.drain, self.pause_output = self.outputs.drain, self.outputs.pause
         self.reap_due = 0.0
         self.watchdog = Watchdog(clock)
-        self.warm = WarmStarts(zygote_log, selector, owner.say, self.watchdog.tell, stopping)
+        self.warm = WarmStarts(zygote_log, selector, owner.say, self.watchdog.tell, stopping,
+                               started=zygotes)  # any started before these hands
 
     # -- starting ----------------------------------------------------------------------
 
@@ -118,6 +199,17 @@ class Hands:
                            lambda handle: self._resume(spec, env, handle)):
             return None
         return self._start(spec, env, None).handle.pid
+
+    def fork(self, argv: list[str], modules: tuple[str, ...], how: tuple, env: dict,
+             stdio: tuple[int, int], forked: Callable[[int | None], None]) -> bool:
+        """A helper of the owner's own, not a job's process (the head's stores' keeper):
+        forked warm from a zygote of ``modules`` with ``stdio`` as its stdin and output,
+        ``forked`` told its pid (None: start it yourself). False: no zygote can."""
+        start = Waiting.helper(argv, modules, how, env, stdio, forked)
+        if self.warm.take(start):
+            return True
+        start.release()
+        return False
 
     def _resume(self, spec: LaunchSpec, env: dict, handle: ProcessHandle | None) -> None:
         """A start made when its turn came: forked warm (``handle``), or to start cold."""
@@ -140,9 +232,8 @@ class Hands:
         self.watchdog.tell(f"+{handle.pid}")
         child = Child(spec.name, handle, warm)
         self.children[spec.name] = child
-        self.pipes[handle.output_fd] = child
         self.selector.register(handle.exit_fd, selectors.EVENT_READ, (self._exited, child))
-        self.selector.register(handle.output_fd, selectors.EVENT_READ, (self.drain, child))
+        self.outputs.add(child)
         return child
 
     # -- what is asked of a started one -------------------------------------------------
@@ -171,37 +262,6 @@ class Hands:
 
     # -- output and exits ----------------------------------------------------------------
 
-    def drain(self, child: Child, limit: int = READ_SLICE) -> None:
-        """Read up to ``limit`` bytes of a child's output (what is there; never waits)."""
-        fd = child.handle.output_fd
-        if self.pipes.get(fd) is not child:
-            return
-        while limit > 0:
-            try:
-                data = os.read(fd, min(limit, READ_SLICE))
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:  # EOF: every writer (grandchildren too) has closed it
-                self._close_pipe(child)
-                return
-            limit -= len(data)
-            lines = child.lines.feed(data)
-            if lines:
-                self.owner.lines(child.name, lines)
-
-    def _close_pipe(self, child: Child) -> None:
-        lines = child.lines.flush()
-        if lines:
-            self.owner.lines(child.name, lines)
-        if not child.paused:
-            with contextlib.suppress(KeyError, ValueError):
-                self.selector.unregister(child.handle.output_fd)
-        del self.pipes[child.handle.output_fd]
-        child.reading = False
-        child.handle.close_output()
-
     def _exited(self, child: Child) -> None:
         code = child.handle.returncode()
         if code is None:
@@ -215,20 +275,6 @@ class Hands:
         child.ended = True
         self.watchdog.tell(f"-{child.handle.pid}")
         self.owner.exited(child.name, code)
-
-    def pause_output(self, paused: bool) -> None:
-        """Back-pressure: while the owner's link is behind, leave output in the
-        children's pipes (they block writing) rather than queue it without bound."""
-        for child in self.pipes.values():
-            if child.paused == paused:
-                continue
-            child.paused = paused
-            with contextlib.suppress(KeyError, ValueError):
-                if paused:
-                    self.selector.unregister(child.handle.output_fd)
-                else:
-                    self.selector.register(child.handle.output_fd, selectors.EVENT_READ,
-                                           (self.drain, child))
 
     def tick(self) -> None:
         """Give up on forks a zygote leaves unanswered; reap the orphans of forked
@@ -269,21 +315,7 @@ class Hands:
                     self.selector.unregister(child.handle.exit_fd)
                 child.handle.close_exit()
                 child.ended = True
-        self._drain_to_end(deadline)
+        self.outputs.drain_to_end(deadline)
         self.warm.close(deadline)
         self.watchdog.close(deadline)
         return codes
-
-    def _drain_to_end(self, deadline: float) -> None:
-        with selectors.DefaultSelector() as pipes:
-            for fd in self.pipes:
-                pipes.register(fd, selectors.EVENT_READ)
-            while self.pipes and self.clock() < deadline:
-                for key, _ in pipes.select(max(deadline - self.clock(), 0.0)):
-                    child = self.pipes.get(key.fd)
-                    if child is not None:
-                        self.drain(child, EXIT_DRAIN)
-                    if key.fd not in self.pipes:  # its end: closed by drain
-                        pipes.unregister(key.fd)
-        for child in list(self.pipes.values()):
-            self._close_pipe(child)

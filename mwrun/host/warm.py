@@ -37,6 +37,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 
 from mwrun.host import zygote as protocol
 
@@ -198,16 +199,26 @@ class Zygote:
         self.popen.wait()
 
 
+def started_line(zygote: Zygote) -> str:
+    """What the user is told when a zygote starts."""
+    return (f"zygote (pid {zygote.pid}) importing {', '.join(zygote.modules)};"
+            " python processes will be forked from it")
+
+
 class Zygotes:
     """Every zygote of one supervisor, started on first need and replaced when one dies."""
 
-    def __init__(self, python: str, log_path, say, on_start=None, on_close=None):
+    def __init__(self, python: str, log_path, say, on_start=None, on_close=None,
+                 started: Sequence[Zygote] = ()):
+        """``started``: zygotes started before these hands existed (``launch`` starts
+        its own first thing), kept as if started here; ``on_start`` is not called for
+        them: their owner watches them as it is made."""
         self.python = python
         self.log_path = log_path
         self.say = say
         self.on_start = on_start or (lambda zygote: None)
         self.on_close = on_close or (lambda zygote: None)
-        self.zygotes: list[Zygote] = []  # in the order they were started
+        self.zygotes: list[Zygote] = list(started)  # in the order they were started
         self.warned: set[tuple] = set()
 
     def prepare(self, modules: tuple[str, ...], env: dict[str, str]) -> Zygote:

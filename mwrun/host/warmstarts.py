@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mwrun.host import warm
@@ -46,11 +46,39 @@ class Waiting:
     resume: Callable[[ProcessHandle | None], None]
     output: int = -1  # the read end of the child's output pipe, once asked
     asked_at: float = 0.0
+    # A helper of the owner's (``fork``): its own stdin and output (ours to close), and
+    # what is told its pid, or None to start it cold; its output is not read here.
+    stdio: tuple[int, int] | None = None
+    forked: Callable[[int | None], None] | None = None
+
+    @classmethod
+    def helper(cls, argv: list[str], modules: tuple[str, ...], how: tuple, env: dict,
+               stdio: tuple[int, int], forked: Callable[[int | None], None]) -> Waiting:
+        """A helper of the owner's own, not a job's process (the head's stores' keeper),
+        with ``stdio`` (copied here) as its stdin and its output."""
+        return cls(list(argv), tuple(modules), how, env, "/", None, lambda handle: None,
+                   stdio=(os.dup(stdio[0]), os.dup(stdio[1])), forked=forked)
+
+    def release(self) -> None:
+        """The helper's copies of its stdin and output, closed (sent, or not wanted)."""
+        if self.stdio is not None:
+            for fd in self.stdio:
+                os.close(fd)
+            self.stdio = None
+
+    def cold(self) -> None:
+        """Its turn came and it starts the ordinary way (or not at all)."""
+        self.release()
+        if self.forked is not None:
+            self.forked(None)
+        else:
+            self.resume(None)
 
 
 class WarmStarts:
     def __init__(self, log_path, selector, say, tell_watchdog, stopping,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 started: Sequence[warm.Zygote] = ()):
         self.selector, self.say, self.clock = selector, say, clock
         self.tell_watchdog, self.stopping = tell_watchdog, stopping
         self.waiting: deque[Waiting] = deque()  # not asked yet, in order
@@ -59,7 +87,10 @@ class WarmStarts:
         # Forked children become the supervisor's own to wait for (warm.py says why);
         # where that cannot be, every process starts cold.
         self.can_fork = warm.become_subreaper()
-        self.zygotes = warm.Zygotes(sys.executable, log_path, say, self._started, self._closed)
+        self.zygotes = warm.Zygotes(sys.executable, log_path, say, self._started, self._closed,
+                                   started)
+        for zygote in started:  # its owner said so when it started them
+            self._watch(zygote)
 
     def prepare(self, modules, env: dict) -> None:
         """Start the zygote a process will need now, so imports run side by side."""
@@ -72,10 +103,15 @@ class WarmStarts:
         once its zygote answered, or at once with None when its turn comes and it
         starts cold). False: start it the ordinary way now. ``how``: the plan's
         ("script", path, args) or ("module", name, args) for ``argv``, else None."""
-        if not self.waiting and not self._warm(modules, how, cwd):
+        return self.take(Waiting(list(argv), tuple(modules or ()), how, env, cwd, cpus,
+                                 resume))
+
+    def take(self, start: Waiting) -> bool:
+        """A start (a job's process, or a helper's: ``Waiting.helper``) queued behind
+        the others, if it may be forked warm; False: start it the ordinary way now."""
+        if not self.waiting and not self._warm(start.modules, start.how, start.cwd):
             return False
-        self.waiting.append(Waiting(list(argv), tuple(modules or ()), how, env, cwd, cpus,
-                                    resume))
+        self.waiting.append(start)
         self._ask()
         return True
 
@@ -87,14 +123,14 @@ class WarmStarts:
         while self.waiting:
             start = self.waiting[0]
             if self.stopping() or not self._warm(start.modules, start.how, start.cwd):
-                self.waiting.popleft().resume(None)
+                self.waiting.popleft().cold()
                 continue
             zygote = self.zygotes.prepare(start.modules, start.env)
             if zygote.alive and zygote.ready_after is None:
                 return  # still importing: it says when it is ready
             if not zygote.alive:
                 self._cold(zygote, f"the zygote failed: {zygote.failed or 'it ended'}")
-                self.waiting.popleft().resume(None)
+                self.waiting.popleft().cold()
                 continue
             if len(self.asked.get(zygote, ())) >= WINDOW:
                 return  # its answers make room
@@ -103,8 +139,11 @@ class WarmStarts:
 
     def _send(self, zygote: warm.Zygote, start: Waiting) -> None:
         kind, target, args = start.how or ("", "", ())
-        read, write = os.pipe()
-        stdin = os.open(os.devnull, os.O_RDONLY)
+        if start.stdio is not None:  # a helper's: its output is its owner's business
+            (stdin, write), read, start.stdio = start.stdio, -1, None
+        else:
+            read, write = os.pipe()
+            stdin = os.open(os.devnull, os.O_RDONLY)
         try:
             # A blocking send: the zygote holds at most WINDOW requests, far below what
             # its socket buffers, so this never waits on it.
@@ -113,10 +152,10 @@ class WarmStarts:
                 start.argv, kind, target, args, start.env, start.cwd, start.cpus),
                 (stdin, write))
         except OSError as exc:
-            os.close(read)
+            _close(read)
             zygote.failed = zygote.failed or f"its socket failed ({exc})"
             self._cold(zygote, f"the zygote failed: {zygote.failed}")
-            start.resume(None)
+            start.cold()
             return
         finally:
             os.close(write)
@@ -126,19 +165,22 @@ class WarmStarts:
 
     def _answered(self, zygote: warm.Zygote, reply: dict) -> None:
         start = self.asked[zygote].popleft()
+        if "pid" in reply and start.forked is not None:
+            start.forked(reply["pid"])
+            return
         if "pid" in reply:
             start.resume(ProcessHandle(warm.ForkedChild(reply["pid"], start.output)))
             return
-        os.close(start.output)
+        _close(start.output)
         self._cold(zygote, reply.get("cold") or reply.get("error") or "no reason given")
-        start.resume(None)
+        start.cold()
 
     def _unanswered(self, zygote: warm.Zygote) -> None:
         """A zygote that ended or went silent: what it was asked starts cold."""
         for start in self.asked.pop(zygote, ()):
-            os.close(start.output)
+            _close(start.output)
             self._cold(zygote, f"the zygote failed: {zygote.failed or 'it ended'}")
-            start.resume(None)
+            start.cold()
 
     def _cold(self, zygote: warm.Zygote, reason: str) -> None:
         key = (zygote.pid, reason)
@@ -180,15 +222,17 @@ class WarmStarts:
                 if "pid" in reply:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(reply["pid"], signal.SIGKILL)
-                os.close(asked.popleft().output)
+                _close(asked.popleft().output)
             for start in asked:
-                os.close(start.output)
+                _close(start.output)
         self.asked.clear()
         self.zygotes.close()
 
     def _started(self, zygote) -> None:
-        self.say(f"zygote (pid {zygote.pid}) importing {', '.join(zygote.modules)};"
-                 " python processes will be forked from it")
+        self.say(warm.started_line(zygote))
+        self._watch(zygote)
+
+    def _watch(self, zygote) -> None:
         self.tell_watchdog(f"+{zygote.pid}")
         self.selector.register(zygote.sock, selectors.EVENT_READ, (self._said, zygote))
 
@@ -227,3 +271,9 @@ class WarmStarts:
                 with contextlib.suppress(KeyError, ValueError):
                     self.selector.unregister(zygote.sock)  # failed: its processes start cold
         self._ask()
+
+
+def _close(fd: int) -> None:
+    """A child's output pipe, if it has one here (a helper's output is not read)."""
+    if fd >= 0:
+        os.close(fd)

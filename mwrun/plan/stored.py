@@ -16,7 +16,7 @@ import typing
 from typing import Any
 
 from mwrun.errors import RunError
-from mwrun.plan.placement import Plan
+from mwrun.plan.placement import Plan, WorldPlan
 
 
 def dump(plan: Plan) -> dict:
@@ -27,6 +27,16 @@ def dump(plan: Plan) -> dict:
 def load(data: object, source: str = "plan.json") -> Plan:
     """The plan ``dump`` made, from its JSON; RunError (naming the field) if it is not."""
     return _load(Plan, data, source)
+
+
+def dump_world(world: WorldPlan) -> dict:
+    """One world's plan as JSON values (what the head tells the worlds' keeper)."""
+    return dataclasses.asdict(world)
+
+
+def load_world(data: object, source: str) -> WorldPlan:
+    """The world ``dump_world`` made; RunError (naming the field) if it is not."""
+    return _load(WorldPlan, data, source)
 
 
 def _load(kind: Any, value: object, where: str) -> Any:

@@ -9,9 +9,9 @@ import pytest
 
 from mwrun.errors import RunError
 from mwrun.head import bringup
-from mwrun.head.hosts import pending
 from mwrun.head.observe import console
 from mwrun.head.serve import control
+from mwrun.keeper import pending
 from mwrun.plan import ports
 from mwrun.schema import RunState as R
 from mwrun.schema import WorldState as W

@@ -4,6 +4,7 @@ share a zygote."""
 
 import json
 import os
+import re
 import signal
 import sys
 
@@ -110,6 +111,11 @@ def test_processes_whose_env_differs_only_where_imports_do_not_look_share_a_zygo
                     "b": {"at_import": "plain", "flavour": None, "other": "b"},
                     "c": {"at_import": "spicy", "flavour": "spicy", "other": "c"}}
     assert zygotes["a"] == zygotes["b"] != zygotes["c"]  # a and b share one; c has its own
+    # Each zygote was started once and said so once: the one launch starts first thing
+    # (a and b's) is the one its loop forks from, not a second started beside it.
+    events = (home / "runs" / doc["run_id"] / "events.log").read_text()
+    started = re.findall(r"zygote \(pid (\d+)\) importing", events)
+    assert sorted(map(int, started)) == sorted({zygotes["a"], zygotes["c"]}), events
 
 
 def test_a_zygote_whose_imports_never_end_sends_its_starts_cold(tmp_path, monkeypatch):

@@ -5,8 +5,8 @@ import time
 import pytest
 import torch
 
-from mwrun.head.hosts.stores import plain_ranks
 from mwrun.head.observe.traffic import WINDOW, Traffic
+from mwrun.keeper.stores import plain_ranks
 from mwrun.protocol import CALL_TIME_BOUNDS
 from mwrun.worlds import backends
 from mwrun.worlds.beats import TRAFFIC_TAIL, beat_due

@@ -1,28 +1,28 @@
-"""The worlds' stores, brought up without making the job, or the loop, wait for torch.
+"""The worlds' stores, brought up without making the keeper's loop wait for torch.
 
-The supervisor needs torch only for its TCPStores, and importing it takes seconds (many
-on a busy machine). A thread imports it and builds the stores the moment the plan is
-sound, one world after another; meanwhile the processes start (each world's listening
-socket is already bound, so a member that connects early waits in its backlog) and the
-loop serves Ctrl-C, status and output from its first moment. What the supervisor
-writes to a world's store before that store exists (a member that died at once) waits,
-in order, and is written on the loop's first turn after it does: the loop never waits
-for the import, nor for the other worlds' stores.
+Importing torch takes a second (many on a busy machine; none for a keeper forked warm).
+A thread imports it and builds the stores, side by side; meanwhile the processes start
+(each world's listening socket is already bound, so a member that connects early waits
+in its backlog) and the keeper's loop goes on reading what its head writes. What is
+written to a world's store before that store exists (a member that died at once)
+waits, in order, and is written on the loop's first turn after it does: the loop never
+waits for the import, nor for the other worlds' stores.
 """
 
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from mwrun.head.hosts.stores import WorldStores  # no torch until one is built
+from mwrun.keeper.stores import WorldStores  # no torch until one is built
 from mwrun.plan.placement import WorldPlan
 
 # The store's server threads copy the mask of the thread that builds them: blocked
-# here, a Ctrl-C always reaches the loop's main thread.
+# here, a signal always reaches the loop's main thread.
 _BLOCKED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD}
 BUILDERS = 32  # stores built at once (each mostly waits: see _build)
 CLOSE_WAIT = 60.0  # at the end, for a build still under way (an import never ends sooner)
@@ -30,9 +30,9 @@ KEEP_REMOVED = 60.0  # seconds a removed world's store stays, for its members to
 
 
 class PendingStores:
-    def __init__(self, plan, listeners):
-        self._stores = WorldStores(plan, listeners)  # filled by the thread, world by world
-        self._worlds = list(plan.worlds)
+    def __init__(self, worlds: dict[str, WorldPlan], listeners: dict[str, socket.socket]):
+        self._stores = WorldStores(worlds, listeners)  # filled by the thread, world by world
+        self._worlds = list(worlds)
         self._error: BaseException | None = None
         self._queued: dict[str, list[tuple[str, tuple]]] = {}  # world -> writes waiting
         self._wake: Callable[[], None] | None = None
@@ -118,17 +118,16 @@ class PendingStores:
     def close_world(self, world: str, generation: int, reason: str, ended: bool = False) -> None:
         self._write("close_world", world, generation, reason, ended)
 
-    # -- a membership that changes (head/reshaping.py) ---------------------------------
+    # -- a membership that changes ---------------------------------------------------
 
-    def choose_port(self, addr: str, taken: set[int]) -> int:
-        return self._stores.choose_port(addr, taken)
-
-    def add_world(self, plan: WorldPlan, incarnations: list[int]) -> None:
-        """A new world's store: built at once when torch is loaded (milliseconds), else
-        after the first ones; what is written to it meanwhile waits, in order."""
+    def add_world(self, plan: WorldPlan, incarnations: list[int],
+                  listener: socket.socket) -> None:
+        """A new world's store, on ``listener`` (bound by the head as the revision chose
+        its port): built at once when torch is loaded (milliseconds), else after the
+        first ones; what is written to it meanwhile waits, in order."""
         self._removed.pop(plan.name, None)  # a world made again under a removed one's name
         self._queued.pop(plan.name, None)  # (what waited was for the old one)
-        self._stores.register(plan, incarnations)
+        self._stores.register(plan, incarnations, listener)
         self._late.append(plan.name)
         self.ready()
 

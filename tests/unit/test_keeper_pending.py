@@ -8,9 +8,10 @@ import time
 import pytest
 
 from mwrun import protocol
-from mwrun.head.hosts import pending
-from mwrun.head.hosts.pending import PendingStores
-from mwrun.plan.placement import Plan, WorldPlan
+from mwrun.keeper import pending
+from mwrun.keeper.pending import PendingStores
+from mwrun.plan import ports
+from mwrun.plan.placement import WorldPlan
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,18 +31,20 @@ def client(port: int):
 
 def test_a_world_made_again_under_a_removed_ones_name_keeps_its_store(monkeypatch):
     monkeypatch.setattr(pending, "KEEP_REMOVED", 0.2)
-    stores = PendingStores(Plan("p", "p.yaml", "localhost", {}, {}), {})
+    stores = PendingStores({}, {})
     stores.serve(lambda: None)
     while not stores.ready():
         time.sleep(0.01)  # torch's import, in the stores' thread
-    first = world("pair-1", stores.choose_port("127.0.0.1", set()))
-    stores.add_world(first, [1, 1])
+    listener = ports.bind_free("127.0.0.1", set())  # as the head binds it
+    first = world("pair-1", listener.getsockname()[1])
+    stores.add_world(first, [1, 1], listener)
     old = client(first.port)
     assert protocol.members(old, 0) == ["frontend", "worker-1"]
     stores.remove("pair-1", 0, "drained")
     assert protocol.removed(old, 0)
-    again = world("pair-1", stores.choose_port("127.0.0.1", {first.port}))
-    stores.add_world(again, [1, 2])  # worker-1's next start
+    listener = ports.bind_free("127.0.0.1", {first.port})
+    again = world("pair-1", listener.getsockname()[1])
+    stores.add_world(again, [1, 2], listener)  # worker-1's next start
     time.sleep(0.3)  # past the old one's KEEP_REMOVED
     stores.ready()
     new = client(again.port)

@@ -1,0 +1,5 @@
+import sys
+
+from mwrun.keeper.main import main
+
+sys.exit(main())
