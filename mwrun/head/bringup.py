@@ -168,12 +168,13 @@ def _bind(addr: str, port: int) -> socket.socket:
 def run(path: str, run_id: str | None, grace: float, stream=sys.stdout,
         metrics: str | None = None) -> int:
     """Launch in this process and supervise until the job ends; returns the exit status."""
+    launched = time.time()  # what "after launch" counts from: the zygotes start before the loop
     _more_descriptors()
     topo, plan, listeners, agents, run_id = plan_for_launch(path, run_id,
                                                            progress=_progress(stream),
                                                            metrics=metrics)
     return _supervise(path, topo, plan, listeners, agents, run_id, grace, stream,
-                      existing_dir=False)
+                      existing_dir=False, launched=launched)
 
 
 def run_detached(path: str, run_id: str, grace: float) -> int:
@@ -181,6 +182,7 @@ def run_detached(path: str, run_id: str, grace: float) -> int:
     the parent on stdin (planned once, so the ports it checked are the ones used);
     the console goes to ``supervisor.log``, rotated. Remote hosts are reached from
     here (an agent's link belongs to the process that supervises)."""
+    launched = time.time()
     _more_descriptors()
     handed = json.load(sys.stdin.buffer)  # JSON, as plan.json keeps it (plan/stored.py)
     listeners = {name: socket.socket(fileno=fd) for name, fd in handed["fds"].items()}
@@ -194,7 +196,7 @@ def run_detached(path: str, run_id: str, grace: float) -> int:
             sock.close()
         raise
     return _supervise(path, topo, plan, listeners, agents, run_id, grace, log,
-                      existing_dir=True)
+                      existing_dir=True, launched=launched)
 
 
 def _progress(stream):
@@ -206,7 +208,7 @@ def _progress(stream):
 
 
 def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grace: float,
-               stream, existing_dir: bool) -> int:
+               stream, existing_dir: bool, launched: float) -> int:
     links, reach = agents
     run_dir = None
     zygotes: list = []
@@ -246,7 +248,7 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         inv.update(remote.reported_inventory(topo, links, inv))
         loop = Loop(plan, run_id, run_dir, stores, printer, grace,
                     str(rundir.control_path(run_id)), topo, inv, links, reach, topo_hosts,
-                    zygotes)
+                    zygotes, launched)
         code = loop.run()
         _summary(printer, loop.supervisor, loop.tally, loop.run_id, loop.started_at)
     except BaseException as exc:

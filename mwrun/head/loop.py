@@ -213,12 +213,13 @@ class Loop:
                  grace: float,
                  control_path: str, topology: Topology, inventory: dict[str, HostInventory],
                  links: dict | None = None, reach=None, hosts: list | None = None,
-                 zygotes: Sequence[Zygote] = ()):
+                 zygotes: Sequence[Zygote] = (), started_at: float | None = None):
         self.run_id = run_id
         self.stores = stores
         self.printer = printer
         self.control_path = control_path
-        self.started_at = time.time()
+        # The run's start: the launch's (its zygotes start before this loop is built).
+        self.started_at = time.time() if started_at is None else started_at
         self.selector = selectors.DefaultSelector()
         # What the hands tell (spawned, lines, exited, lost), and what the head says.
         self.heard = heard = Heard(printer, lambda: self.events, lambda: self.supervisor,
