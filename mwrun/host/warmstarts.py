@@ -46,7 +46,7 @@ class Waiting:
     resume: Callable[[ProcessHandle | None], None]
     output: int = -1  # the read end of the child's output pipe, once asked
     asked_at: float = 0.0
-    # A helper of the owner's (``fork``): its own stdin and output (ours to close), and
+    # A helper of the owner's (``helper``): its own stdin and output (ours to close), and
     # what is told its pid, or None to start it cold; its output is not read here.
     stdio: tuple[int, int] | None = None
     forked: Callable[[int | None], None] | None = None
