@@ -7,7 +7,6 @@ takes its keeper along. Real processes, real stores."""
 import json
 import signal
 import sys
-import time
 
 import psutil
 import pytest
@@ -142,11 +141,24 @@ def test_what_the_head_writes_the_keeper_does_in_order(tmp_path):
         pid = keeper.pid
         keeper.close()
     assert_gone([pid])
-    with pytest.raises(RunError, match="keeper"):  # never started: nothing to close
-        broken = StoreKeeper(Plan("p", "p.yaml", "localhost", {}, {}), {},
-                             tmp_path / "keeper2.log", zygote=None)
-        psutil.Process(broken.pid).kill()
-        deadline = time.monotonic() + EXIT_WAIT
-        while time.monotonic() < deadline:
-            broken.ready()
-            time.sleep(0.05)
+
+
+def test_a_keeper_that_ends_unasked_is_reported_naming_its_log(tmp_path):
+    log = tmp_path / "keeper.log"
+    keeper = StoreKeeper(Plan("p", "p.yaml", "localhost", {}, {}), {}, log, zygote=None)
+    pid = keeper.pid
+    try:
+        psutil.Process(pid).kill()
+
+        def raised() -> str | None:
+            try:
+                keeper.ready()
+            except RunError as exc:
+                return str(exc)
+            return None
+
+        said = wait_for(raised, EXIT_WAIT, "ready() to say the keeper ended")
+        assert f"keeper (pid {pid}) ended" in said and str(log) in said
+    finally:
+        keeper.close()
+    assert_gone([pid])
