@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mwrun.head.decide.deadlines import Timer, Timers, next_on_grid
-from mwrun.head.decide.events import Event, Events, Gone, Said, WorldRemoved, lines
+from mwrun.head.decide.events import Event, Events, Gone, Said, Stopping, WorldRemoved, lines
 from mwrun.head.decide.plain import PlainGroups
 from mwrun.head.decide.supervisor import TICK, Supervisor
 from mwrun.head.hosts.agents import Agents
@@ -91,7 +91,8 @@ class View(Mapping):
 
 class Leaving:
     """A subscriber of the supervisor's events: a retired replica exited, so it leaves
-    the job (its resources are free again); a removed world's traffic goes with it."""
+    the job (its resources are free again); a removed world's traffic goes with it; the
+    job stopping leaves every host (their agents start nothing more)."""
 
     def __init__(self, membership: Membership, router: Router, traffic: Traffic):
         self.membership, self.router, self.traffic = membership, router, traffic
@@ -102,6 +103,8 @@ class Leaving:
             self.router.forget(event.process)
         elif isinstance(event, WorldRemoved):
             self.traffic.forget(event.world)
+        elif isinstance(event, Stopping):
+            self.router.stopping()
 
 
 class Rounds:

@@ -58,12 +58,15 @@ class Agent:
         self.heard: float | None = None  # silence counts from the head's first frame
         self.beat_due = 0.0
         self.done = False
+        self.stopping = False  # the job is stopping (the head said): no start waits on
         self.zygote_log = os.path.splitext(control_path)[0] + "-zygote.log"
         self.relay = Relay(control_path, self.selector, self, clock)
-        self.hands = Hands(self.selector, self, self.zygote_log, lambda: self.done, clock)
+        self.hands = Hands(self.selector, self, self.zygote_log,
+                           lambda: self.done or self.stopping, clock)
         self.spies = Spies(self.selector, clock, lambda key, pid, result: self.send(
             Kind.CAPTURED, key=key, pid=pid, result=result))  # read for the head's bundles
-        self.asks = Asks(self.hands, self.spies, self.relay, self, wall, self._stop)
+        self.asks = Asks(self.hands, self.spies, self.relay, self, wall, self._stop,
+                         lambda: setattr(self, "stopping", True))
 
     # -- the link ---------------------------------------------------------------------
 
@@ -199,8 +202,13 @@ def main(host: str | None, control_path: str, connect: str | None = None,
     link_out = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_IGN)  # the link's fate decides, nothing else
+    # The link's fate decides, nothing else. Caught, not ignored: an ignored SIGINT or
+    # SIGHUP would be inherited by every process started here (and Python installs no
+    # KeyboardInterrupt where SIGINT starts ignored); a handler is reset at exec, and a
+    # zygote passes on only what is ignored (host/warm.py).
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _unheeded)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     control_path = own_path(control_path.replace("{node}", node))
     sweep(os.path.dirname(os.path.dirname(control_path)))
@@ -221,6 +229,10 @@ def main(host: str | None, control_path: str, connect: str | None = None,
                node=node, pid=os.getpid(), control=control_path, inventory=machine.facts(),
                proof=frames.proof(secret, challenge.get("nonce", "")))
     return agent.run()
+
+
+def _unheeded(signum, frame) -> None:
+    """A signal the agent takes and does nothing with."""
 
 
 def _end_on_sigterm(agent: Agent) -> None:

@@ -29,10 +29,11 @@ class Asks:
     """The head's requests, each done on this host: ``on_KIND(frame)``."""
 
     def __init__(self, hands: Hands, spies: Spies, relay: Relay, link: Link,
-                 wall: Callable[[], float], stop: Callable[[], None]):
+                 wall: Callable[[], float], stop: Callable[[], None],
+                 stopping: Callable[[], None]):
         self.hands, self.spies, self.relay, self.link = hands, spies, relay, link
         self.wall = wall  # this host's wall clock: the times told to the head (frames.py)
-        self.stop = stop
+        self.stop, self.stopping = stop, stopping
 
     def handler(self, kind: object) -> Callable[[dict], None] | None:
         """The method for a frame of ``kind``; None for a kind an agent is not asked."""
@@ -79,6 +80,11 @@ class Asks:
 
     def on_stop(self, msg: dict) -> None:
         self.stop()
+
+    def on_stopping(self, msg: dict) -> None:
+        """The job is stopping: what still waits for its zygote is not started (the
+        hands ask ``stopping`` before each start, as the head's own do)."""
+        self.stopping()
 
     def on_tell(self, msg: dict) -> None:
         """A line from the head down to a process's library (head/downlink.py)."""

@@ -16,6 +16,7 @@ cpu, rss}``, ``control {request}`` (one message of the library's, relayed) or
 Head -> agent: ``prepare {LaunchSpec}`` (start its zygote now), ``spawn {LaunchSpec}``
 (the fields of ``mwrun.launchspec.LaunchSpec``: name, argv, cwd, env, unset,
 unset_prefixes, prepend, cpus, netns, preload, warm; checked for shape on arrival),
+``stopping`` (the job is stopping: a start still waiting for its zygote is not made),
 ``signal {name, signal}``, ``probe {name}``, ``clock {sent}`` (the head's wall clock:
 answer at once, head/clocks.py), ``tell {name, message}`` (a line down to that
 process's library), ``beat``, ``stop`` (kill everything, then exit).
@@ -34,9 +35,9 @@ import select
 import struct
 from enum import Enum
 
-# 4: clock exchanges, spawned/exited carry the host's time; 3: a spawn carries a
-# launchspec.LaunchSpec; 2: heartbeats held together
-PROTOCOL = 4
+# 5: the head's ``stopping``; 4: clock exchanges, spawned/exited carry the host's time;
+# 3: a spawn carries a launchspec.LaunchSpec; 2: heartbeats held together
+PROTOCOL = 5
 # Seconds without a frame before a side sends a beat. The head reads and writes every
 # host's link: at 1,000 ranks on 125 hosts, beats once a second were 250 frames a
 # second, most of what an idle job costs it, and each write wakes that host's ssh or
@@ -74,6 +75,7 @@ class Kind(str, Enum):
     BEAT = "beat"
     CLOCK = "clock"
     STOP = "stop"
+    STOPPING = "stopping"
     PREPARE = "prepare"
     SPAWN = "spawn"
     SIGNAL = "signal"

@@ -295,3 +295,35 @@ def test_an_agent_stopped_past_the_silence_reads_the_heads_frames_and_stays(link
     link.send("probe", name="nobody")
     link.expect("probed", name="nobody", timeout=30)
     assert link.popen.poll() is None
+
+
+def test_a_start_waiting_for_its_zygote_is_not_made_once_the_job_stops(link, tmp_path):
+    """The head's ``stopping`` reaches the agent's queue: a warm start still waiting
+    for its zygote's imports is refused, never forked into a stopping job (it was
+    forked, unsignalled, and outlived the stop until the head gave up on it)."""
+    from tests.helpers import BIN
+
+    link.expect("hello")
+    script = tmp_path / "child.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    env = {"PYTHONPATH": str(BIN / "slow_torch"), "SLOW_TORCH_IMPORT": "5",
+           "SLOW_TORCH_MARK": str(tmp_path / "mark")}
+    link.send("spawn", name="queued", argv=[sys.executable, str(script)], env=env, cwd="/",
+              cpus=None, preload=["torch"], warm=["script", str(script), []])
+    link.send("stopping")  # read next: its zygote is seconds away from ready
+    failed = link.expect("failed", name="queued", timeout=60)
+    assert "stopping" in failed["error"]
+    assert not [m for m in link.pending if m["kind"] == "spawned"]
+
+
+def test_processes_started_by_an_agent_heed_sigint_and_sighup(link):
+    """The agent takes SIGINT and SIGHUP itself (the link's fate decides), but its
+    processes get them as any process does: nothing ignored is passed on."""
+    link.expect("hello")
+    code = ("import signal\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler,"
+            " signal.getsignal(signal.SIGHUP) == signal.SIG_DFL, flush=True)\n")
+    link.send("spawn", name="w0", argv=[sys.executable, "-c", code], env={}, cwd="/",
+              cpus=None)
+    link.expect("exited", name="w0")
+    assert link.lines("w0") == ["True True"]

@@ -142,6 +142,18 @@ def test_a_host_reached_again_is_up_once_its_hello_is_checked():
     assert loop.told[-1] == ("say", "host node is reachable again")
 
 
+def test_a_stopping_job_is_told_to_every_agent_and_to_one_reached_later():
+    """Each agent's queued starts are refused once the job stops (host/asks.py), the
+    agent of a host reached again after the stop began included."""
+    agents, _, node = make()
+    agents.stopping()
+    assert node.kinds() == ["stopping"]
+    again = FakeLink("node", state=H.CONNECTING)
+    agents.arrived(again, [{"kind": "hello", "protocol": frames.PROTOCOL,
+                            "version": __version__, "control": "/tmp/y.sock"}])
+    assert again.kinds() == ["clock", "stopping"]
+
+
 def test_the_close_tells_every_agent_and_counts_the_untold_exits_as_killed():
     agents, _, node = make()
     agents.start(spec("a"))

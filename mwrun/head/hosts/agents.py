@@ -58,6 +58,7 @@ class Agents:
         self.links = Links(links, reach, selector, self, loop.say)
         self.processes = RemoteProcesses(self.links, loop, self.clocks.to_head)
         self.pending: list[tuple[AgentLink, dict]] = []  # frames read while awaiting one
+        self.halting = False  # the job is stopping: every agent is told, one reached later too
 
     # -- the hosts ---------------------------------------------------------------------------
 
@@ -93,6 +94,13 @@ class Agents:
     def tick(self, now: float) -> None:
         """Beat on every link; take a silent one for lost; retry lost hosts when due."""
         self.links.tick(now)
+
+    def stopping(self) -> None:
+        """The job is stopping: every host's agent starts nothing more that still waits
+        for its zygote (a start made as the stop began is SIGTERMed there)."""
+        self.halting = True
+        for host in self.hosts():
+            self.links.send(host, Kind.STOPPING)
 
     # -- the processes -----------------------------------------------------------------------
 
@@ -132,6 +140,8 @@ class Agents:
 
     def reached(self, link: AgentLink) -> None:
         self.clocks.measure(link, fresh=True)
+        if self.halting:
+            link.send(Kind.STOPPING)
 
     def host_lost(self, host: str) -> None:
         self.processes.lost(host)

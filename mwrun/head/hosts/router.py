@@ -143,6 +143,12 @@ class Router:
     def tell(self, process: str, message: dict) -> None:
         self.downlink.tell(process, message)
 
+    def stopping(self) -> None:
+        """The job is stopping: the agents start nothing more (this host's hands ask the
+        supervisor themselves)."""
+        if self.agents is not None:
+            self.agents.stopping()
+
     def forget(self, name: str) -> None:
         """A process left the job (a retired replica that exited)."""
         self.host_of.pop(name, None)
