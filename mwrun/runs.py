@@ -60,7 +60,13 @@ def run_path(run_id: str) -> Path:
 
 def control_path(run_id: str) -> Path:
     """The control socket: in the run folder, or under /tmp when that path is too long."""
-    path = run_path(run_id) / schema.CONTROL
+    return socket_path(run_id, schema.CONTROL)
+
+
+def socket_path(run_id: str, name: str) -> Path:
+    """A socket of the run's: in the run folder, or under /tmp when that path is too
+    long for a socket's address."""
+    path = run_path(run_id) / name
     if len(os.fsencode(path)) <= _SUN_PATH_MAX:
         return path
     digest = hashlib.sha1(os.fsencode(path)).hexdigest()[:20]

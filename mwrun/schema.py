@@ -280,6 +280,7 @@ SUPERVISOR_LOG = "supervisor.log"  # a detached head's console
 ZYGOTE_LOG = "zygote.log"  # the head's zygote's own output
 KEEPER_LOG = "keeper.log"  # the worlds' stores' keeper's own output (mwrun/keeper)
 CONTROL = "control.sock"  # the supervisor's control socket (owner only)
+KEEPER_SOCK = "keeper.sock"  # where the keeper connects to its head (owner only)
 REPORT = "report.png"  # where ``mwrun report`` draws by default
 POSTMORTEM = "postmortem"  # the bundles of hangs and breaks: POSTMORTEM/WORLD-gGEN/
 

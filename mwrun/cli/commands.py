@@ -186,13 +186,10 @@ def _dry_run(topology: str, run_id: str | None, as_json: bool) -> None:
 
     topo, plan = _plan(topology)
     run_id = run_id or runs.new_run_id(plan.name)
-    here = str(runs.control_path(run_id))
 
     def control(host: str) -> str:
-        # A process on a host reached through an agent talks to that agent, on a socket
-        # the agent makes when it starts (its pid in the name): said, not invented.
-        if not topo.hosts[host].remote:
-            return here
+        # A process talks to its host's agent (this machine's too), on a socket the
+        # agent makes when it starts (its pid in the name): said, not invented.
         return f"/tmp/mwrun-agent-<run and host>/control-<{host}'s agent pid>.sock"
 
     envs = {name: environment.mwrun_env(plan, name, run_id=run_id, control=control(p.host))
@@ -277,11 +274,13 @@ if __name__ == "__main__":  # pragma: no cover
 @click.option("--connect", help="ADDR:PORT of the head (Slurm); else stdin/stdout (ssh).")
 @click.option("--silence", type=click.FloatRange(min=0.1), default=None,
               help="Seconds without a frame before the head counts as gone.")
-def agent(host_name, control, connect, silence):
-    """Internal: the head's hands on a remote host, started by mwrun launch over ssh or
-    srun; it speaks frames on stdin/stdout (see mwrun/host/frames.py)."""
+@click.option("--zygote-log", help="Where its zygotes write (kept); else beside --control.")
+def agent(host_name, control, connect, silence, zygote_log):
+    """Internal: the head's hands on a host (its own machine's too), started by mwrun
+    launch, over ssh or srun on a remote one; it speaks frames on stdin/stdout (see
+    mwrun/host/frames.py)."""
     from mwrun.host import agent as host_agent
     from mwrun.host import frames
 
     sys.exit(host_agent.main(host_name, control, connect,
-                             silence if silence is not None else frames.SILENCE))
+                             silence if silence is not None else frames.SILENCE, zygote_log))

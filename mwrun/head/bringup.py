@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -28,9 +27,9 @@ from mwrun.head.hosts import remote, slurm
 from mwrun.head.hosts.stores import StoreKeeper
 from mwrun.head.observe import rundir
 from mwrun.head.observe.console import Printer, RotatedOutput
-from mwrun.host import warm
+from mwrun.host.frames import Kind
 from mwrun.plan import environment, inventory, placement, ports, stored, topology
-from mwrun.schema import FINAL, KEEPER_LOG, PLAN, SUPERVISOR_LOG, TOPOLOGY, ZYGOTE_LOG
+from mwrun.schema import FINAL, KEEPER_LOG, KEEPER_SOCK, PLAN, SUPERVISOR_LOG, TOPOLOGY, ZYGOTE_LOG
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
 from mwrun.terminal import count, seconds, use_colour
@@ -211,7 +210,6 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
                stream, existing_dir: bool, launched: float) -> int:
     links, reach = agents
     run_dir = None
-    zygotes: list = []
     try:
         run_dir = rundir.run_path(run_id) if existing_dir else rundir.create(run_id, plan.name)
         run_id = run_dir.name
@@ -226,33 +224,39 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
                       f" {run_id})")
         printer.event(f"watch it: mwrun status {run_id} --watch;"
                       f" drill it: mwrun kill-world {next(iter(plan.worlds))} {run_id}")
-        zygotes = _zygotes_first(plan, run_id, run_dir, set(links), printer.event)
-        # The worlds' stores, in their keeper: forked from a zygote that imports torch
-        # (the loop asks it first), else started now, importing torch beside the rest.
-        torch_zygote = next(((z.modules, z.env) for z in zygotes if "torch" in z.modules),
-                            None)
-        stores = StoreKeeper(plan, listeners, run_dir / KEEPER_LOG, torch_zygote)
+        # The head's own machine's hosts get their agent too: every process is an
+        # agent's, the head starts none. Their zygotes start at once (imports are the
+        # bring-up's longest step; the head's own start runs beside them).
+        inv = inventory.inventory(topo)
+        here = [n for n in topo.hosts if inv[n].local and n not in links]
+        local = remote.local_links(here, run_id, str(run_dir / ZYGOTE_LOG))
+        if local:
+            remote.connect_all(list(local.values()), progress=_progress(stream))
+            links, reach = {**links, **local}, reach or remote.SshReach()
+            agents = (links, reach)
+        torch_zygote = _prepare_first(plan, run_id, local)
+        # The worlds' stores, in their keeper: its agent forks it from a zygote that
+        # imports torch (the loop asks it first), else starts it cold.
+        stores = StoreKeeper(plan, listeners, run_dir / KEEPER_LOG,
+                             runs.socket_path(run_id, KEEPER_SOCK), torch_zygote)
         from mwrun.head.loop import Loop
     except BaseException as exc:
         for sock in listeners.values():
             sock.close()
         _let_go(agents)
-        _end_unowned(zygotes)
         _never_started(run_dir, exc)
         raise
     topo_hosts = [(name, host.addr) for name, host in topo.hosts.items()]
     try:
         # What every host offers, as its agent reported it: a scaled process's new
         # replicas are placed where their host has room.
-        inv = inventory.inventory(topo)
         inv.update(remote.reported_inventory(topo, links, inv))
         loop = Loop(plan, run_id, run_dir, stores, printer, grace,
                     str(rundir.control_path(run_id)), topo, inv, links, reach, topo_hosts,
-                    zygotes, launched)
+                    launched)
         code = loop.run()
         _summary(printer, loop.supervisor, loop.tally, loop.run_id, loop.started_at)
     except BaseException as exc:
-        _end_unowned(zygotes)
         _never_started(run_dir, exc)
         raise
     finally:
@@ -260,34 +264,25 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
     return code
 
 
-def _zygotes_first(plan, run_id: str, run_dir, remote: set[str],
-                   say: Callable[[str], None]) -> list[warm.Zygote]:
-    """The zygotes this machine's warm processes will be forked from, started before
-    the rest of the head: their imports (about a second, for torch) are the bring-up's
-    longest step, and the head's own start (its imports, the loop's making, a quarter
-    of a second) runs beside them, not before. The loop's hands take them over, and
-    start any other the same way (``Router.prepare``), so this is an early start only."""
-    wanted = [name for name, proc in plan.processes.items()
-              if proc.preload and proc.host not in remote]
-    if not wanted or not warm.become_subreaper():  # without it, every start is cold
-        return []
-    zygotes = warm.Zygotes(sys.executable, run_dir / ZYGOTE_LOG, say,
-                           on_start=lambda zygote: say(warm.started_line(zygote)))
-    control = str(rundir.control_path(run_id))
-    for name in wanted:  # those whose imports may share one zygote share it, as later
-        spec = environment.launch_spec(plan, name, run_id=run_id, control=control,
-                                       generations=dict.fromkeys(plan.processes[name].worlds,
-                                                                 0), restart_count=0)
-        zygotes.prepare(tuple(spec.preload), spec.environ(os.environ))
-    return zygotes.zygotes
-
-
-def _end_unowned(zygotes: list[warm.Zygote]) -> None:
-    """Zygotes a launch that failed before its loop ran may still hold (closed twice
-    is harmless: one the loop closed is reaped, and left alone)."""
-    for zygote in zygotes:
-        if zygote.popen.returncode is None:
-            zygote.close()
+def _prepare_first(plan, run_id: str, local: dict) -> tuple[tuple[str, ...], dict] | None:
+    """Every zygote of the head's own machine asked for now, before the loop is built
+    (the loop asks again; a host's agent starts each once), and the one the keeper is
+    to be forked from: (modules, environment) of a zygote that imports torch on the
+    store host, or None. The agent was started with the head's environment, so each
+    start's environment is computed here as it is there."""
+    keeper = None
+    for name, proc in plan.processes.items():
+        if not proc.preload or proc.host not in local:
+            continue
+        link = local[proc.host]
+        spec = environment.launch_spec(plan, name, run_id=run_id,
+                                       control=str(link.hello["control"]),
+                                       generations=dict.fromkeys(proc.worlds, 0),
+                                       restart_count=0)
+        link.send(Kind.PREPARE, **spec.to_fields())
+        if keeper is None and proc.host == plan.store_host and "torch" in spec.preload:
+            keeper = (tuple(spec.preload), spec.environ(os.environ))
+    return keeper
 
 
 def _never_started(run_dir, exc: BaseException) -> None:

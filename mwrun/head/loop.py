@@ -2,18 +2,16 @@
 drives them.
 
 What the supervisor acts through is the ``Router`` (router.py: from a process to the
-hands of its host, ``host.hands.Hands`` for this machine, ``Agents`` for the others;
-the stores; the way down to each library). What those hands tell (spawned, lines,
-exited, lost) is ``Heard``, their ``Owner``, and goes to the supervisor and the console. Its
-``run()`` is a single-threaded select loop over every child's exit descriptor (a
-pidfd: an exit is seen the moment it happens, not at the next poll), every child's
-output pipe, the agents' links, the control socket, and the signal wakeup pipe;
-between events it sleeps until the supervisor's next deadline. The control verbs
-(serve/verbs.py, serve/library.py) are handed the parts they use, never the loop; the
-``Dispatcher`` (serve/dispatcher.py) serves the control socket's lines and the agents'
-relayed messages to them. The loop hands itself to no part: ``Heard`` is the hands'
-``Owner`` (this host's ``Hands``, and ``Agents`` as their ``Head``): typed seams,
-checked by mypy.
+agent of its host, this machine's included: the head starts no process itself; the
+stores; the way down to each library). What the agents tell (spawned, lines, exited,
+lost) is ``Heard``, their ``Head``, and goes to the supervisor and the console. Its
+``run()`` is a single-threaded select loop over the agents' links (an exit is seen by
+its agent's pidfd the moment it happens, and told at once), the control socket, and
+the signal wakeup pipe; between events it sleeps until the supervisor's next deadline.
+The control verbs (serve/verbs.py, serve/library.py) are handed the parts they use,
+never the loop; the ``Dispatcher`` (serve/dispatcher.py) serves the control socket's
+lines and the agents' relayed messages to them. The loop hands itself to no part:
+``Heard`` is the agents' ``Head``: typed seams, checked by mypy.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ import os
 import selectors
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mwrun.head.decide.deadlines import Timer, Timers, next_on_grid
@@ -53,22 +51,16 @@ from mwrun.head.serve.library import Library
 from mwrun.head.serve.verbs import Verbs
 from mwrun.head.wakeups import Wakeups
 from mwrun.host import sockets
-from mwrun.host.hands import Hands
-from mwrun.host.spy import Spies
-from mwrun.host.warm import Zygote
 from mwrun.membership.revision import Membership
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import Plan
 from mwrun.plan.topology import Topology
 from mwrun.records import Tally
-from mwrun.schema import OPS, STATE, TOPOLOGY, ZYGOTE_LOG, Start
+from mwrun.schema import OPS, STATE, TOPOLOGY, Start
 
 if TYPE_CHECKING:
     from mwrun.head.serve.scrapes import Scrapes
 
-OUTPUT_PER_TURN = 64 * 1024  # bytes of children's output handled in one turn, shared
-OUTPUT_SLICE_MIN = 4096
-FINISH_WAIT = 2.0  # at the very end, for the last exits and output after SIGKILL
 WAITS_SPAN = 3.0  # seconds of beats each history sample's waits are a mean over
 
 
@@ -113,12 +105,12 @@ class Rounds:
     state.json written behind, and a bundle's capture running out (a wakeup only: the
     bundles are stepped every turn)."""
 
-    def __init__(self, timers: Timers, beat_agents: Callable[[float], None] | None,
-                 hands: Hands, ops: Ops, plain: PlainGroups,
+    def __init__(self, timers: Timers, beat_agents: Callable[[float], None], ops: Ops,
+                 plain: PlainGroups,
                  plain_ranks: Callable[[str], set[int] | None], history: History,
                  status: document.Status, traffic: Traffic, writer: document.Writer,
                  postmortems: Postmortems, slow: SlowWatch):
-        self.timers, self.beat_agents, self.hands, self.ops = timers, beat_agents, hands, ops
+        self.timers, self.beat_agents, self.ops = timers, beat_agents, ops
         self.plain, self.plain_ranks = plain, plain_ranks
         self.history, self.status, self.traffic = history, status, traffic
         self.writer, self.postmortems, self.slow = writer, postmortems, slow
@@ -133,12 +125,11 @@ class Rounds:
         timers.set((Timer.SAMPLE, ""), 0.0)
 
     def _tick(self, name: str, now: float) -> None:
-        """Once a TICK, whatever else is due: the agents' links beaten, the reaper, scale
-        operations waited for no longer, plain worlds' stores looked into."""
+        """Once a TICK, whatever else is due: the agents' links beaten (their ends
+        reaped), scale operations waited for no longer, plain worlds' stores looked
+        into."""
         self.lag = 0.0 if self.tick_due is None else max(now - self.tick_due, 0.0)
-        if self.beat_agents is not None:
-            self.beat_agents(now)
-        self.hands.tick()
+        self.beat_agents(now)
         self.ops.tick()
         self.plain.look_into_stores(self.plain_ranks)
         self.tick_due = next_on_grid(now, TICK)
@@ -168,10 +159,10 @@ class Rounds:
 
 
 class Heard:
-    """What the hands (this host's, or a host's agent) tell, turned into the
-    supervisor's events and the console's lines: ``host.hands.Owner`` and
-    ``hosts.agents.Head``. The supervisor and the dispatcher are built after the hands
-    that tell this (they act through them), so both are reached when told."""
+    """What the hosts' agents tell, turned into the supervisor's events and the
+    console's lines: ``hosts.agents.Head``. The supervisor and the dispatcher are built
+    after the agents that tell this (they act through them), so both are reached when
+    told."""
 
     def __init__(self, printer: Printer, events: Callable[[], Events],
                  supervisor: Callable[[], Supervisor], dispatcher: Callable[[], Dispatcher]):
@@ -215,13 +206,13 @@ class Loop:
     def __init__(self, plan: Plan, run_id: str, run_dir, stores: StoreKeeper, printer: Printer,
                  grace: float,
                  control_path: str, topology: Topology, inventory: dict[str, HostInventory],
-                 links: dict | None = None, reach=None, hosts: list | None = None,
-                 zygotes: Sequence[Zygote] = (), started_at: float | None = None):
+                 links: dict, reach, hosts: list | None = None,
+                 started_at: float | None = None):
         self.run_id = run_id
         self.stores = stores
         self.printer = printer
         self.control_path = control_path
-        # The run's start: the launch's (its zygotes start before this loop is built).
+        # The run's start: the launch's (its agents and zygotes start before this loop).
         self.started_at = time.time() if started_at is None else started_at
         self.selector = selectors.DefaultSelector()
         # What the hands tell (spawned, lines, exited, lost), and what the head says.
@@ -236,21 +227,18 @@ class Loop:
         # What the job should be made of: the plan as launched, then each revision.
         membership = self.membership = Membership(topology, plan, inventory, sys.executable,
                                                   stores.choose_port)
-        # The remote hosts' hands, if any (theirs relay to the verbs, capture for the bundles).
+        # Every host's hands, this machine's included: its agents (they relay to the
+        # verbs, capture for the bundles, and one starts the stores' keeper).
         self.agents = agents = Agents(
             links, heard, reach, lambda n: membership.plan.processes[n].host, self.selector,
             lambda request: self.dispatcher.relayed(request),
-            lambda *told: self.postmortems.outside_told(*told)) if links else None
-        self.downlink = Downlink(self.clients.push, agents.tell if agents is not None
-                                 else lambda process, message: False)
+            lambda *told: self.postmortems.outside_told(*told), stores.kept)
+        self.downlink = Downlink(self.clients.push, agents.tell)
         self.stacks = Stacks(self.downlink.tell, time.monotonic)  # mwrun stacks: the asks
         self.progress = Progress(list(plan.processes), list(plan.worlds), self.say,
                                  self.started_at)
-        self.hands = Hands(self.selector, heard, run_dir / ZYGOTE_LOG,
-                           lambda: self.supervisor.stopping,  # which acts through them
-                           zygotes=zygotes)  # launch's own, started first thing
-        self.router = router = Router(lambda: membership.plan, self.hands, agents, stores,
-                                      self.downlink, run_id, control_path)
+        self.router = router = Router(lambda: membership.plan, agents, stores,
+                                      self.downlink, run_id)
         # The listeners hear the supervisor, and read it. The fault timeline (hears each
         # event first; its ids tag history records), scale phases, bundles, state.json.
         self.faults = Faults(View(lambda: self.supervisor.procs, lambda r: list(r.plan.worlds)),
@@ -262,11 +250,9 @@ class Loop:
             n: list(w.members) for n, w in plan.worlds.items()}}, tags=self.faults.tags)
         self.ops = Ops(self.history.scale, time.time, self.say, OpBook(run_dir / OPS))
         self.postmortems = Postmortems(  # bundles: stacks from inside (asks), outside (py-spy)
-            run_dir, self.stacks, lambda told: Spies(self.selector, time.monotonic, told),
-            lambda: self.supervisor, lambda: router,
+            run_dir, self.stacks, lambda: self.supervisor, lambda: router,
             self.history.postmortem, time.monotonic, time.time)
-        self.usage = document.Usage(router.usage_of, agents.refresh_usage
-                                    if agents is not None else lambda: None)
+        self.usage = document.Usage(router.usage_of, agents.refresh_usage)
         self.writer = document.Writer(run_dir / STATE, lambda: self.status.build(),
                                       lambda: self.status.outside(), spent=self.usage.cost)
         # Who hears it: console and events.log, faults, history, scale operations, state.json.
@@ -292,8 +278,8 @@ class Loop:
         slow = SlowWatch(self.status.slow_members,
                          View(lambda: supervisor.worlds, lambda w: list(w.plan.members)),
                          router.tell, self.history.slow)  # told as it changes
-        self.rounds = Rounds(self.timers, (agents.tick if agents is not None else None),
-                             self.hands, self.ops, supervisor.plain, stores.plain_ranks,
+        self.rounds = Rounds(self.timers, agents.tick, self.ops, supervisor.plain,
+                             stores.plain_ranks,
                              self.history, self.status, self.traffic, self.writer,
                              self.postmortems, slow)
         self.scrapes: Scrapes | None = None
@@ -330,13 +316,13 @@ class Loop:
         wakeups = Wakeups(self.selector, self.supervisor.request_stop)
         if self.scrapes is not None and self.plan.metrics is not None:
             self.scrapes.start(self.plan.metrics)  # before any process starts
-        if self.agents is not None:
-            self.agents.attach()
+        self.agents.attach()
         wakeups.install()
         try:
             for name in self.plan.processes:  # every zygote at once: imports side by side
                 self.router.prepare(name)
-            self.stores.start(self.hands.fork)  # the zygote's first fork, if it is warm
+            # The keeper: its agent's zygote's first fork, if it is warm.
+            self.stores.start(lambda **asked: self.agents.keeper(self.plan.store_host, asked))
             self.supervisor.start()
             self.stores.serve(wakeups.wake)
             self.writer.save()
@@ -350,21 +336,11 @@ class Loop:
     def _step(self) -> None:
         due = self.timers.earliest()  # never None: TICK is always set
         wait = 0.0 if self.clients.backlog or due is None else max(due - time.monotonic(), 0.0)
-        output = []
         for key, _ in self.selector.select(wait):
             callback, arg = key.data
-            if callback == self.hands.drain:
-                output.append(arg)
-            else:
-                callback(arg)  # exits, signals, control: before any output
-        # Output in a bounded slice per child per turn: a child printing faster than
-        # the loop can show it must not keep exits, timers and requests waiting.
-        share = max(OUTPUT_PER_TURN // max(len(output), 1), OUTPUT_SLICE_MIN)
-        for child in output:
-            self.hands.drain(child, share)
+            callback(arg)  # each link's read is bounded (remote.READ_SLICE)
         self.clients.serve_backlog()
-        if self.agents is not None:
-            self.agents.handle_pending()  # frames read while awaiting an answer
+        self.agents.handle_pending()  # frames read while awaiting an answer
         self.stores.ready()  # a keeper that failed or ended ends the run, here
         for name in self.postmortems.step():  # captured: a hung member's kill goes now
             self.supervisor.beats.kill_hung(name)
@@ -373,16 +349,13 @@ class Loop:
         self.rounds.behind()
 
     def _finish(self, listener, wakeups: Wakeups) -> None:
-        """Leave nothing behind, and never wait without limit: every host's hands
-        SIGKILL what they still run (agents told to stop do it on theirs), this host's
-        wait at most FINISH_WAIT for the last exits and the last output (a process
-        stuck in the kernel dies when it can)."""
-        deadline = time.monotonic() + FINISH_WAIT
+        """Leave nothing behind, and never wait without limit: every host's agent is
+        told to stop and SIGKILLs what it still runs (each waited for a few seconds at
+        most: remote.CLOSE_WAIT; a process stuck in the kernel dies when it can)."""
         self.postmortems.close()
         if self.scrapes is not None:
             self.scrapes.close()
-        codes = self.agents.close() if self.agents is not None else {}
-        codes.update(self.hands.close(deadline))
+        codes = self.agents.close()
         for name, code in codes.items():
             self.supervisor.on_exit(name, code)  # only after an exception in the loop
         self.writer.save(force=True)  # the final state, never held back

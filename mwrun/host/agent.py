@@ -1,12 +1,14 @@
-"""``mwrun agent``: the head's hands on a remote host.
+"""``mwrun agent``: the head's hands on a host.
 
-Started by the head (over ssh, or by one ``srun`` under Slurm), never by users. It
+Started by the head (on its own machine directly, over ssh, or by one ``srun`` under
+Slurm), never by users. It
 decides nothing: it spawns, pins, watches and signals this host's processes with the
-same hands as the head's (``host.hands``), streams their output lines and exits back
+same hands on every host (``host.hands``), streams their output lines and exits back
 over the link (``host.frames``), and relays what the library inside each process tells
 the supervisor (heartbeats, world events), and what the head tells it back, through a
 Unix socket on this host (``host.relay``). Processes with a preload are forked from
-this host's own zygotes, as the head forks its own.
+this host's own zygotes; so is the worlds' stores' keeper, on the host that keeps them
+(``host.asks``: the head asks for it).
 
 When the head goes away (the link closes, or is silent for ``frames.SILENCE``) the
 agent SIGKILLs every process group it started and exits; a watchdog does the same if
@@ -45,7 +47,8 @@ class Agent:
     libraries' messages go through its ``Relay``."""
 
     def __init__(self, link_in: int, link_out: int, control_path: str, *,
-                 silence: float = frames.SILENCE, clock=time.monotonic, wall=time.time):
+                 silence: float = frames.SILENCE, clock=time.monotonic, wall=time.time,
+                 zygote_log: str | None = None):
         self.link_in = link_in
         self.link_out = link_out
         self.control_path = control_path
@@ -59,7 +62,10 @@ class Agent:
         self.beat_due = 0.0
         self.done = False
         self.stopping = False  # the job is stopping (the head said): no start waits on
-        self.zygote_log = os.path.splitext(control_path)[0] + "-zygote.log"
+        # The zygotes' log: the run folder's on the head's machine (kept), else beside
+        # the socket (removed with it).
+        self.keep_log = zygote_log is not None
+        self.zygote_log = zygote_log or os.path.splitext(control_path)[0] + "-zygote.log"
         self.relay = Relay(control_path, self.selector, self, clock)
         self.hands = Hands(self.selector, self, self.zygote_log,
                            lambda: self.done or self.stopping, clock)
@@ -184,8 +190,9 @@ class Agent:
         for name, code in self.hands.close(self.clock() + SHUTDOWN_WAIT).items():
             self.exited(name, code)
         self.relay.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.zygote_log)
+        if not self.keep_log:
+            with contextlib.suppress(OSError):
+                os.unlink(self.zygote_log)
         with contextlib.suppress(OSError):  # the run's folder, once its last agent is gone
             os.rmdir(os.path.dirname(self.control_path))
         # Whatever the head may still read (final lines, exits) goes out if it can.
@@ -195,7 +202,7 @@ class Agent:
 
 
 def main(host: str | None, control_path: str, connect: str | None = None,
-         silence: float = frames.SILENCE) -> int:
+         silence: float = frames.SILENCE, zygote_log: str | None = None) -> int:
     """Serve the link: stdin/stdout (ssh), or a TCP connection to the head (Slurm),
     proven with the run's secret. Our own stray output must never reach the link, so
     stdout becomes stderr for everything but the frames."""
@@ -213,7 +220,7 @@ def main(host: str | None, control_path: str, connect: str | None = None,
     control_path = own_path(control_path.replace("{node}", node))
     sweep(os.path.dirname(os.path.dirname(control_path)))
     if connect is None:
-        agent = Agent(0, link_out, control_path, silence=silence)
+        agent = Agent(0, link_out, control_path, silence=silence, zygote_log=zygote_log)
         _end_on_sigterm(agent)
         agent.hello(host or node)
         return agent.run()

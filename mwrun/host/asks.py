@@ -6,6 +6,9 @@ link itself (frames in and out, beats, silence) and the loop (``host.agent``).""
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Protocol
 
@@ -15,6 +18,8 @@ from mwrun.host.hands import Hands
 from mwrun.host.relay import Relay
 from mwrun.host.spy import Spies
 from mwrun.launchspec import LaunchSpec, SpecError
+
+KEEPER = "mwrun.keeper"  # the module the keeper runs
 
 
 class Link(Protocol):
@@ -90,6 +95,47 @@ class Asks:
         """A line from the head down to a process's library (head/downlink.py)."""
         if isinstance(msg.get("message"), dict):
             self.relay.tell(str(msg.get("name")), msg["message"])
+
+    def on_keeper(self, msg: dict) -> None:
+        """Start the worlds' stores' keeper (``mwrun.keeper``) on this host, the store
+        host: forked from the zygote of ``modules`` (one that imports torch: no second
+        import), else cold. It connects to the head itself (its ``args`` say where);
+        its output goes to ``log``. Told back: ``kept {pid}`` or ``kept {error}``."""
+        try:
+            args = [str(a) for a in msg["args"]]
+            modules = tuple(str(m) for m in msg.get("modules") or ())
+            env = {str(k): str(v) for k, v in (msg.get("env") or os.environ).items()}
+            log = os.open(str(msg["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except (KeyError, TypeError, AttributeError, OSError) as exc:
+            self.link.send(Kind.KEPT, error=f"the keeper could not be started: {exc}")
+            return
+        argv = [sys.executable, "-m", KEEPER, *args]
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            def forked(pid: int | None) -> None:
+                if pid is None:  # the zygote could not: the ordinary way, then
+                    self._keeper_cold(argv, env, msg["log"])
+                else:
+                    self.link.send(Kind.KEPT, pid=pid, warm=True)
+
+            if not modules or not self.hands.fork(argv, modules, ("module", KEEPER, args),
+                                                  env, (null, log), forked):
+                self._keeper_cold(argv, env, msg["log"])
+        finally:
+            os.close(null)
+            os.close(log)
+
+    def _keeper_cold(self, argv: list[str], env: dict, log_path: str) -> None:
+        try:
+            with open(log_path, "ab") as log:
+                popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, env=env, cwd="/",
+                                         start_new_session=True)
+        except OSError as exc:
+            self.link.send(Kind.KEPT, error=f"the keeper could not be started: {exc}")
+            return
+        # Reaped with this host's orphans (host/warm.py reap_orphans): not a job's child.
+        self.link.send(Kind.KEPT, pid=popen.pid, warm=False)
 
     def on_clock(self, msg: dict) -> None:
         """At once: the head measures our clock's offset from its own (head/clocks.py)."""

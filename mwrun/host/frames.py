@@ -17,6 +17,8 @@ Head -> agent: ``prepare {LaunchSpec}`` (start its zygote now), ``spawn {LaunchS
 (the fields of ``mwrun.launchspec.LaunchSpec``: name, argv, cwd, env, unset,
 unset_prefixes, prepend, cpus, netns, preload, warm; checked for shape on arrival),
 ``stopping`` (the job is stopping: a start still waiting for its zygote is not made),
+``keeper {args, modules, env, log}`` (start the worlds' stores' keeper: answered ``kept
+{pid, warm}`` or ``kept {error}``),
 ``signal {name, signal}``, ``probe {name}``, ``clock {sent}`` (the head's wall clock:
 answer at once, head/clocks.py), ``tell {name, message}`` (a line down to that
 process's library), ``beat``, ``stop`` (kill everything, then exit).
@@ -35,8 +37,9 @@ import select
 import struct
 from enum import Enum
 
-# 5: the head's ``stopping``; 4: clock exchanges, spawned/exited carry the host's time;
-# 3: a spawn carries a launchspec.LaunchSpec; 2: heartbeats held together
+# 5: the head's ``stopping``, the keeper started by an agent; 4: clock exchanges,
+# spawned/exited carry the host's time; 3: a spawn carries a launchspec.LaunchSpec;
+# 2: heartbeats held together
 PROTOCOL = 5
 # Seconds without a frame before a side sends a beat. The head reads and writes every
 # host's link: at 1,000 ranks on 125 hosts, beats once a second were 250 frames a
@@ -91,6 +94,8 @@ class Kind(str, Enum):
     CLOSED = "closed"  # a link's end, as its reader tells it
     CAPTURE = "capture"  # read a process's stacks from outside (host/spy.py), for a bundle
     CAPTURED = "captured"  # what that read: {name, key, pid, result}
+    KEEPER = "keeper"  # start the worlds' stores' keeper: {args, modules, env, log}
+    KEPT = "kept"  # it started: {pid, warm}, or {error}
 
 
 def proof(secret: str, nonce: str) -> str:

@@ -1,10 +1,12 @@
 """The keeper's loop: what its head writes, done in order, until the head says close
-or goes (its end of the socket, the keeper's stdin, closes: the keeper then ends too,
-as the stores did with the head before they had a process of their own).
+or goes (its connection closes: the keeper then ends too, as the stores did with the
+head before they had a process of their own).
 
-Started by the head (head/hosts/stores.py) with its socket as stdin and its log as
-stdout: forked from the zygote when the head's machine has one with torch, else as
-``python -m mwrun.keeper``. The first message is the worlds and their bound listeners.
+Started by the agent of the head's machine when the head asks (host/asks.py), as
+``python -m mwrun.keeper --connect PATH``: forked from that host's zygote with torch
+when there is one, else cold; its log is its stdout. It connects to the head at PATH
+(a socket in the run's private folder, head/hosts/stores.py); the head's first message
+is the worlds and their bound listeners.
 """
 
 from __future__ import annotations
@@ -23,12 +25,19 @@ from mwrun.plan import stored
 WRITES = ("mark_broken", "open_next", "close_world", "resize", "remove")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     warm = "torch" in sys.modules  # forked from a zygote that imported it
-    sock = socket.socket(fileno=os.dup(0))
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)  # stdin was the head's socket, held once, here
-    os.close(null)
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2 or argv[0] != "--connect":
+        print("usage: python -m mwrun.keeper --connect PATH (started by mwrun, not by hand)",
+              file=sys.stderr)
+        return 2
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(argv[1])
+    except OSError as exc:
+        print(f"keeper: cannot reach the head at {argv[1]}: {exc}", flush=True)
+        return 1
     reader = wire.Reader(sock)
     first: list[tuple[dict, list[int]]] = []
     while not first and not reader.ended:

@@ -41,7 +41,7 @@ def zygote_gpu_files(supervisor_pid: int) -> list[list[str]]:
     libcuda.so, as importing torch 2.11+cu130 does, initialises nothing (the H100 run
     showed it mapped in a zygote whose children used CUDA fine)."""
     found = []
-    for child in psutil.Process(supervisor_pid).children():
+    for child in psutil.Process(supervisor_pid).children(recursive=True):  # its agent's
         try:
             if " ".join(child.cmdline()).startswith("mwrun zygote"):
                 fds = f"/proc/{child.pid}/fd"

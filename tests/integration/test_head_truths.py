@@ -42,8 +42,8 @@ def running(home, run):
                        "every process started", run=run, timeout=90)
 
 
-def watchdog_of(head: int) -> psutil.Process:
-    return next(c for c in psutil.Process(head).children()
+def watchdog_of(agent: int) -> psutil.Process:
+    return next(c for c in psutil.Process(agent).children()
                 if "mwrun.host.watchdog" in " ".join(c.cmdline()))
 
 
@@ -72,8 +72,11 @@ def test_stop_ends_what_a_dead_head_left_running_and_names_it(procs, home, tmp_p
     job = launch(procs, home, write_sleepers(tmp_path), "--run-id", "nap")
     doc = running(home, "nap")
     pids = {p["name"]: p["pid"] for p in doc["processes"]}
-    # The orphan guard first, so the head's death leaves its processes running.
-    watchdog_of(doc["supervisor_pid"]).kill()
+    # This machine's agent's orphan guard first, then the agent, then the head: what
+    # they started is left running (a head and an agent killed outright).
+    (agent,) = [h["agent_pid"] for h in doc["hosts"]]
+    watchdog_of(agent).kill()
+    os.kill(agent, signal.SIGKILL)
     os.kill(doc["supervisor_pid"], signal.SIGKILL)
     job.wait()
     doc = status(home)

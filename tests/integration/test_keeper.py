@@ -1,11 +1,12 @@
 """The worlds' stores live in a process of their own, the keeper, beside the head: the
-head imports no torch and listens on no world's port; the keeper is forked warm when
-the job preloads torch and started cold when not; it does what the head writes, in
-order; a keeper that dies ends the run saying so and leaves nothing; a head that dies
-takes its keeper along. Real processes, real stores."""
+head imports no torch and listens on no world's port; the head's machine's agent forks
+the keeper warm when the job preloads torch and starts it cold when not; it does what
+the head writes, in order; a keeper that dies ends the run saying so and leaves nothing;
+a head that dies takes its keeper along. Real processes, real stores."""
 
 import json
 import signal
+import subprocess
 import sys
 
 import psutil
@@ -25,7 +26,8 @@ SLEEPER = [PY, "-c", "import time; time.sleep(120)"]
 
 
 def keeper_of(head: int) -> psutil.Process | None:
-    for child in psutil.Process(head).children():
+    """The keeper: its agent's, never the head's own child."""
+    for child in psutil.Process(head).children(recursive=True):
         try:
             if "mwrun.keeper" in " ".join(child.cmdline()):
                 return child
@@ -107,13 +109,38 @@ def client(port: int):
     return dist.TCPStore("127.0.0.1", port, None, False, timeout=datetime.timedelta(seconds=5))
 
 
+def kept(tmp_path, plan: Plan, listeners: dict) -> StoreKeeper:
+    """A StoreKeeper and its keeper, started cold as an agent starts it (host/asks.py)."""
+    keeper = StoreKeeper(plan, listeners, tmp_path / "keeper.log", tmp_path / "k.sock", None)
+
+    def ask(args, modules, env, log):
+        with open(log, "ab") as out:
+            popen = subprocess.Popen([PY, "-m", "mwrun.keeper", *args], stdout=out,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        STARTED.append(popen)
+        keeper.kept({"pid": popen.pid, "warm": False})
+
+    keeper.start(ask)
+    return keeper
+
+
+STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def reaped():
+    yield
+    while STARTED:
+        STARTED.pop().wait(timeout=30)
+
+
 def test_what_the_head_writes_the_keeper_does_in_order(tmp_path):
     from mwrun import protocol
 
     first = ports.bind_free("127.0.0.1", set())
     port = first.getsockname()[1]
     plan = Plan("p", "p.yaml", "localhost", {}, {"w": world("w", port)})
-    keeper = StoreKeeper(plan, {"w": first}, tmp_path / "keeper.log", zygote=None)
+    keeper = kept(tmp_path, plan, {"w": first})
     try:
         keeper.serve(lambda: None)
         keeper.mark_broken("w", 0, "a member died")  # before the store exists: it waits
@@ -145,7 +172,7 @@ def test_what_the_head_writes_the_keeper_does_in_order(tmp_path):
 
 def test_a_keeper_that_ends_unasked_is_reported_naming_its_log(tmp_path):
     log = tmp_path / "keeper.log"
-    keeper = StoreKeeper(Plan("p", "p.yaml", "localhost", {}, {}), {}, log, zygote=None)
+    keeper = kept(tmp_path, Plan("p", "p.yaml", "localhost", {}, {}), {})
     pid = keeper.pid
     try:
         psutil.Process(pid).kill()

@@ -163,8 +163,9 @@ def test_multiprocessing_and_dataloader_workers_work_when_warm(procs, home, tmp_
 
 
 def zygotes(supervisor_pid):
+    """The zygotes of the head's machine: its agent's children."""
     found = []
-    for child in psutil.Process(supervisor_pid).children():
+    for child in psutil.Process(supervisor_pid).children(recursive=True):
         try:
             if " ".join(child.cmdline()) == "mwrun zygote (preload torch)":
                 found.append(child.pid)

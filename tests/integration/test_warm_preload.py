@@ -39,16 +39,17 @@ def test_a_file_a_preloaded_module_opened_stays_its_own(procs, home, tmp_path):
 
 
 def test_a_child_forked_as_its_supervisor_is_killed_does_not_outlive_it(procs, home, tmp_path):
-    # The supervisor SIGKILLed after its child left the zygote's group and before its
-    # watchdog heard of it: the child must die with it all the same, not live on under
-    # init. The preloaded module holds the child in that window until told to go.
+    # Its supervisor on the host (the agent of the head's machine) SIGKILLed after its
+    # child left the zygote's group and before its watchdog heard of it: the child must
+    # die with it all the same, not live on under init. The preloaded module holds the
+    # child in that window until told to go.
     mark = tmp_path / "setsid"
     idle = tmp_path / "idle.py"
     idle.write_text("import time\nprint('running', flush=True)\ntime.sleep(120)\n")
     topology = write(tmp_path, {"worker": (
         [PY, str(idle)], [f"env: {{PYTHONPATH: {ROOT}, SETSID_MARK: {mark}}}"])},
         preload="[tests.bin.preloads.slow_setsid]")
-    launch(procs, home, topology)
+    job = launch(procs, home, topology)
     (held,) = wait_for(lambda: [p for p in tmp_path.iterdir()
                                 if p.name.startswith("setsid.") and p.name[7:].isdigit()],
                        timeout=60, what="a forked child in its own session")
@@ -56,6 +57,8 @@ def test_a_child_forked_as_its_supervisor_is_killed_does_not_outlive_it(procs, h
     os.kill(supervisor, signal.SIGKILL)
     (tmp_path / "setsid.go").touch()
     assert_gone([child])
+    job.signal(signal.SIGTERM)  # the head reached its host again: the run ends now
+    job.wait(60)
 
 
 def test_the_interpreter_under_another_name_starts_warm(procs, home, tmp_path):

@@ -26,6 +26,8 @@ class FakeLink:
         self.hello = {"control": f"/tmp/{name}.sock", "pid": 7} if state == H.UP else None
         self.sent: list[dict] = []
         self.closed = False
+        self.local = False  # a remote host's
+        self.popen = None  # no process behind it
         self.out_fd = self.err_fd = -1
         self.heard = self.sent_at = 0.0
 

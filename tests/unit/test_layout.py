@@ -352,8 +352,8 @@ def test_the_check_sees_a_forbidden_import(tmp_path):
 
 
 # The hands' duties (start, drain output, watch exits, reap, zygotes) have one body of
-# code, host/hands.py, which the head runs for its own machine and every agent for its
-# host: nothing else may reach for the parts it is made of.
+# code, host/hands.py, which every host's agent runs (the head's own machine's too):
+# nothing else may reach for the parts it is made of, and the head starts no process.
 HANDS_PARTS = ("mwrun.host.process", "mwrun.host.lines", "mwrun.host.warmstarts",
                "mwrun.host.warm.reap_orphans", "mwrun.host.watchdog")
 HANDS_ALLOWED = {"hands.py", "process.py", "lines.py", "warmstarts.py", "warm.py",
@@ -366,8 +366,17 @@ def test_one_set_of_hands_on_every_host():
                    for name in imported_names(path) | set(_strings(path))
                    if name.startswith(HANDS_PARTS))
     assert users == []
-    for user in ("head/loop.py", "host/agent.py"):
-        assert "mwrun.host.hands.Hands" in imported_names(PACKAGE / user), user
+    assert "mwrun.host.hands.Hands" in imported_names(PACKAGE / "host/agent.py")
+    heads = sorted(str(path.relative_to(PACKAGE)) for path in (PACKAGE / "head").rglob("*.py")
+                   if any(name.startswith(("mwrun.host.hands", "mwrun.host.warm", "subprocess"))
+                          for name in imported_names(path))
+                   and path.name not in HEAD_STARTS)
+    assert heads == []
+
+
+# What the head may still start itself: the agents' transports (ssh, srun, the head's own
+# machine's agent) and, for --detach, the head of its own.
+HEAD_STARTS = {"remote.py", "slurm.py", "bringup.py"}
 
 
 def _strings(path: Path) -> list[str]:

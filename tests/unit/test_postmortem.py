@@ -136,54 +136,36 @@ def test_why_py_spy_read_nothing_is_said():
 # -- the head's part, on a supervisor of a fake host ----------------------------------------
 
 
-class FakeSpies:
-    def __init__(self, told):
-        self.told, self.asked = told, []
-
-    def capture(self, key, pid, native, within):
-        self.asked.append((key, pid, native))
-        return None
-
-    def tick(self):
-        pass
-
-    def earliest(self):
-        return None
-
-    def close(self):
-        pass
-
-
 class Here:
-    """Every host is this one."""
+    """The members' hosts' agents, reading stacks from outside (host/spy.py): what
+    each was asked; their answers go to ``told`` (the bundles' ``outside_told``)."""
 
-    def remote(self, host):
-        return False
+    def __init__(self):
+        self.asked: list[tuple] = []
+        self.told = None
 
     def capture(self, name, key, pid, native, within):
-        raise AssertionError("no remote host here")
+        self.asked.append((key, pid, native))
+        return None
 
 
 def supervised(tmp_path, capture_wait=2.0):
     """A supervisor of a fake host (HANGS: world1 leader+worker-0, world2 leader+worker-1)
     whose events the bundles hear; its members joined."""
-    told, records, made = [], [], {}
+    told, records = [], []
     host = FakeHost()
     asks = Stacks(lambda p, m: told.append((p, m)), host.now)
-
-    def spies(answer):
-        made["spies"] = FakeSpies(answer)
-        return made["spies"]
-
-    pm = Postmortems(tmp_path, asks, spies, lambda: sup, lambda: Here(), records.append,
+    here = Here()
+    pm = Postmortems(tmp_path, asks, lambda: sup, lambda: here, records.append,
                      host.now, host.wall)
+    here.told = pm.outside_told
     plan = place(parse(HANGS, "t.yaml"), {"localhost": HostInventory(True, (0, 1), ())},
                  lambda a, t: 40000)
     sup = Supervisor(plan, host, ev.Events((host.hear, pm)), grace=5.0,
                      capture_wait=capture_wait)
     sup.start()
     join_all(sup)
-    return SimpleNamespace(sup=sup, host=host, pm=pm, asks=asks, spies=made["spies"],
+    return SimpleNamespace(sup=sup, host=host, pm=pm, asks=asks, spies=here,
                            told=told, records=records)
 
 

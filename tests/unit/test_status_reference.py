@@ -26,7 +26,7 @@ from mwrun.plan.placement import place
 from mwrun.plan.topology import parse
 from mwrun.schema import HostState, Phase, ProcessState, RunState, Start, WorldState
 from tests.helpers import ROOT
-from tests.unit.test_postmortem import FakeSpies, Here
+from tests.unit.test_postmortem import Here
 from tests.unit.test_reshaping import SERVE, ElasticHost, join
 
 PAGE = ROOT / "docs" / "status.rst"
@@ -45,7 +45,7 @@ def built(tmp_path) -> dict:
                     lambda w: box["sup"].worlds[w].generation, lambda record: None, host.wall)
     ops = Ops(lambda record: None, host.wall)
     asks = Stacks(lambda process, message: None, host.now)
-    bundles = Postmortems(tmp_path, asks, FakeSpies, lambda: box["sup"], lambda: Here(),
+    bundles = Postmortems(tmp_path, asks, lambda: box["sup"], lambda: Here(),
                           lambda record: None, host.now, host.wall)
     sup = box["sup"] = Supervisor(plan, host, ev.Events((host.hear, faults, ops, bundles)),
                                   grace=3.0)

@@ -1,10 +1,10 @@
-"""Every remote host's agent as the head's loop sees it: hands like the local ones.
+"""Every host's agent as the head's loop sees it (the head's own machine has one too).
 
-``Agents`` has the face of ``host.hands.Hands`` (``router.Remote``): it turns the
-loop's requests for a remote process (prepare, start from a ``LaunchSpec``, signal,
-status) into frames to that host's agent, which starts it with the same ``Hands``
-there, and the agent's frames back into what the same hands tell locally (spawned,
-failed, lines, exited) plus the library's heartbeats and world events. Nothing waits:
+``Agents`` is the router's ``Hands``: it turns the loop's requests for a process
+(prepare, start from a ``LaunchSpec``, signal, status) into frames to that host's
+agent, which starts it with its ``host.hands.Hands``, and the agent's frames back into
+what those hands tell (spawned, failed, lines, exited) plus the library's heartbeats
+and world events. Nothing waits:
 a start's pid, a status, a usage reading arrive later and are told or kept.
 
 It is made of three parts, and routes each frame that arrives to the one it is for:
@@ -47,12 +47,14 @@ class Agents:
     def __init__(self, links: dict[str, AgentLink], loop: Head, reach: Reach,
                  host_of: Callable[[str], str], selector: selectors.BaseSelector,
                  relayed: Callable[[object], None],
-                 captured: Callable[[object, object, dict], None] = lambda *_: None):
+                 captured: Callable[[object, object, dict], None] = lambda *_: None,
+                 kept: Callable[[dict], None] = lambda told: None):
         self.loop = loop  # told what the agents tell
         # The library's messages a host's agent relayed: served as the head's own
         # socket serves them (serve/dispatcher.py), handed in so hosts never import serve.
         self.relayed = relayed
         self.captured = captured  # an agent's reading of stacks, for a bundle (postmortem.py)
+        self.kept = kept  # the store host's agent started the stores' keeper (stores.py)
         self.host_of = host_of  # process -> its host (in the plan as it is now)
         self.clocks = Clocks(loop.wall)
         self.links = Links(links, reach, selector, self, loop.say)
@@ -94,6 +96,14 @@ class Agents:
     def tick(self, now: float) -> None:
         """Beat on every link; take a silent one for lost; retry lost hosts when due."""
         self.links.tick(now)
+
+    def keeper(self, host: str, asked: dict) -> None:
+        """Ask ``host``'s agent (the store host's) to start the worlds' stores' keeper;
+        it answers ``kept`` (host/asks.py)."""
+        if self.links.up(host):
+            self.links.send(host, Kind.KEEPER, **asked)
+        else:
+            self.kept({"error": f"host {host}, which keeps the worlds' stores, is not up"})
 
     def stopping(self) -> None:
         """The job is stopping: every host's agent starts nothing more that still waits
@@ -159,7 +169,8 @@ class Agents:
     def _dispatch(self, link: AgentLink, msg: dict) -> None:
         kind = msg["kind"]
         if kind == Kind.SAY:  # what the agent tells the user (its zygotes)
-            self.loop.say(f"host {link.name}: {msg.get('text')}")
+            self.loop.say(str(msg.get("text")) if link.local
+                          else f"host {link.name}: {msg.get('text')}")
         elif kind in KINDS:
             self.processes.heard(link.name, msg)
         elif kind == Kind.CONTROL:  # the library's messages, one or held together
@@ -170,6 +181,8 @@ class Agents:
             self.captured(msg.get("key"), msg.get("pid"), msg["result"])
         elif kind == Kind.CLOCK:
             self.clocks.answered(link, msg)
+        elif kind == Kind.KEPT:
+            self.kept(msg)
 
     # -- the end -----------------------------------------------------------------------------
 

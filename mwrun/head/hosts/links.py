@@ -69,6 +69,7 @@ class Links:
         self.retries: dict[str, int] = {}
         self.rejoins: dict[str, Attempt] = {}  # host -> its agent being started again
         self.moves = 0  # host state changes so far: state.json compares this, not them all
+        self.ending: list = []  # dropped links' processes (ssh, an agent), to be reaped
 
     def hosts(self) -> set[str]:
         return set(self.links)
@@ -96,7 +97,9 @@ class Links:
                 if link.hello and link.state == H.UP}
 
     def states(self) -> dict[str, str]:
-        return {name: link.state for name, link in self.links.items()}
+        """Each host's: the head's own machine is ``local`` while its agent is up."""
+        return {name: H.LOCAL if link.local and link.state == H.UP else link.state
+                for name, link in self.links.items()}
 
     # -- watched ---------------------------------------------------------------------------
 
@@ -142,7 +145,9 @@ class Links:
         self.say(f"host {link.name} is reachable again")
 
     def tick(self, now: float) -> None:
-        """Beat on every link; take a silent one for lost; retry lost hosts when due."""
+        """Beat on every link; take a silent one for lost; retry lost hosts when due;
+        reap the processes of links dropped (killed, not waited for)."""
+        self.ending = [popen for popen in self.ending if popen.poll() is None]
         for name, attempt in list(self.rejoins.items()):
             if attempt.done():
                 del self.rejoins[name]
@@ -172,6 +177,8 @@ class Links:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(fd)
         link.close(wait=0.0)  # a stalled agent must not stall the head
+        if link.popen is not None:
+            self.ending.append(link.popen)
         link.state = H.LOST
         self.moves += 1
         tries = self.retries.get(link.name, 0)

@@ -66,10 +66,11 @@ class Ssh:
 
 
 class AgentLink:
-    def __init__(self, name: str, argv: list[str], python: str):
+    def __init__(self, name: str, argv: list[str], python: str, local: bool = False):
         self.name = name
         self.argv = argv
         self.python = python
+        self.local = local  # the head's own machine's agent, started directly (no ssh)
         self.state = H.CONNECTING
         self.hello: dict | None = None
         self.decoder = frames.Decoder()
@@ -198,7 +199,8 @@ def connect_all(links: list[AgentLink], timeout: float = CONNECT_TIMEOUT,
         try:
             link.start()
         except OSError as exc:
-            problems[link.name] = f"cannot run ssh: {exc.strerror or exc}"
+            what = "its agent" if link.local else "ssh"
+            problems[link.name] = f"cannot run {what}: {exc.strerror or exc}"
             continue
         selector.register(link.out_fd, selectors.EVENT_READ, (link, "out"))
         selector.register(link.err_fd, selectors.EVENT_READ, (link, "err"))
@@ -262,24 +264,27 @@ def control_path(run_id: str, host: str) -> str:
 
 
 class Started:
-    """An ssh host reached again: a fresh ssh session (its hello comes over the link,
-    as at launch), or why none could be started."""
+    """A host reached again: a fresh ssh session, or a fresh agent on the head's own
+    machine (its hello comes over the link, as at launch), or why none could be
+    started."""
 
     def __init__(self, old: AgentLink):
-        self.link: AgentLink | None = AgentLink(old.name, old.argv, old.python)
+        self.link: AgentLink | None = AgentLink(old.name, old.argv, old.python, old.local)
         self.error: str | None = None
         try:
             self.link.start()
         except OSError as exc:
-            self.link, self.error = None, f"ssh could not be started: {exc}"
+            what = "its agent" if old.local else "ssh"
+            self.link, self.error = None, f"{what} could not be started: {exc}"
 
     def done(self) -> bool:
         return True
 
 
 class SshReach:
-    """How ssh hosts are reached again after a loss (``agents.Reach``): the same ssh
-    command line, at once (it never waits: ssh runs on its own)."""
+    """How ssh hosts, and the head's own machine, are reached again after a loss
+    (``agents.Reach``): the same command line, at once (it never waits: ssh, or the
+    agent, runs on its own)."""
 
     def again(self, link: AgentLink) -> Started:
         return Started(link)
@@ -298,6 +303,16 @@ def links_for(topo, run_id: str) -> dict[str, AgentLink]:
         argv = ssh_argv(host.ssh, host.ssh_options, python, name, control_path(run_id, name))
         links[name] = AgentLink(name, argv, python)
     return links
+
+
+def local_links(hosts: list[str], run_id: str, zygote_log: str) -> dict[str, AgentLink]:
+    """An agent link for each host that is the head's own machine (not yet started):
+    the same agent as over ssh, started directly. Its zygotes write to the run
+    folder's ``zygote.log``."""
+    return {name: AgentLink(name, [sys.executable, "-m", "mwrun", "agent", "--host", name,
+                                   "--control", control_path(run_id, name),
+                                   "--zygote-log", zygote_log], sys.executable, local=True)
+            for name in hosts}
 
 
 def reported_inventory(topo, links: dict[str, AgentLink],

@@ -1,19 +1,21 @@
 """The worlds' stores as the head sees them: kept by a process of their own (the
 keeper, ``mwrun.keeper``), written to over one socket, in order.
 
-The head imports no torch. On a machine whose zygote imports torch the keeper is forked
-from it (``start``: it costs the bring-up no second import, a second of CPU while a
-hundred processes start on two cores); else it is started as ``python -m mwrun.keeper``
-at once. Either way the worlds and their bound listeners are its first message, so a
-member that connects early waits in its listener's backlog, as before.
+The head imports no torch, and starts no process: it asks the agent of its own machine
+(the store host's) to start the keeper (``start``: the ``keeper`` frame, host/asks.py),
+forked from the zygote that imports torch there when there is one (it costs the
+bring-up no second import, a second of CPU while a hundred processes start on two
+cores), else cold. The keeper connects to the head's socket in the run's private folder
+(``keeper.sock``); the worlds and their bound listeners are the head's first message, so
+a member that connects early waits in its listener's backlog, as before.
 
-The loop never waits on the keeper: a writer thread sends what the loop writes, in
-order (the first message waits for a keeper still being forked), and a reader thread
-takes what the keeper says (every store built, a build that failed, a plain group's
-ranks) and wakes the loop. The one question the loop asks, and waits for (at most
-``ASK_WAIT``), is which ranks of a plain torch.distributed group met in a store, once
-every store exists. A keeper that ends before the head closes it ends the run: a job
-without its stores cannot go on (``ready`` raises, naming its log).
+The loop never waits on the keeper: a writer thread takes the keeper's connection and
+sends what the loop writes, in order, and a reader thread takes what the keeper says
+(every store built, a build that failed, a plain group's ranks) and wakes the loop. The
+one question the loop asks, and waits for (at most ``ASK_WAIT``), is which ranks of a
+plain torch.distributed group met in a store, once every store exists. A keeper that
+ends (or could not start) before the head closes it ends the run: a job without its
+stores cannot go on (``ready`` raises, naming its log).
 """
 
 from __future__ import annotations
@@ -21,14 +23,14 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import select
 import signal
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 
 from mwrun.errors import RunError
+from mwrun.host import sockets
 from mwrun.keeper import wire
 from mwrun.plan import ports, stored
 from mwrun.plan.placement import Plan, WorldPlan
@@ -37,74 +39,84 @@ ASK_WAIT = 2.0  # seconds for the keeper to say what a store shows (then: nothin
 # At the end, for the keeper to close its stores: a build still importing torch cannot
 # be cut short (keeper/pending.py CLOSE_WAIT), then it is killed.
 CLOSE_WAIT = 65.0
-ARGV = ("-m", "mwrun.keeper")
-HOW = ("module", "mwrun.keeper", ())  # how a zygote runs it
+LOOK = 0.5  # seconds between looks at a keeper that has not connected yet
 
 
 class KeeperProcess:
-    """The keeper as a process: forked from a zygote or started cold, with its end of
-    the head's socket as stdin and its log as stdout; killed at the end if it lingers."""
+    """The keeper as a process, as its agent told it (``kept``): its pid, and whether
+    it is gone; killed at the end if it lingers. Not the head's child (its agent's)."""
 
-    def __init__(self, theirs: socket.socket, log_path,
-                 zygote: tuple[tuple[str, ...], dict[str, str]] | None, python: str):
-        self.theirs, self.log_path, self.zygote, self.python = theirs, log_path, zygote, python
+    def __init__(self):
         self.pid: int | None = None
+        self.error: str | None = None  # it could not be started: why
         self._pidfd: int | None = None
-        self._popen: subprocess.Popen | None = None  # started cold: ours to wait for
-        if zygote is None:
-            self._start_cold()
 
-    def start(self, fork: Callable[..., bool]) -> None:
-        """Fork it from the zygote (``Hands.fork``), unless it started cold."""
-        if self.pid is not None or self.zygote is None:
-            return
-        modules, env = self.zygote
-        with open(self.log_path, "ab") as log:
-            if fork([self.python, *ARGV], modules, HOW, env,
-                    (self.theirs.fileno(), log.fileno()), self._forked):
-                return
-        self._start_cold()
+    def kept(self, told: dict) -> None:
+        """What its agent said: ``{pid, warm}`` or ``{error}``."""
+        if isinstance(told.get("pid"), int):
+            self.pid = told["pid"]
+            with contextlib.suppress(OSError):
+                self._pidfd = os.pidfd_open(self.pid)
+        else:
+            self.error = str(told.get("error") or "its agent could not start it")
 
-    def _forked(self, pid: int | None) -> None:
-        if pid is None:  # the zygote could not: the ordinary way, then
-            self._start_cold()
-            return
-        self._started(pid)
-
-    def _start_cold(self) -> None:
-        with open(self.log_path, "ab") as log:
-            self._popen = subprocess.Popen([self.python, *ARGV], stdin=self.theirs.fileno(),
-                                           stdout=log, stderr=subprocess.STDOUT,
-                                           start_new_session=True, cwd="/")
-        self._started(self._popen.pid)
-
-    def _started(self, pid: int) -> None:
-        # Its end is the keeper's alone now: the head sees it go as its socket's end.
-        self.theirs.close()
-        self.pid = pid
-        with contextlib.suppress(OSError):  # (a subreaper's child: not reaped yet)
-            self._pidfd = os.pidfd_open(pid)
+    def gone(self) -> bool:
+        """Whether it was started and has ended since."""
+        if self._pidfd is None:
+            return self.pid is not None  # (ended before it could be watched)
+        return bool(select.select([self._pidfd], [], [], 0)[0])
 
     def end(self) -> None:
         """Killed if it is still there (after its close was asked for, and waited for)."""
-        if self.pid is None:  # never started (a launch that failed first)
-            self.theirs.close()
         if self._pidfd is not None:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
             os.close(self._pidfd)
-        if self._popen is not None:  # (forked warm, it is reaped as the subreaper's orphan)
-            self._popen.wait()
+            self._pidfd = None
+
+
+class Door:
+    """Where the keeper connects to the head: a socket in the run's private folder,
+    owner-only; one connection of this user's is taken, once the keeper makes it."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._listener = sockets.listen(path, 1)
+        self._listener.settimeout(LOOK)
+
+    def wait(self, given_up: Callable[[], bool]) -> socket.socket | None:
+        """The keeper's connection; None once ``given_up()`` (the keeper ended or could
+        not start, or the head closes first). Looked at every LOOK seconds."""
+        while not given_up():
+            try:
+                sock, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return None
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+            if int.from_bytes(creds[4:8], "little") != os.getuid():
+                sock.close()  # not this user's: never the keeper (the folder is private)
+                continue
+            sock.settimeout(None)
+            return sock
+        return None
+
+    def close(self) -> None:
+        self._listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
 
 
 class StoreKeeper:
     def __init__(self, plan: Plan, listeners: dict[str, socket.socket], log_path,
-                 zygote: tuple[tuple[str, ...], dict[str, str]] | None,
-                 python: str = sys.executable):
-        """``zygote``: the modules and environment of the zygote to fork the keeper
-        from (one that imports torch), or None to start it cold, now."""
-        self.log_path = log_path
-        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                 sock_path, zygote: tuple[tuple[str, ...], dict[str, str]] | None):
+        """``sock_path``: where the keeper connects (a private folder's); ``zygote``:
+        the modules and environment of the zygote to fork the keeper from (one that
+        imports torch, on the store host), or None to start it cold."""
+        self.log_path, self.zygote = log_path, zygote
+        self.door = Door(str(sock_path))
+        self.sock: socket.socket | None = None  # the keeper's connection, once made
         self._bound: dict[int, socket.socket] = {}  # port -> listener, not yet a world's
         self._cond = threading.Condition()
         self._built = self._ended = self._closing = False
@@ -116,17 +128,26 @@ class StoreKeeper:
         names = list(plan.worlds)
         self._out.put(({"worlds": {n: stored.dump_world(plan.worlds[n]) for n in names}},
                        [listeners[n] for n in names]))
-        self._threads = [threading.Thread(target=self._write, name="mwrun-keeper-out",
-                                          daemon=True),
-                         threading.Thread(target=self._read, name="mwrun-keeper-in",
-                                          daemon=True)]
-        for thread in self._threads:
-            thread.start()
-        self.process = KeeperProcess(theirs, log_path, zygote, python)
+        self.process = KeeperProcess()
+        self._writer = threading.Thread(target=self._write, name="mwrun-keeper-out",
+                                        daemon=True)
+        self._writer.start()
 
-    def start(self, fork: Callable[..., bool]) -> None:
-        """The loop's first act: the keeper forked warm (``Hands.fork``), if it is to be."""
-        self.process.start(fork)
+    def start(self, ask: Callable[..., None]) -> None:
+        """Ask the store host's agent for the keeper (``Agents.keeper``): the loop's
+        first act, so a warm keeper is its zygote's first fork."""
+        modules, env = self.zygote if self.zygote is not None else ((), None)
+        ask(args=["--connect", self.door.path], modules=list(modules), env=env,
+            log=str(self.log_path))
+
+    def kept(self, told: dict) -> None:
+        """The agent's answer (``kept``): the keeper's pid, or why it did not start."""
+        self.process.kept(told)
+        if self.process.error is not None:
+            with self._cond:
+                self._error = self.process.error
+                self._cond.notify_all()
+            self._wake_loop()
 
     @property
     def pid(self) -> int | None:
@@ -178,6 +199,9 @@ class StoreKeeper:
             if self._error is not None:
                 raise RunError(f"the worlds' stores could not be kept: {self._error}"
                                f" (the keeper's log: {self.log_path})")
+            if self._ended and not self._closing and self.pid is None:
+                raise RunError("the worlds' stores' keeper never reached the head (its log:"
+                               f" {self.log_path})")
             if self._ended and not self._closing:
                 raise RunError(f"the worlds' stores' keeper (pid {self.pid}) ended; the job"
                                f" cannot go on without them (its log: {self.log_path})")
@@ -203,19 +227,36 @@ class StoreKeeper:
 
     # -- the threads -------------------------------------------------------------------
 
+    def _given_up(self) -> bool:
+        with self._cond:
+            if self._closing or self._error is not None:
+                return True
+        return self.process.gone()
+
     def _write(self) -> None:
+        sock = self.door.wait(self._given_up)
+        self.door.close()
+        if sock is None:
+            while (item := self._out.get_nowait() if not self._out.empty() else None):
+                for held in item[1]:
+                    held.close()  # the listeners it would have had
+            self._gone()
+            return
+        self.sock = sock
+        threading.Thread(target=self._read, args=(sock,), name="mwrun-keeper-in",
+                         daemon=True).start()
         while (item := self._out.get()) is not None:
             message, socks = item
             try:
-                wire.send(self.sock, message, [s.fileno() for s in socks])
+                wire.send(sock, message, [s.fileno() for s in socks])
             except OSError:
                 return  # the keeper is gone: the reader says so
             finally:
-                for sock in socks:
-                    sock.close()  # the keeper holds it now
+                for held in socks:
+                    held.close()  # the keeper holds it now
 
-    def _read(self) -> None:
-        reader = wire.Reader(self.sock)
+    def _read(self, sock: socket.socket) -> None:
+        reader = wire.Reader(sock)
         while not reader.ended:
             for message, fds in reader.read():
                 for fd in fds:
@@ -229,6 +270,9 @@ class StoreKeeper:
                         self._answers[int(message["ask"])] = message["ranks"]
                     self._cond.notify_all()
                 self._wake_loop()
+        self._gone()
+
+    def _gone(self) -> None:
         with self._cond:
             self._ended = True
             self._cond.notify_all()
@@ -253,4 +297,6 @@ class StoreKeeper:
         self.process.end()
         for sock in self._bound.values():
             sock.close()
-        self.sock.close()
+        if self.sock is not None:
+            self.sock.close()
+        self._writer.join(LOOK * 4)  # it sees the close within a look

@@ -3,8 +3,8 @@
 A subscriber of the supervisor's events. When a member is declared hung (``Hung``),
 each of its worlds gets a bundle and every member of that world is captured at once:
 its library is asked for its threads' stacks and the world call each is in (stacks.py,
-the same ask as ``mwrun stacks``), and py-spy reads the members of this host from
-outside (host/spy.py: it answers for a stopped member, or one holding the GIL). The
+the same ask as ``mwrun stacks``), and py-spy reads each member from outside, run by
+its host's agent (host/spy.py: it answers for a stopped member, or one holding the GIL). The
 hung member is killed only once its bundle is complete, or after the supervisor's
 capture wait (processbook.py keeps that deadline; ``step`` returns who may be killed
 now). A break nobody declared (an exit, a timeout a member saw) never waits: its
@@ -44,22 +44,9 @@ ENV = "MWRUN_POSTMORTEM"  # "off" in mwrun launch's environment: no bundles, no 
 KEEP_WRITTEN = 256  # bundles kept until their fault's record comes
 
 
-Answer = Callable[[object, int, dict], None]  # a capture's answer: (key, pid, result)
-
-
-class Spies(Protocol):
-    """Out-of-process capture (host/spy.py), made with where its answers go."""
-
-    def capture(self, key: object, pid: int, native: bool, within: float) -> str | None: ...
-    def tick(self) -> None: ...
-    def earliest(self) -> float | None: ...
-    def close(self) -> None: ...
-
-
 class Hosts(Protocol):
-    """The members' hosts (the router): which are remote, and their agents' capture."""
+    """The members' hosts (the router): their agents' capture (host/spy.py)."""
 
-    def remote(self, host: str | None) -> bool: ...
     def capture(self, name: str, key: str, pid: int, native: bool, within: float) -> str | None: ...
 
 
@@ -71,15 +58,15 @@ class Watched(Protocol):
 
 
 class Postmortems:
-    def __init__(self, run_dir: Path, stacks: Stacks, spies: Callable[[Answer], Spies],
-                 job: Callable[[], Watched], hosts: Callable[[], Hosts],
+    def __init__(self, run_dir: Path, stacks: Stacks, job: Callable[[], Watched],
+                 hosts: Callable[[], Hosts],
                  record: Callable[[dict], None], now: Callable[[], float],
                  wall: Callable[[], float], wait: float = CAPTURE_WAIT,
                  env: Mapping[str, str] = os.environ):
         self.folder = run_dir / POSTMORTEM
         self.shelf = Shelf(self.folder)  # how many bundles the run keeps
         self.logs = run_dir / LOGS
-        self.stacks, self.spies, self.job = stacks, spies(self.outside_told), job
+        self.stacks, self.job = stacks, job
         self.hosts, self.record = hosts, record
         self.now, self.wall = now, wall
         self.wait = 0.0 if env.get(ENV) == "off" else wait  # the supervisor's capture wait
@@ -141,16 +128,13 @@ class Postmortems:
         return True
 
     def _capture(self, bundle: Bundle, rec: ProcessRecord, native: bool) -> None:
-        """Read ``rec`` from outside: here, or by its host's agent (host/spy.py)."""
+        """Read ``rec`` from outside, by its host's agent (host/spy.py)."""
         name, host = rec.plan.name, rec.plan.host
         key = f"{bundle.name}/{name}"
         self.keys[key] = ((bundle.world, bundle.generation), name)
         pid = typing.cast(int, rec.worker.pid)
-        if self.hosts().remote(host):
-            missing = self.hosts().capture(name, key, pid, native, self.wait)
-            missing = None if missing is None else f"on host {host}: {missing}"
-        else:
-            missing = self.spies.capture(key, pid, native, self.wait)
+        missing = self.hosts().capture(name, key, pid, native, self.wait)
+        missing = None if missing is None else f"on host {host}: {missing}"
         if missing is None:
             bundle.outside[name] = None
         else:
@@ -159,8 +143,7 @@ class Postmortems:
     # -- what comes back ----------------------------------------------------------------
 
     def outside_told(self, key: object, pid: object, result: dict) -> None:
-        """py-spy's answer for one member, here (host/spy.py's ``done``) or from its
-        host's agent (a CAPTURED frame)."""
+        """py-spy's answer for one member, from its host's agent (a CAPTURED frame)."""
         found = self.keys.pop(str(key), None)
         bundle = self.open.get(found[0]) if found is not None else None
         if bundle is not None and found is not None and found[1] in bundle.outside:
@@ -169,7 +152,6 @@ class Postmortems:
     def step(self) -> list[str]:
         """Write the bundles that are complete or out of time; the hung members whose
         capture is over (their kill may go now)."""
-        self.spies.tick()
         now, free = self.now(), self.unheld
         self.unheld = []
         for bundle in self.open.values():
@@ -203,7 +185,7 @@ class Postmortems:
         """When the next open bundle, or capture, runs out of time."""
         times = [b.started + (OUTSIDE_AFTER if b.later else self.wait)
                  for b in self.open.values()]
-        return min(times, default=self.spies.earliest())
+        return min(times, default=None)
 
     def _complete(self, bundle: Bundle) -> bool:
         """Every member told what it can: its library answered (or cannot be asked,
@@ -232,7 +214,6 @@ class Postmortems:
 
     def close(self) -> None:
         """The run ends: what is open is written as it stands."""
-        self.spies.close()
         for key, bundle in list(self.open.items()):
             del self.open[key]
             self._write(bundle)

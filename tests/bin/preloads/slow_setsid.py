@@ -6,7 +6,7 @@ told its watchdog of it yet, made as wide as a test needs. The child first write
 import os
 import time
 
-SUPERVISOR = os.getppid()  # the zygote's parent, which forked children belong to
+SUPERVISOR = os.getppid()  # the zygote's parent (its host's agent): forked children are its
 MARK = os.environ["SETSID_MARK"]
 _setsid = os.setsid
 
