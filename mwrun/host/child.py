@@ -76,7 +76,8 @@ def become(request: dict, fresh: Fresh) -> None:
     """Set up, report the pid, run the user's code; raises SystemExit at the end."""
     report = request["report"]
     try:
-        _die_with_supervisor(request["middle"], request["supervisor"])
+        if not request.get("helper"):  # a helper ends with its own link instead
+            _die_with_supervisor(request["middle"], request["supervisor"])
         os.setsid()
         if request.get("cpus") is not None:
             os.sched_setaffinity(0, request["cpus"])

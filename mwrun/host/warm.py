@@ -276,11 +276,14 @@ class Zygotes:
         self.zygotes.clear()
 
 
-def fork_request(argv, kind: str, target: str, args, env: dict, cwd: str, cpus) -> dict:
-    """What a zygote is asked to fork: the process, and this thread's signal state."""
+def fork_request(argv, kind: str, target: str, args, env: dict, cwd: str, cpus,
+                 helper: bool = False) -> dict:
+    """What a zygote is asked to fork: the process, and this thread's signal state.
+    ``helper``: a helper of the supervisor's own (the stores' keeper), which does not die
+    with it (it ends with its own link: a new agent of this host finds it there)."""
     return {
         "argv": list(argv), "kind": kind, "target": target, "args": list(args),
-        "env": env, "cwd": cwd, "cpus": sorted(cpus if cpus is not None
+        "env": env, "cwd": cwd, "helper": helper, "cpus": sorted(cpus if cpus is not None
                                                else os.sched_getaffinity(0)),
         "ignored": [int(s) for s in signal.valid_signals() if _ignored(s)],
         "mask": [int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])]}

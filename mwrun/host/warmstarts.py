@@ -149,8 +149,8 @@ class WarmStarts:
             # its socket buffers, so this never waits on it.
             zygote.sock.settimeout(warm.REPLY_TIMEOUT)
             protocol.send(zygote.sock, warm.fork_request(
-                start.argv, kind, target, args, start.env, start.cwd, start.cpus),
-                (stdin, write))
+                start.argv, kind, target, args, start.env, start.cwd, start.cpus,
+                helper=start.forked is not None), (stdin, write))
         except OSError as exc:
             _close(read)
             zygote.failed = zygote.failed or f"its socket failed ({exc})"
