@@ -2,6 +2,7 @@
 and when more than one run is live: never a false word, and never a guess that ends
 the wrong job."""
 
+import json
 import os
 import signal
 import sys
@@ -72,12 +73,17 @@ def test_stop_ends_what_a_dead_head_left_running_and_names_it(procs, home, tmp_p
     job = launch(procs, home, write_sleepers(tmp_path), "--run-id", "nap")
     doc = running(home, "nap")
     pids = {p["name"]: p["pid"] for p in doc["processes"]}
-    # This machine's agent's orphan guard first, then the agent, then the head: what
-    # they started is left running (a head and an agent killed outright).
+    saved = home / "runs" / "nap" / "state.json"  # what is left to read once the head dies
+    wait_for(lambda: {p["name"]: p["pid"] for p in json.loads(saved.read_text())["processes"]}
+             == pids, 30, "the pids in state.json")
+    # This machine's agent held still (so that neither it nor the head acts on the
+    # other's end), its orphan guard killed, then the head and the agent: what they
+    # started is left running (a head and an agent killed outright).
     (agent,) = [h["agent_pid"] for h in doc["hosts"]]
+    os.kill(agent, signal.SIGSTOP)
     watchdog_of(agent).kill()
-    os.kill(agent, signal.SIGKILL)
     os.kill(doc["supervisor_pid"], signal.SIGKILL)
+    os.kill(agent, signal.SIGKILL)
     job.wait()
     doc = status(home)
     assert doc["state"] == R.LOST

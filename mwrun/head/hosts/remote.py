@@ -308,10 +308,13 @@ def links_for(topo, run_id: str) -> dict[str, AgentLink]:
 def local_links(hosts: list[str], run_id: str, zygote_log: str) -> dict[str, AgentLink]:
     """An agent link for each host that is the head's own machine (not yet started):
     the same agent as over ssh, started directly. Its zygotes write to the run
-    folder's ``zygote.log``."""
+    folder's ``zygote.log``. It takes the head for gone only when its link closes
+    (the head's death closes it at once): a head stopped for a while (Ctrl-Z in its
+    terminal) is still there, and its machine's processes go on meanwhile."""
     return {name: AgentLink(name, [sys.executable, "-m", "mwrun", "agent", "--host", name,
                                    "--control", control_path(run_id, name),
-                                   "--zygote-log", zygote_log], sys.executable, local=True)
+                                   "--zygote-log", zygote_log, "--silence", "inf"],
+                            sys.executable, local=True)
             for name in hosts}
 
 
