@@ -94,16 +94,20 @@ def watching(work: Path, processes: int, seconds: float) -> float:
 
 
 def control_plane(pid: int) -> list[psutil.Process]:
-    """The head ``pid`` and, where it has one, the worlds' stores' keeper (a process of
-    its own since stop 45; before, the stores were threads of the head): what mwrun
-    itself spends, compared whole with a checkout that had no keeper."""
+    """The head ``pid`` and, where it has them, the worlds' stores' keeper (a process of
+    its own since stop 45; before, the stores were threads of the head) and the agent of
+    the head's machine (since stop 46: it does what the head's own hands did, and its
+    watchdog): what mwrun itself spends, compared whole with a checkout without them.
+    Searched among the head's descendants (the keeper is its agent's child)."""
     head = psutil.Process(pid)
-    keepers = []
-    for child in head.children():
+    parts = []
+    for child in head.children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            if "mwrun.keeper" in " ".join(child.cmdline()):
-                keepers.append(child)
-    return [head, *keepers]
+            argv = child.cmdline()  # (an ssh client to a remote agent is not one)
+            if argv[1:4] == ["-m", "mwrun", "agent"] or any(
+                    part in " ".join(argv) for part in ("mwrun.keeper", "mwrun.host.watchdog")):
+                parts.append(child)
+    return [head, *parts]
 
 
 def cpu_seconds(procs: list[psutil.Process]) -> float:
