@@ -61,6 +61,7 @@ from mwrun.schema import OPS, STATE, TOPOLOGY, Start
 if TYPE_CHECKING:
     from mwrun.head.serve.scrapes import Scrapes
 
+UNSENT_LOOK = 0.005  # seconds between tries while a link's pipe is full
 WAITS_SPAN = 3.0  # seconds of beats each history sample's waits are a mean over
 
 
@@ -336,6 +337,8 @@ class Loop:
     def _step(self) -> None:
         due = self.timers.earliest()  # never None: TICK is always set
         wait = 0.0 if self.clients.backlog or due is None else max(due - time.monotonic(), 0.0)
+        if self.agents.unsent():  # a link's pipe was full: the rest goes when it drains
+            wait = min(wait, UNSENT_LOOK)
         for key, _ in self.selector.select(wait):
             callback, arg = key.data
             callback(arg)  # each link's read is bounded (remote.READ_SLICE)

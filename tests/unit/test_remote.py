@@ -139,3 +139,36 @@ def test_a_slurm_dry_run_says_where_its_empty_addresses_come_from():
     assert "    MASTER_ADDR=" in lines  # empty here: the node's address is known at launch
     local = CliRunner().invoke(main, ["launch", str(path.parent / "star.yaml"), "--dry-run"])
     assert "SLURM_JOB_NODELIST" not in local.output
+
+
+def test_frames_a_full_pipe_could_not_take_are_sent_as_it_drains():
+    """A bring-up's spawns are more than a pipe holds: what is left is written as the
+    agent reads (the loop asks ``unsent`` every turn), never held until some later
+    frame happens to be sent (it waited for the next beat, 5 s)."""
+    import contextlib
+    import os
+    import selectors
+
+    from mwrun.head.hosts.links import Links
+    from mwrun.head.hosts.remote import AgentLink
+    from mwrun.schema import HostState as H
+
+    link = AgentLink("h", ["cat"], "python")  # an agent that echoes what it is sent
+    link.start()
+    try:
+        link.state = H.UP
+        links = Links({"h": link}, remote.SshReach(), selectors.DefaultSelector(),
+                      None, print)
+        body = "x" * 4096
+        for i in range(64):  # 256 KiB: four times what a pipe holds
+            link.send(frames.Kind.SPAWN, name=f"p{i}", body=body)
+        assert links.unsent()  # cat has not read it all: it waits on its own output
+        decoder, got = frames.Decoder(), []
+        while len(got) < 64:
+            links.unsent()  # what the loop does every turn
+            with contextlib.suppress(BlockingIOError):  # (cat has not echoed more yet)
+                got += decoder.feed(os.read(link.out_fd, 1 << 16))
+        assert [m["name"] for m in got] == [f"p{i}" for i in range(64)]
+        assert not links.unsent()
+    finally:
+        link.close(wait=5.0)

@@ -93,6 +93,10 @@ class Agents:
         """Start watching the links (once the loop runs)."""
         self.links.attach()
 
+    def unsent(self) -> bool:
+        """Whether frames still wait for a link to take them (links.Links.unsent)."""
+        return self.links.unsent()
+
     def tick(self, now: float) -> None:
         """Beat on every link; take a silent one for lost; retry lost hosts when due."""
         self.links.tick(now)

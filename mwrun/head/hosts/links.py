@@ -87,6 +87,17 @@ class Links:
         if link.state == H.UP:
             link.send_all(messages)
 
+    def unsent(self) -> bool:
+        """Whether a link still holds frames its pipe or socket could not take at once
+        (a bring-up's spawns are more than a pipe holds), after writing what it takes
+        now. The loop then looks again soon rather than sleep until the next frame is
+        sent: nothing else would send the rest."""
+        waiting = False
+        for link in self.links.values():
+            if link.state == H.UP and link.outbox.size and not link.flush():
+                waiting = True
+        return waiting
+
     def control_path(self, host: str) -> str:
         """Where the library reaches its supervisor on ``host``: its agent's socket."""
         link = self.links[host]
