@@ -116,8 +116,8 @@ def memory(work: Path, n: int, preload: str) -> tuple[list[int], int]:
                     " idle")
         time.sleep(2.0)
         uss = [psutil.Process(e["pid"]).memory_full_info().uss for e in idle()]
-        zygote = [c for c in psutil.Process(job.popen.pid).children()
-                  if " ".join(c.cmdline()).startswith("mwrun zygote")]
+        zygote = [c for c in psutil.Process(job.popen.pid).children(recursive=True)
+                  if " ".join(c.cmdline()).startswith("mwrun zygote")]  # (its agent's)
         return uss, sum(z.memory_info().rss for z in zygote)
     finally:
         job.stop()
