@@ -81,10 +81,10 @@ def spec(name: str) -> LaunchSpec:
     return LaunchSpec(name=name, argv=("python", "x.py"), cwd="/", env={})
 
 
-def make():
+def make(kept=lambda told: None):
     loop, node = FakeLoop(), FakeLink("node")
     agents = Agents({"node": node}, loop, NoReach(), lambda name: "node",
-                    selectors.DefaultSelector(), loop.relayed.append)
+                    selectors.DefaultSelector(), loop.relayed.append, kept=kept)
     return agents, loop, node
 
 
@@ -285,3 +285,19 @@ def test_a_hello_without_its_interval_is_relayed_and_the_relay_goes_on(relay_and
     turn()
     assert [m["request"]["verb"] for m in up.sent] == ["hello", "bye"]
     assert set(relay.library) == {"a"}
+
+
+def test_the_keepers_host_lost_before_it_answered_is_the_keepers_failure():
+    """The store host's agent asked for the keeper, then lost: that start is failed
+    (the run ends saying so), never waited for; an answer that came is no longer."""
+    kept = []
+    agents, _, node = make(kept=kept.append)
+    agents.keeper("node", {"args": ["--connect", "/tmp/k.sock"]})
+    assert node.kinds() == ["keeper"]
+    agents.links.lost(node, "its link closed")
+    assert len(kept) == 1 and "was lost before it started" in kept[0]["error"]
+    agents, _, node = make(kept=kept.append)
+    agents.keeper("node", {"args": []})
+    agents.arrived(node, [{"kind": "kept", "pid": 42, "warm": True}])
+    agents.links.lost(node, "its link closed")
+    assert kept[-1] == {"kind": "kept", "pid": 42, "warm": True}

@@ -61,6 +61,7 @@ class Agents:
         self.processes = RemoteProcesses(self.links, loop, self.clocks.to_head)
         self.pending: list[tuple[AgentLink, dict]] = []  # frames read while awaiting one
         self.halting = False  # the job is stopping: every agent is told, one reached later too
+        self.keeping: str | None = None  # the host asked for the keeper, until it answers
 
     # -- the hosts ---------------------------------------------------------------------------
 
@@ -105,6 +106,7 @@ class Agents:
         """Ask ``host``'s agent (the store host's) to start the worlds' stores' keeper;
         it answers ``kept`` (host/asks.py)."""
         if self.links.up(host):
+            self.keeping = host
             self.links.send(host, Kind.KEEPER, **asked)
         else:
             self.kept({"error": f"host {host}, which keeps the worlds' stores, is not up"})
@@ -159,6 +161,10 @@ class Agents:
 
     def host_lost(self, host: str) -> None:
         self.processes.lost(host)
+        if self.keeping == host:  # lost before it answered: the keeper's start with it
+            self.keeping = None
+            self.kept({"error": f"host {host}, which keeps the worlds' stores, was lost"
+                                " before it started their keeper"})
 
     def handle_pending(self) -> None:
         while self.pending:
@@ -186,6 +192,7 @@ class Agents:
         elif kind == Kind.CLOCK:
             self.clocks.answered(link, msg)
         elif kind == Kind.KEPT:
+            self.keeping = None
             self.kept(msg)
 
     # -- the end -----------------------------------------------------------------------------
