@@ -15,7 +15,7 @@ from mwrun.errors import RunError
 from mwrun.head.hosts import remote
 from mwrun.head.serve.control import request
 from mwrun.schema import Phase
-from tests.helpers import BIN
+from tests.helpers import BIN, assert_gone
 from tests.integration import testbed
 from tests.integration.jobs import cli, expect, launch, proc_state, status, wait_for, wait_status
 
@@ -44,8 +44,7 @@ def test_an_agent_comes_up_over_ssh_inside_the_node(tmp_path):
             assert agent_net == os.stat(f"/run/netns/{node.ns}").st_ino
         finally:
             link.close()
-        assert not psutil.pid_exists(hello["pid"]) or \
-            psutil.Process(hello["pid"]).status() == psutil.STATUS_ZOMBIE
+        assert_gone([hello["pid"]])
 
 
 def test_every_failing_host_is_named_with_its_reason(tmp_path):
@@ -185,9 +184,7 @@ def test_sigkill_of_head_or_agent_leaves_no_remote_process(procs, home, tmp_path
             broken = expect(job, "leader", "broken", world="world1")
             assert broken["reason"] in ("worker-1 failed: host node1 lost",
                                         "worker-1 was killed by SIGKILL")
-        wait_for(lambda: not psutil.pid_exists(worker) or
-                 psutil.Process(worker).status() == psutil.STATUS_ZOMBIE, timeout=10,
-                 what="the remote worker to be gone")
+        assert_gone([worker], timeout=10)  # (it may end between two looks at it)
         if victim == "head":  # the agent and its ssh session follow the head
             wait_for(lambda: not n1.leftovers(), timeout=10, what="a clean node")
         if victim == "agent":  # the head reaches the host again: the worker restarts

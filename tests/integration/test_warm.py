@@ -222,10 +222,12 @@ def test_a_zygote_that_cannot_fork_starts_processes_cold_with_one_warning(procs,
 
 
 def test_processes_start_before_the_supervisor_has_imported_torch(procs, home, tmp_path):
-    # The supervisor needs torch for its stores; the job must not wait for that import.
+    # The stores' keeper needs torch; the job must not wait for that import. The process
+    # lives until the keeper's import began (else the run could end before it does).
     mark = tmp_path / "torch-import-began"
-    topology = write(tmp_path, {"quick": ([PY, "-c", "import time; print(time.time())"], [])},
-                     preload="false")
+    quick = ("import os, time; print(time.time(), flush=True);"
+             f" [time.sleep(0.05) for _ in iter(lambda: os.path.exists({str(mark)!r}), True)]")
+    topology = write(tmp_path, {"quick": ([PY, "-c", quick], [])}, preload="false")
     job = procs.start([PY, "-m", "mwrun", "launch", topology], env={
         "MWRUN_HOME": str(home), "NO_COLOR": "1", "PYTHONPATH": str(BIN / "slow_torch"),
         "SLOW_TORCH_IMPORT": "5", "SLOW_TORCH_MARK": str(mark)})
