@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from mwrun.errors import RunError
 from mwrun.head.decide.deadlines import Timer, Timers, next_on_grid
 from mwrun.head.decide.events import Event, Events, Gone, Said, Stopping, WorldRemoved, lines
 from mwrun.head.decide.plain import PlainGroups
@@ -344,7 +345,10 @@ class Loop:
             callback(arg)  # each link's read is bounded (remote.READ_SLICE)
         self.clients.serve_backlog()
         self.agents.handle_pending()  # frames read while awaiting an answer
-        self.stores.ready()  # a keeper that failed or ended ends the run, here
+        try:
+            self.stores.ready()
+        except RunError as exc:  # the keeper failed or ended: the job cannot go on
+            self.supervisor.fail(str(exc))
         for name in self.postmortems.step():  # captured: a hung member's kill goes now
             self.supervisor.beats.kill_hung(name)
         self.timers.fire(time.monotonic())

@@ -17,7 +17,7 @@ from mwrun.head.hosts.stores import StoreKeeper
 from mwrun.plan import ports
 from mwrun.plan.placement import Plan, WorldPlan
 from tests.helpers import EXIT_WAIT, assert_gone, wait_gone
-from tests.integration.jobs import launch, wait_for
+from tests.integration.jobs import launch, status, wait_for
 from tests.integration.test_warm import finish, write
 
 pytestmark = pytest.mark.timeout(120)
@@ -79,13 +79,18 @@ def test_without_a_torch_zygote_the_keeper_starts_cold(procs, home, tmp_path):
 
 
 def test_a_keeper_that_dies_ends_the_run_saying_so_and_leaves_nothing(procs, home, tmp_path):
-    job = launch(procs, home, write(tmp_path, {"a": (SLEEPER, [])}))
+    # Restarted by its policy: only a stop ends its run (it once ended "lost").
+    job = launch(procs, home, write(tmp_path, {"a": (SLEEPER, ["restart: always"])}))
     wait_for(lambda: said(home), 60, "the keeper's first line")
     keeper = wait_for(lambda: keeper_of(job.pid), 10, "the keeper")
+    (saved,) = (home / "runs").glob("*/state.json")  # the run under way, its process made
+    wait_for(lambda: json.loads(saved.read_text())["processes"][0]["pid"], 60, "a's pid")
     keeper.kill()
-    assert job.wait(60) != 0
+    assert job.wait(60) == 1
     assert "the worlds' stores' keeper" in job.output() and "keeper.log" in job.output()
     wait_gone(home)
+    doc = status(home)  # a failed run, saying why: never one whose head is "lost"
+    assert doc["state"] == "failed" and doc["exit_code"] == 1, doc["state"]
 
 
 def test_a_head_killed_takes_its_keeper_along(procs, home, tmp_path):

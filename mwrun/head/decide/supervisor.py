@@ -67,7 +67,9 @@ class Supervisor:
         # The one place a process's state moves: its goal and what was seen of it.
         self.settle = ProcessReconciler(self.processes, self.book.joined_all)
         self.beats = Beats(self.processes, self.settle, capture_wait)  # what beats say; hangs
-        self.failed_stop = False  # the job was stopped because a world said on_failure: stop
+        # The job was stopped as a failure: a world said on_failure: stop, or the head
+        # lost what the job cannot go on without (fail).
+        self.failed_stop = False
         self.stop = Stopping(self.processes, self.settle, grace)
         self.reshaping = Reshaping(self.processes, self.settle, self.book, host, grace)
         self.restarts = Restarts(self.processes, self.settle, self.book, self.reshaping,
@@ -130,10 +132,16 @@ class Supervisor:
               ) -> list[ProcessRecord]:
         """What restarts said: the job stops when a world with on_failure: stop lost a
         member (``stop_why``); the records to settle."""
-        if stop_why is not None and not self.stopping:
-            self.failed_stop = True
-            self.request_stop(stop_why)
+        if stop_why is not None:
+            self.fail(stop_why)
         return [rec for rec in touched if rec is not None]
+
+    def fail(self, why: str) -> None:
+        """Stop the job as a failure (once): its processes are stopped as by ``mwrun
+        stop``, and the run ends failed, saying ``why``."""
+        if not self.stopping:
+            self.failed_stop = True
+            self.request_stop(why)
 
     @property
     def finished(self) -> bool:
