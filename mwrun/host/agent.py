@@ -193,8 +193,10 @@ class Agent:
         if not self.keep_log:
             with contextlib.suppress(OSError):
                 os.unlink(self.zygote_log)
+        folder = os.path.dirname(self.control_path)
+        _forget_dead(folder)  # an agent of this host killed before us left its files
         with contextlib.suppress(OSError):  # the run's folder, once its last agent is gone
-            os.rmdir(os.path.dirname(self.control_path))
+            os.rmdir(folder)
         # Whatever the head may still read (final lines, exits) goes out if it can.
         os.set_blocking(self.link_out, True)
         with contextlib.suppress(OSError):
@@ -279,6 +281,19 @@ def sweep(root: str, now: float | None = None) -> list[str]:
                 os.rmdir(entry.path)
                 removed.append(entry.path)
     return removed
+
+
+def _forget_dead(folder: str) -> None:
+    """The files an earlier agent of this run and host left when it was killed (its
+    socket nobody answers on, its zygote log), so that the last agent's end removes the
+    folder; a live agent's (one started again while we were taken for lost) are left."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            path = os.path.join(folder, name)
+            if name.endswith(".sock") and _OWN.match(name) and not _answers(path):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                    os.unlink(path[:-len(".sock")] + "-zygote.log")
 
 
 def _answers(path: str) -> bool:

@@ -11,6 +11,7 @@ import signal
 import psutil
 import pytest
 
+from mwrun.head.hosts import remote
 from mwrun.schema import HostState as H
 from mwrun.schema import ProcessState as P
 from mwrun.schema import WorldState as W
@@ -80,6 +81,9 @@ def test_a_killed_local_agent_is_reached_again_and_its_processes_restarted(
     job.signal(signal.SIGTERM)
     assert job.wait(60) == 0
     wait_gone(home)
+    # The killed agent's files went with the last agent of the host: nothing in /tmp.
+    folder = os.path.dirname(remote.control_path(doc["run_id"], "localhost"))
+    assert not os.path.exists(folder), os.listdir(folder)
 
 
 def _leader_restarts(text: str) -> str:
