@@ -265,15 +265,16 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
 
 
 def _prepare_first(plan, run_id: str, local: dict) -> tuple[tuple[str, ...], dict] | None:
-    """Every zygote of the head's own machine asked for now, before the loop is built
-    (the loop asks again; a host's agent starts each once), and the one the keeper is
-    to be forked from: (modules, environment) of a zygote that imports torch on the
-    store host, or None. The agent was started with the head's environment, so each
+    """The zygotes of the head's own machine asked for now, before the loop is built
+    (the loop asks for every process's again; a host's agent starts each once), and the
+    one the keeper is to be forked from: (modules, environment) of a zygote that imports
+    torch on the store host, or None. The agent was started with the head's environment, so each
     start's environment is computed here as it is there."""
-    keeper = None
+    keeper, asked = None, set()
     for name, proc in plan.processes.items():
-        if not proc.preload or proc.host not in local:
-            continue
+        if not proc.preload or proc.host not in local or (proc.host, proc.preload) in asked:
+            continue  # one per host and preload starts its zygote: the loop asks for the rest
+        asked.add((proc.host, proc.preload))
         link = local[proc.host]
         spec = environment.launch_spec(plan, name, run_id=run_id,
                                        control=str(link.hello["control"]),
