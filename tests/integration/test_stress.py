@@ -44,7 +44,9 @@ def start(home, path, *extra, stdout=subprocess.DEVNULL):
 
 def running(home):
     wait_for(lambda: (home / "runs" / "job" / "state.json").exists(), 60, "the run's state")
-    return wait_status(home, lambda d: d["state"] == "running", "the run", run="job")
+    # Every start is its host's agent's, answered a moment later: a pid is there then.
+    return wait_status(home, lambda d: d["state"] == "running"
+                       and all(p["pid"] for p in d["processes"]), "the run", run="job")
 
 
 def ask(home, message, timeout=10.0):
@@ -100,22 +102,22 @@ def test_greedy_and_malformed_control_clients_change_nothing(home, tmp_path):
         with socket.socket(socket.AF_UNIX) as sock:
             sock.settimeout(10)
             sock.connect(running_path(home))
-            stream = sock.makefile("rb")
-            for line in (b'{"verb": ["status"]}', b'{"verb": "kill_world", "world": 1}',
-                         b'{"verb": "kill_world", "world": "w", "rank": "0"}', b"[]",
-                         b"[" * 500000, b'{"verb": "stop", "x": 1', b"\xff"):
-                sock.sendall(line + b"\n")
-                reply = json.loads(stream.readline())
-                assert reply["ok"] is False and reply["error"], line
-            for line in (b'{"verb": "hello", "process": ["a"], "pid": 1}',
-                         b'{"verb": "heartbeat", "process": "a", "pid": "x"}',
-                         b'{"verb": "world", "process": "a", "pid": %d, "world": "w",'
-                         b' "generation": [], "event": "broken"}' % pids["a"],
-                         b'{"verb": "hello", "process": "a", "pid": %d, "interval": 1e999}'
-                         % pids["a"]):
-                sock.sendall(line + b"\n")  # no reply to these: the next line answers
-            sock.sendall(b'{"verb": "status"}\n')
-            after = json.loads(stream.readline())["status"]
+            with sock.makefile("rb") as stream:
+                for line in (b'{"verb": ["status"]}', b'{"verb": "kill_world", "world": 1}',
+                             b'{"verb": "kill_world", "world": "w", "rank": "0"}', b"[]",
+                             b"[" * 500000, b'{"verb": "stop", "x": 1', b"\xff"):
+                    sock.sendall(line + b"\n")
+                    reply = json.loads(stream.readline())
+                    assert reply["ok"] is False and reply["error"], line
+                for line in (b'{"verb": "hello", "process": ["a"], "pid": 1}',
+                             b'{"verb": "heartbeat", "process": "a", "pid": "x"}',
+                             b'{"verb": "world", "process": "a", "pid": %d, "world": "w",'
+                             b' "generation": [], "event": "broken"}' % pids["a"],
+                             b'{"verb": "hello", "process": "a", "pid": %d, "interval": 1e999}'
+                             % pids["a"]):
+                    sock.sendall(line + b"\n")  # no reply to these: the next line answers
+                sock.sendall(b'{"verb": "status"}\n')
+                after = json.loads(stream.readline())["status"]
         assert {p["name"]: p["pid"] for p in after["processes"]} == pids
         assert [w["breaks"] for w in after["worlds"]] == [0]
 
