@@ -90,7 +90,64 @@ def load_state(run_id: str) -> dict:
     # The head writes its last word, then exits: read again, once it is surely gone,
     # so that a run that ended between the read and the look is not called lost.
     doc = _load(run_id)
-    return doc if doc["state"] in FINAL else lost(doc)
+    if doc["state"] in FINAL:
+        return doc
+    note = head_away(run_id)
+    if note is not None and note.get("stopped") is None \
+            and _same_process(note.get("agent_pid"), note.get("since")):
+        return away(doc, note)  # its agents keep the job going: unsupervised a while
+    return lost(doc, why=None if note is None else note.get("reason"))
+
+
+def away(doc: dict, note: dict) -> dict:
+    """The document of a run whose head died while its agents keep it going (``note``:
+    ``head_away``): the head's last word, and the ``head`` that says it is away."""
+    return {**doc, "head": {"state": schema.HeadState.AWAY.value, "since": note["since"],
+                            "grace_s": note.get("grace"), "why": note.get("why")}}
+
+
+def head_away(run_id: str) -> dict | None:
+    """What the agent of the head's machine wrote once the head went (host/absence.py):
+    since when (``since``), for how long at most (``grace``), why; ``stopped`` once no
+    head came back in time. None when the head never went (or the note is unreadable)."""
+    try:
+        note = json.loads((run_path(run_id) / schema.HEAD_AWAY).read_text())
+    except (OSError, ValueError):
+        return None
+    return note if isinstance(note, dict) and isinstance(note.get("since"), int | float) \
+        else None
+
+
+AWAY_END_WAIT = 10.0  # seconds for the agent told to end to end (it ends within a turn)
+
+
+def end_away(run_id: str, clock=time.monotonic, sleep=time.sleep) -> int | None:
+    """SIGTERM to the agent that keeps a run going on the head's machine while its
+    head is away (it ends every process there and the stores, as the head's stop
+    does); None once it has ended, else its pid (still there after AWAY_END_WAIT)."""
+    note = head_away(run_id) or {}
+    pid = note.get("agent_pid")
+    if not isinstance(pid, int) or not _same_process(pid, note.get("since")):
+        return None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = clock() + AWAY_END_WAIT
+    while _same_process(pid, note.get("since")) and clock() < deadline:
+        sleep(0.05)  # another process's end; nothing to wait on
+    return pid if _same_process(pid, note.get("since")) else None
+
+
+def away_error(run_id: str, state: dict) -> RunError | None:
+    """Why nothing can be asked of the run now, if its head is away; else None."""
+    if not is_away(state):
+        return None
+    head = state["head"]
+    ago = time.time() - head["since"]
+    left = (head.get("grace_s") or 0) - ago
+    return RunError(f"run {run_id}'s head is away ({head.get('why')}, {ago:.0f}s ago): its"
+                    f" agents keep the job going, but nothing can be asked of it"
+                    f" until a head is back; without one it stops in {max(left, 0):.0f}s"
+                    f" (head_grace)")
 
 
 def _load(run_id: str) -> dict:
@@ -188,18 +245,19 @@ def supervisor_alive(state: dict) -> bool:
         return False
 
 
-def lost(doc: dict, left=None) -> dict:
+def lost(doc: dict, left=None, why: str | None = None) -> dict:
     """The document of a run whose head died before the run ended, as things are now:
     the run LOST, its worlds closed (their stores lived in the head), each process that
     was alive either left behind (still running on this machine, unsupervised: shown
     UNRESPONSIVE, as nobody hears it; ``mwrun stop`` ends it) or FAILED, and its remote
     hosts LOST (their agents end what they started when the head goes). ``left(proc)``:
-    whether a process entry of this machine still runs (default: ``left_behind``)."""
+    whether a process entry of this machine still runs (default: ``left_behind``);
+    ``why``: what its agents said when they stopped everything (else the head's death)."""
     left = left_behind if left is None else left
     local = {h["name"] for h in doc.get("hosts") or () if h.get("state") == schema.HostState.LOCAL}
     pid = doc.get("supervisor_pid")
-    why = (f"its head (supervisor pid {pid}) is gone without ending the run: nothing"
-           f" supervises it" if pid else "its head is gone without ending the run")
+    why = why or (f"its head (supervisor pid {pid}) is gone without ending the run: nothing"
+                  f" supervises it" if pid else "its head is gone without ending the run")
     procs = []
     for proc in doc["processes"]:
         if proc["state"] not in _EXPECTED:
@@ -318,6 +376,17 @@ def is_live(state: dict) -> bool:
     return state.get("state") not in FINAL and "control" in state and supervisor_alive(state)
 
 
+def is_away(state: dict) -> bool:
+    """Whether the run goes on while its head is away (``load_state`` says so)."""
+    return (state.get("head") or {}).get("state") == schema.HeadState.AWAY
+
+
+def _current(state: dict) -> bool:
+    """A run a command without RUN may mean: live, or going on while its head is away
+    (a command then says why it cannot act, rather than that there is no run)."""
+    return is_live(state) or is_away(state)
+
+
 def scan() -> tuple[list[tuple[str, dict]], list[tuple[str, float, str]]]:
     """Every run: (run id, state) of the readable ones, newest first, and (run id,
     folder time, why) of those whose state cannot be used."""
@@ -347,7 +416,7 @@ def find(run_id: str | None, live_only: bool = True, warn=None) -> tuple[str, di
     if run_id is not None:
         return run_id, load_state(run_id)
     runs, damaged = scan()
-    found = next(((r, s) for r, s in runs if not live_only or is_live(s)), None)
+    found = next(((r, s) for r, s in runs if not live_only or _current(s)), None)
     since = found[1]["started_at"] if found else 0.0
     for _, mtime, why in sorted(damaged, key=lambda d: d[1]):
         if warn is not None and mtime >= since:
@@ -364,7 +433,7 @@ def find_sole(run_id: str | None, usage: str, warn=None) -> tuple[str, dict]:
     one ("mwrun stop RUN")."""
     if run_id is not None:
         return run_id, load_state(run_id)
-    live = [(r, s) for r, s in all_runs() if is_live(s)]
+    live = [(r, s) for r, s in all_runs() if _current(s)]
     if len(live) > 1:
         now = time.time()
         listed = "\n".join(f"  {r} ({s['state']}, started {_ago(now - s['started_at'])} ago)"
@@ -453,6 +522,9 @@ def ask(run_id: str, state: dict, message: dict, check: bool = True,
     still starting (imports, zygotes) and not listening yet: a request then waits for
     it, saying so once, until the run has left ``starting`` (it listens before), its
     supervisor has gone, or START_WAIT has passed."""
+    away = away_error(run_id, state)
+    if away is not None:
+        raise away
     deadline, said, pause, last = clock() + START_WAIT, False, 0.02, False
     while True:
         try:

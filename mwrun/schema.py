@@ -165,6 +165,13 @@ class Start(str, Enum):
     COLD = "cold"  # started the ordinary way
 
 
+class HeadState(str, Enum):
+    """The status document's ``head.state``, there only while its head is away: it died
+    and the agents keep the job going for ``head_grace`` (host/absence.py)."""
+
+    AWAY = "away"
+
+
 class HostState(str, Enum):
     LOCAL = "local"
     CONNECTING = "connecting"
@@ -280,6 +287,7 @@ SUPERVISOR_LOG = "supervisor.log"  # a detached head's console
 ZYGOTE_LOG = "zygote.log"  # the zygotes of the head machine's agent: their own output
 KEEPER_LOG = "keeper.log"  # the worlds' stores' keeper's own output (mwrun/keeper)
 CONTROL = "control.sock"  # the supervisor's control socket (owner only)
+HEAD_AWAY = "head-away.json"  # the head's machine's agent: the head went, since when
 KEEPER_SOCK = "keeper.sock"  # where the keeper connects to its head (owner only)
 REPORT = "report.png"  # where ``mwrun report`` draws by default
 POSTMORTEM = "postmortem"  # the bundles of hangs and breaks: POSTMORTEM/WORLD-gGEN/

@@ -152,6 +152,9 @@ def stop(run, no_wait, force):
     if state["state"] == R.LOST:
         _end_lost(run_id, state)
         return
+    if runs.is_away(state):
+        _end_away(run_id, state)
+        return
     require_live(run_id, state)
     reply = runs.ask(run_id, state, {"verb": "stop", "force": force}, say=warn)
     if reply.get("already") and not force:
@@ -173,6 +176,25 @@ def stop(run, no_wait, force):
             break
         time.sleep(0.2)  # the state file is the other process's; nothing to block on
     click.echo(f"run {run_id} {state.get('state')}")
+
+
+def _end_away(run_id: str, state: dict) -> None:
+    """A run going on while its head is away: its machine's agent is told to end
+    (SIGTERM), which ends every process there and the worlds' stores, as a stop does."""
+    from mwrun import runs
+
+    click.echo(f"run {run_id}'s head is away ({state['head'].get('why')}); telling this"
+               " machine's agent to end everything here...")
+    left = runs.end_away(run_id)
+    if left:
+        raise RunError(f"this machine's agent (pid {left}) is still there after"
+                       f" {runs.AWAY_END_WAIT:g}s; mwrun stop {run_id} again, or kill it")
+    click.echo(f"stopped: every process of {run_id} on this machine has ended")
+    remote = sorted({h["name"] for h in state.get("hosts") or ()
+                     if h.get("state") != HostState.LOCAL})
+    if remote:
+        click.echo(f"the agents of {', '.join(remote)} end their processes themselves once"
+                   " head_grace has run out")
 
 
 def _end_lost(run_id: str, state: dict) -> None:

@@ -275,7 +275,10 @@ if __name__ == "__main__":  # pragma: no cover
 @click.option("--silence", type=click.FloatRange(min=0.1), default=None,
               help="Seconds without a frame before the head counts as gone.")
 @click.option("--zygote-log", help="Where its zygotes write (kept); else beside --control.")
-def agent(host_name, control, connect, silence, zygote_log):
+@click.option("--head-grace", type=click.FloatRange(min=0), default=0.0,
+              help="Seconds everything goes on once the head is gone (0: stop at once).")
+@click.option("--away-note", help="Where to write that the head is away (the run folder's).")
+def agent(host_name, control, connect, silence, zygote_log, head_grace, away_note):
     """Internal: the head's hands on a host (its own machine's too), started by mwrun
     launch, over ssh or srun on a remote one; it speaks frames on stdin/stdout (see
     mwrun/host/frames.py)."""
@@ -283,4 +286,5 @@ def agent(host_name, control, connect, silence, zygote_log):
     from mwrun.host import frames
 
     sys.exit(host_agent.main(host_name, control, connect,
-                             silence if silence is not None else frames.SILENCE, zygote_log))
+                             silence if silence is not None else frames.SILENCE, zygote_log,
+                             head_grace, away_note))

@@ -38,6 +38,9 @@ def warn(text: str) -> None:
 def require_live(run_id: str, state: dict) -> None:
     from mwrun import runs
 
+    away = runs.away_error(run_id, state)
+    if away is not None:
+        raise away
     if not runs.is_live(state):
         raise RunError(f"run {run_id} is not running (it is {state.get('state')});"
                        " see mwrun status " + run_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from mwrun.schema import FINAL, Phase, Start
+from mwrun.schema import FINAL, HeadState, Phase, Start
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
 from mwrun.schema import WorldState as W
@@ -16,7 +16,7 @@ STATE_COLOURS = {
     **dict.fromkeys((P.RUNNING, W.HEALTHY, R.FINISHED, P.EXITED), _GREEN),
     **dict.fromkeys((P.STARTING, W.FORMING, P.RESTARTING, R.STOPPING, P.UNRESPONSIVE,
                      P.DRAINING, W.DRAINING), _YELLOW),
-    **dict.fromkeys((P.HUNG, P.FAILED, W.BROKEN, R.LOST), _RED),
+    **dict.fromkeys((P.HUNG, P.FAILED, W.BROKEN, R.LOST), _RED), HeadState.AWAY: _RED,
     **dict.fromkeys((P.STOPPED, W.CLOSED, W.UNKNOWN), _MAGENTA),
 }
 _ALIVE = tuple(s.value for s in P if s.alive)
@@ -125,6 +125,13 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
                  " is what is left of it" + (f"\n  still running on this machine, unsupervised:"
                                               f" {', '.join(left)} (mwrun stop"
                                               f" {doc['run_id']} ends them)" if left else ""))
+    elif (doc.get("head") or {}).get("state") == HeadState.AWAY:
+        away = doc["head"]
+        remaining = max((away.get("grace_s") or 0) - (now - away["since"]), 0)
+        head += (f"\n  head: {state(HeadState.AWAY.value)} for {seconds(now - away['since'])}"
+                 f" ({away.get('why')}); its agents keep every process and world going,"
+                 f" as the head last saw them below; without a new head everything stops in"
+                 f" {seconds(remaining)} (head_grace)")
     elif not live and doc["state"] not in FINAL:
         head += "\n  the supervisor has gone without finishing; this is its last word"
     rows = []

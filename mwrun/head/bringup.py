@@ -29,7 +29,16 @@ from mwrun.head.observe import rundir
 from mwrun.head.observe.console import Printer, RotatedOutput
 from mwrun.host.frames import Kind
 from mwrun.plan import environment, inventory, placement, ports, stored, topology
-from mwrun.schema import FINAL, KEEPER_LOG, KEEPER_SOCK, PLAN, SUPERVISOR_LOG, TOPOLOGY, ZYGOTE_LOG
+from mwrun.schema import (
+    FINAL,
+    HEAD_AWAY,
+    KEEPER_LOG,
+    KEEPER_SOCK,
+    PLAN,
+    SUPERVISOR_LOG,
+    TOPOLOGY,
+    ZYGOTE_LOG,
+)
 from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
 from mwrun.terminal import count, seconds, use_colour
@@ -229,7 +238,8 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         # bring-up's longest step; the head's own start runs beside them).
         inv = inventory.inventory(topo)
         here = [n for n in topo.hosts if inv[n].local and n not in links]
-        local = remote.local_links(here, run_id, str(run_dir / ZYGOTE_LOG))
+        local = remote.local_links(here, run_id, str(run_dir / ZYGOTE_LOG), topo.head_grace,
+                                   str(run_dir / HEAD_AWAY))
         if local:
             remote.connect_all(list(local.values()), progress=_progress(stream))
             links, reach = {**links, **local}, reach or remote.SshReach()
@@ -238,7 +248,8 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         # The worlds' stores, in their keeper: its agent forks it from a zygote that
         # imports torch (the loop asks it first), else starts it cold.
         stores = StoreKeeper(plan, listeners, run_dir / KEEPER_LOG,
-                             runs.socket_path(run_id, KEEPER_SOCK), torch_zygote)
+                             runs.socket_path(run_id, KEEPER_SOCK), torch_zygote,
+                             topo.head_grace)
         from mwrun.head.loop import Loop
     except BaseException as exc:
         for sock in listeners.values():

@@ -11,9 +11,10 @@ this host's own zygotes; so is the worlds' stores' keeper, on the host that keep
 (``host.asks``: the head asks for it).
 
 When the head goes away (the link closes, or is silent for ``frames.SILENCE``) the
-agent SIGKILLs every process group it started and exits; a watchdog does the same if
-the agent itself is SIGKILLed. Either way nothing of the job outlives the head by more
-than about two seconds.
+agent keeps everything running for the run's ``head_grace`` (``host.absence``), then,
+or at once without one, SIGKILLs every process group it started and exits; a watchdog
+does the same if the agent itself is SIGKILLed. Either way nothing of the job outlives
+the head by more than that grace and about two seconds.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import time
 
 from mwrun import __version__, machine
 from mwrun.host import frames
+from mwrun.host.absence import Absence
 from mwrun.host.asks import Asks
 from mwrun.host.frames import Kind
 from mwrun.host.hands import Hands
@@ -48,7 +50,8 @@ class Agent:
 
     def __init__(self, link_in: int, link_out: int, control_path: str, *,
                  silence: float = frames.SILENCE, clock=time.monotonic, wall=time.time,
-                 zygote_log: str | None = None):
+                 zygote_log: str | None = None, grace: float = 0.0,
+                 away_note: str | None = None, on_away=lambda: None):
         self.link_in = link_in
         self.link_out = link_out
         self.control_path = control_path
@@ -62,6 +65,8 @@ class Agent:
         self.beat_due = 0.0
         self.done = False
         self.stopping = False  # the job is stopping (the head said): no start waits on
+        self.absence = Absence(grace, away_note, clock, wall)  # the head gone, for a while
+        self.on_away = on_away  # once the head went and the job goes on (main: _quiet)
         # The zygotes' log: the run folder's on the head's machine (kept), else beside
         # the socket (removed with it).
         self.keep_log = zygote_log is not None
@@ -77,8 +82,24 @@ class Agent:
     # -- the link ---------------------------------------------------------------------
 
     def send(self, kind: str, **fields) -> None:
+        if self.absence.away and not self.absence.keep(kind, self.outbox.size):
+            return  # kept for a new head up to a bound, the rest counted
         self.outbox.put({"kind": kind, **fields})
         self.beat_due = self.clock() + frames.BEAT  # any frame tells the head we live
+
+    def away(self) -> str | None:
+        """Why the head cannot answer now (host.relay.Uplink); None while it is here."""
+        return self.absence.why if self.absence.away else None
+
+    def _lost(self, why: str) -> None:
+        """The head went (``why``): the job goes on for its grace, else ends now."""
+        if not self.absence.begin(why):
+            self.done = True
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(self.link_in)  # a closed link would read "" forever
+        self.heard = None
+        self.on_away()
 
     def _stop(self) -> None:
         self.done = True  # the head's stop: everything is ended on the way out
@@ -95,13 +116,13 @@ class Agent:
         except OSError:
             data = b""
         if not data:
-            self.done = True  # the head is gone: its ssh session or socket closed
+            self._lost("its link closed")  # its ssh session or socket closed: it died
             return
         self.heard = self.clock()
         try:
             messages = self.decoder.feed(data)
         except frames.FrameError:
-            self.done = True
+            self._lost("its link sent what is not a frame")
             return
         for message in messages:
             handler = self.asks.handler(message["kind"])
@@ -138,16 +159,21 @@ class Agent:
                 now = self.clock()
                 if self.heard is not None and now - self.heard > self.silence \
                         and not frames.unread(self.link_in):  # not this agent's own stall
-                    break  # the head went silent: take it for gone
+                    self._lost(f"{self.silence:g}s of silence")  # take it for gone
+                    continue
+                if self.absence.over(now):
+                    break  # no head came back: everything ends (_shutdown)
                 self.relay.release(now)  # the heartbeats held, once due
-                if now >= self.beat_due:
+                if now >= self.beat_due and not self.absence.away:
                     self.send(Kind.BEAT)
                 self.hands.tick()  # forked children are ours, so are their orphans
                 self.spies.tick()
                 self.relay.serve()  # what a library sent beyond one turn's share
-                if self.outbox.size:
+                if self.outbox.size and not self.absence.away:
                     self.outbox.flush(self._write)
-                if (self.outbox.size > OUTBOX_CAP) != paused:
+                # Headless, nothing is written: what is over the bound is dropped, never
+                # a child's output stalled (a job that serves goes on as it was).
+                if (self.outbox.size > OUTBOX_CAP and not self.absence.away) != paused:
                     paused = not paused
                     self.hands.pause_output(paused)
                 self._wait(now)
@@ -158,15 +184,17 @@ class Agent:
     def _wait(self, now: float) -> None:
         # Wake when the link can take more, while there is more to send (over TCP the
         # link is one descriptor both ways).
-        events = selectors.EVENT_WRITE if self.outbox.size else 0
-        if self.link_out == self.link_in:
+        events = selectors.EVENT_WRITE if self.outbox.size and not self.absence.away else 0
+        if self.absence.away:
+            pass  # the link is not watched any more
+        elif self.link_out == self.link_in:
             self.selector.modify(self.link_in, selectors.EVENT_READ | events,
                                  (self._from_head, None))
         elif events:
             self.selector.register(self.link_out, events, (lambda _: None, None))
         due = self.beat_due if self.heard is None else min(self.beat_due,
                                                            self.heard + self.silence)
-        for other in (self.relay.held_until, self.spies.earliest()):
+        for other in (self.relay.held_until, self.spies.earliest(), self.absence.due()):
             if other is not None:
                 due = min(due, other)
         if self.relay.backlog:
@@ -181,15 +209,18 @@ class Agent:
         try:
             return os.write(self.link_out, data)
         except BrokenPipeError:
-            self.done = True
+            self._lost("its link closed")
             return len(data)
 
     def _shutdown(self) -> None:
+        self.absence.end(self.clock())  # while the head is away: the run folder's note
         self.spies.close()
         self.hands.pause_output(False)  # the last words are read, whatever the link's pace
         for name, code in self.hands.close(self.clock() + SHUTDOWN_WAIT).items():
             self.exited(name, code)
         self.relay.close()
+        if self.absence.away:
+            self.asks.end_keeper()  # no head to close it: the stores go with the job
         if not self.keep_log:
             with contextlib.suppress(OSError):
                 os.unlink(self.zygote_log)
@@ -197,6 +228,8 @@ class Agent:
         _forget_dead(folder)  # an agent of this host killed before us left its files
         with contextlib.suppress(OSError):  # the run's folder, once its last agent is gone
             os.rmdir(folder)
+        if self.absence.away:
+            return  # nobody reads the link any more
         # Whatever the head may still read (final lines, exits) goes out if it can.
         os.set_blocking(self.link_out, True)
         with contextlib.suppress(OSError):
@@ -204,7 +237,8 @@ class Agent:
 
 
 def main(host: str | None, control_path: str, connect: str | None = None,
-         silence: float = frames.SILENCE, zygote_log: str | None = None) -> int:
+         silence: float = frames.SILENCE, zygote_log: str | None = None,
+         grace: float = 0.0, away_note: str | None = None) -> int:
     """Serve the link: stdin/stdout (ssh), or a TCP connection to the head (Slurm),
     proven with the run's secret. Our own stray output must never reach the link, so
     stdout becomes stderr for everything but the frames."""
@@ -222,7 +256,8 @@ def main(host: str | None, control_path: str, connect: str | None = None,
     control_path = own_path(control_path.replace("{node}", node))
     sweep(os.path.dirname(os.path.dirname(control_path)))
     if connect is None:
-        agent = Agent(0, link_out, control_path, silence=silence, zygote_log=zygote_log)
+        agent = Agent(0, link_out, control_path, silence=silence, zygote_log=zygote_log,
+                      grace=grace, away_note=away_note, on_away=_quiet)
         _end_on_sigterm(agent)
         agent.hello(host or node)
         return agent.run()
@@ -232,12 +267,21 @@ def main(host: str | None, control_path: str, connect: str | None = None,
     challenge = _first_frame(sock)
     sock.setblocking(True)
     fd = sock.detach()
-    agent = Agent(fd, fd, control_path, silence=silence)
+    agent = Agent(fd, fd, control_path, silence=silence, grace=grace, on_away=_quiet)
     _end_on_sigterm(agent)
     agent.send(Kind.HELLO, protocol=frames.PROTOCOL, version=__version__, host=host or node,
                node=node, pid=os.getpid(), control=control_path, inventory=machine.facts(),
                proof=frames.proof(secret, challenge.get("nonce", "")))
     return agent.run()
+
+
+def _quiet() -> None:
+    """Our stdout and stderr (the head's pipe, or the ssh session's) to /dev/null: a
+    write there raises once the head is gone (EPIPE), and would end the agent."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(null, fd)
+    os.close(null)
 
 
 def _unheeded(signum, frame) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -39,6 +40,7 @@ class Asks:
         self.hands, self.spies, self.relay, self.link = hands, spies, relay, link
         self.wall = wall  # this host's wall clock: the times told to the head (frames.py)
         self.stop, self.stopping = stop, stopping
+        self.keeper: int | None = None  # a pidfd of the keeper started here, if one was
 
     def handler(self, kind: object) -> Callable[[dict], None] | None:
         """The method for a frame of ``kind``; None for a kind an agent is not asked."""
@@ -116,7 +118,7 @@ class Asks:
                 if pid is None:  # the zygote could not: the ordinary way, then
                     self._keeper_cold(argv, env, msg["log"])
                 else:
-                    self.link.send(Kind.KEPT, pid=pid, warm=True)
+                    self._kept(pid, warm=True)
 
             if not modules or not self.hands.fork(argv, modules, ("module", KEEPER, args),
                                                   env, (null, log), forked):
@@ -135,7 +137,21 @@ class Asks:
             self.link.send(Kind.KEPT, error=f"the keeper could not be started: {exc}")
             return
         # Reaped with this host's orphans (host/warm.py reap_orphans): not a job's child.
-        self.link.send(Kind.KEPT, pid=popen.pid, warm=False)
+        self._kept(popen.pid, warm=False)
+
+    def _kept(self, pid: int, warm: bool) -> None:
+        with contextlib.suppress(OSError):  # gone already: its head hears of it anyway
+            self.keeper = os.pidfd_open(pid)  # never another process that took its pid
+        self.link.send(Kind.KEPT, pid=pid, warm=warm)
+
+    def end_keeper(self) -> None:
+        """SIGTERM to the keeper this agent started, if any: the job ends while its
+        head is away, and a keeper's end is otherwise its head's to tell."""
+        if self.keeper is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.keeper, signal.SIGTERM)
+            os.close(self.keeper)
+            self.keeper = None
 
     def on_clock(self, msg: dict) -> None:
         """At once: the head measures our clock's offset from its own (head/clocks.py)."""

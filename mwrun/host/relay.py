@@ -43,6 +43,9 @@ class Uplink(Protocol):
 
     def send(self, kind: str, **fields: Any) -> None: ...
 
+    def away(self) -> str | None:
+        """Why the head cannot answer now (host/absence.py); None while it is here."""
+
 
 class Relay:
     """This host's libraries and the head, between them: their connections (on the
@@ -91,6 +94,13 @@ class Relay:
             with contextlib.suppress(KeyError, TypeError, ValueError):  # it may say none
                 self.intervals[str(request.get("process"))] = float(request["interval"])
             self.library[str(request.get("process"))] = conn  # the way down to it (tell)
+        away = self.uplink.away()
+        if request.get("verb") == Verb.SCALE and away is not None:
+            # Nobody would answer: job.scale raises this at once rather than wait.
+            self.server.push(conn, {"verb": Verb.REPLY, "id": request.get("id"), "ok": False,
+                                    "error": f"the head is away ({away}); a scale waits for"
+                                             " none: ask again once it is back"})
+            return
         if request.get("verb") != Verb.HEARTBEAT:
             self._send_held()  # in the order the library said them
             self.uplink.send(Kind.CONTROL, request=request)

@@ -1,6 +1,8 @@
 """The keeper's loop: what its head writes, done in order, until the head says close
-or goes (its connection closes: the keeper then ends too, as the stores did with the
-head before they had a process of their own).
+or goes. Once its connection closes (the head died) the stores stay for the run's
+``head_grace`` (the head's first message says it), so that the worlds go on working
+while the agents keep the processes; then the keeper ends, as the agents end
+everything (host/absence.py). Without a grace it ends at once.
 
 Started by the agent of the head's machine when the head asks (host/asks.py), as
 ``python -m mwrun.keeper --connect PATH``: forked from that host's zygote with torch
@@ -16,6 +18,7 @@ import os
 import select
 import socket
 import sys
+import time
 import traceback
 
 from mwrun.keeper import wire
@@ -51,12 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"keeper (pid {os.getpid()}): the stores of {len(worlds)} worlds;"
           + (" forked warm, torch imported already" if warm else
              " started cold, importing torch"), flush=True)
-    return Keeper(sock, reader, PendingStores(worlds, listeners)).run(rest)
+    return Keeper(sock, reader, PendingStores(worlds, listeners),
+                  float(hello.get("grace", 0.0))).run(rest)
 
 
 class Keeper:
-    def __init__(self, sock: socket.socket, reader: wire.Reader, stores: PendingStores):
-        self.sock, self.reader, self.stores = sock, reader, stores
+    def __init__(self, sock: socket.socket, reader: wire.Reader, stores: PendingStores,
+                 grace: float = 0.0):
+        self.sock, self.reader, self.stores, self.grace = sock, reader, stores, grace
         self.wake_read, self.wake_write = os.pipe()
         self.built = False  # told the head every store exists
 
@@ -75,13 +80,24 @@ class Keeper:
                     os.read(self.wake_read, 4096)
                 messages = self.reader.read() if self.sock.fileno() in readable else []
                 if self.reader.ended:
-                    return 0  # the head is gone: the stores go with it
+                    return self._headless()
         except BaseException as exc:  # what the build raised: the head ends the run with it
             traceback.print_exc()
             self._tell({"error": f"{type(exc).__name__}: {exc}"})
             return 1
         finally:
             self.stores.close()
+
+    def _headless(self) -> int:
+        """The head is gone: the stores serve on for its grace (their own threads do
+        the serving), then go with everything else."""
+        if self.grace > 0:
+            print(f"keeper: the head is gone; the stores stay {self.grace:g}s for a new"
+                  " one", flush=True)
+            time.sleep(self.grace)
+            print("keeper: no head came back within head_grace; the stores go",
+                  flush=True)
+        return 0
 
     def _wake(self) -> None:
         """From a store's builder thread: a store exists that a write may wait for."""

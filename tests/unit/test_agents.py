@@ -176,9 +176,13 @@ def test_the_agents_are_the_hands_of_the_router():
 class Uplink:
     def __init__(self):
         self.sent: list[dict] = []
+        self.gone: str | None = None  # why the head is away, once it is
 
     def send(self, kind, **fields):
         self.sent.append({"kind": kind, **fields})
+
+    def away(self):
+        return self.gone
 
 
 def test_heartbeats_are_held_and_anything_else_sends_them_first(tmp_path):
@@ -276,6 +280,21 @@ def test_a_library_that_does_not_read_its_lines_is_dropped(relay_and_library):
         if not relay.library:
             break
     assert relay.library == {}  # no longer told: its lines are not kept for it
+
+
+def test_a_scale_while_the_head_is_away_is_refused_at_once_and_the_rest_kept(
+        relay_and_library):
+    """Nobody would answer a job.scale: the library hears why at once (never a hang);
+    what it says that needs no answer is kept for a new head as ever."""
+    _, lib, up, turn = relay_and_library
+    up.gone = "its link closed"
+    lib.sendall(b'{"verb": "scale", "process": "a", "pid": 1, "id": "r1", "target": "w",'
+                b' "count": 2}\n{"verb": "bye", "process": "a", "pid": 1}\n')
+    turn()
+    assert [m["request"]["verb"] for m in up.sent] == ["bye"]
+    reply = json.loads(lib.recv(4096))
+    assert reply["verb"] == "reply" and reply["id"] == "r1" and reply["ok"] is False
+    assert "the head is away (its link closed)" in reply["error"]
 
 
 def test_a_hello_without_its_interval_is_relayed_and_the_relay_goes_on(relay_and_library):

@@ -84,6 +84,7 @@ def fields(doc: dict) -> dict[str, set[str]]:
         [w["last_fault"]["phases"] for w in doc["worlds"] if w["last_fault"]])
     add("worlds[].postmortem", [w["postmortem"] for w in doc["worlds"] if w["postmortem"]])
     add("hosts[]", doc["hosts"])
+    add("head", [doc["head"]] if "head" in doc else [])
     add("scale[PROCESS]", list(doc["scale"].values()))
     return found
 
@@ -107,9 +108,11 @@ def tables() -> dict[str, list[str]]:
 def test_every_field_of_the_document_is_in_the_reference_and_every_row_is_a_field(tmp_path):
     doc = built(tmp_path)
     lost = runs.lost(doc, left=lambda proc: True)  # what a reader makes of a dead head's
+    away = runs.away(doc, {"since": 1.0, "grace": 30.0, "why": "its link closed"})
     written = fields(doc)
-    for level, keys in fields(lost).items():
-        written[level] |= keys
+    for read in (lost, away):
+        for level, keys in fields(read).items():
+            written.setdefault(level, set()).update(keys)
     documented = tables()
     for level, keys in written.items():
         assert level in documented, f"docs/status.rst has no section {level!r}"

@@ -115,7 +115,16 @@ def test_hang_timeout_errors_in_a_process():
         "t.yaml:5:19: process 'a': hang_timeout must be more than 0, not -3"
 
 
+def test_head_grace_is_seconds_from_zero_and_zero_by_default():
+    assert parse(minimal(), "t.yaml").head_grace == 0.0
+    assert parse(minimal(top="head_grace: 30\n"), "t.yaml").head_grace == 30.0
+    assert parse(minimal(top="head_grace: 0\n"), "t.yaml").head_grace == 0.0
+
+
 @pytest.mark.parametrize("text, expected", [
+    ("head_grace: -1\n", "t.yaml:1:13: head_grace must be at least 0, not -1"),
+    ("head_grace: .inf\n", "t.yaml:1:13: head_grace must be a finite number of seconds"),
+    ("head_grace: soon\n", "t.yaml:1:13: head_grace must be a number, not a string"),
     ("version: 2\n", "t.yaml:1:10: version 2 is not supported; use version: 1"),
     ("backend: mpi\n", "t.yaml:1:10: backend must be one of gloo | nccl, not 'mpi'"),
     ("timeout: -1\n", "t.yaml:1:10: timeout must be more than 0, not -1"),

@@ -33,13 +33,15 @@ CLOSE_WAIT = 3.0  # seconds an agent told to stop has to end its ssh session
 
 
 def ssh_argv(target: str, options: tuple[str, ...], python: str, host: str,
-             control: str) -> list[str]:
-    """ssh [user@]host[:port] running the agent; never prompts (BatchMode)."""
+             control: str, grace: float = 0.0) -> list[str]:
+    """ssh [user@]host[:port] running the agent; never prompts (BatchMode). ``grace``:
+    the run's head_grace, how long that agent goes on once the head is gone."""
     user_host, port = target, None
     if target.count(":") == 1:
         user_host, _, port = target.partition(":")
     remote = " ".join(shlex.quote(a) for a in [python, "-m", "mwrun", "agent", "--host",
-                                               host, "--control", control])
+                                               host, "--control", control,
+                                               "--head-grace", f"{grace:g}"])
     argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=2"]
     if port:
@@ -300,20 +302,24 @@ def links_for(topo, run_id: str) -> dict[str, AgentLink]:
         if host.ssh is None:
             continue
         python = host.python or sys.executable
-        argv = ssh_argv(host.ssh, host.ssh_options, python, name, control_path(run_id, name))
+        argv = ssh_argv(host.ssh, host.ssh_options, python, name, control_path(run_id, name),
+                        topo.head_grace)
         links[name] = AgentLink(name, argv, python)
     return links
 
 
-def local_links(hosts: list[str], run_id: str, zygote_log: str) -> dict[str, AgentLink]:
+def local_links(hosts: list[str], run_id: str, zygote_log: str, grace: float = 0.0,
+                away_note: str | None = None) -> dict[str, AgentLink]:
     """An agent link for each host that is the head's own machine (not yet started):
     the same agent as over ssh, started directly. Its zygotes write to the run
     folder's ``zygote.log``. It takes the head for gone only when its link closes
     (the head's death closes it at once): a head stopped for a while (Ctrl-Z in its
-    terminal) is still there, and its machine's processes go on meanwhile."""
+    terminal) is still there, and its machine's processes go on meanwhile. Once the
+    head is gone, ``grace`` seconds (head_grace), and it notes that in ``away_note``."""
+    extra = ["--head-grace", f"{grace:g}"] + (["--away-note", away_note] if away_note else [])
     return {name: AgentLink(name, [sys.executable, "-m", "mwrun", "agent", "--host", name,
                                    "--control", control_path(run_id, name),
-                                   "--zygote-log", zygote_log, "--silence", "inf"],
+                                   "--zygote-log", zygote_log, "--silence", "inf", *extra],
                             sys.executable, local=True)
             for name in hosts}
 

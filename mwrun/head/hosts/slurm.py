@@ -126,7 +126,7 @@ def connect(topo, mapping: dict[str, str], run_id: str, progress=None,
     argv = ["srun", f"--nodes={len(nodes)}", "--ntasks-per-node=1",
             f"--nodelist={','.join(nodes)}", "--kill-on-bad-exit=0", "--overlap",
             python, "-m", "mwrun", "agent", "--connect", f"{addr}:{port}",
-            "--control", control_path(run_id, "{node}")]
+            "--control", control_path(run_id, "{node}"), "--head-grace", f"{topo.head_grace:g}"]
     srun = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, start_new_session=True,
                             env={**os.environ, "MWRUN_AGENT_SECRET": secret})

@@ -110,10 +110,12 @@ class Door:
 
 class StoreKeeper:
     def __init__(self, plan: Plan, listeners: dict[str, socket.socket], log_path,
-                 sock_path, zygote: tuple[tuple[str, ...], dict[str, str]] | None):
+                 sock_path, zygote: tuple[tuple[str, ...], dict[str, str]] | None,
+                 grace: float = 0.0):
         """``sock_path``: where the keeper connects (a private folder's); ``zygote``:
         the modules and environment of the zygote to fork the keeper from (one that
-        imports torch, on the store host), or None to start it cold."""
+        imports torch, on the store host), or None to start it cold; ``grace``: how
+        long the stores stay once the head is gone (head_grace)."""
         self.log_path, self.zygote = log_path, zygote
         self.door = Door(str(sock_path))
         self.sock: socket.socket | None = None  # the keeper's connection, once made
@@ -126,7 +128,8 @@ class StoreKeeper:
         self._wake: Callable[[], None] | None = None
         self._out: queue.Queue[tuple[dict, list[socket.socket]] | None] = queue.Queue()
         names = list(plan.worlds)
-        self._out.put(({"worlds": {n: stored.dump_world(plan.worlds[n]) for n in names}},
+        self._out.put(({"worlds": {n: stored.dump_world(plan.worlds[n]) for n in names},
+                        "grace": grace},
                        [listeners[n] for n in names]))
         self.process = KeeperProcess()
         self._writer = threading.Thread(target=self._write, name="mwrun-keeper-out",

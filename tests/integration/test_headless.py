@@ -1,0 +1,142 @@
+"""A head that dies leaves the job serving for ``head_grace`` (DESIGN, "A head that can
+die"): the agent of its machine keeps every process, the keeper every store, so every
+world keeps working; ``status`` says the head is away, commands that need it say so at
+once; no head by the end of the grace, and everything is gone, the run's record saying
+why. Real processes, real stores, a real SIGKILL."""
+
+import json
+import signal
+import sys
+
+import psutil
+import pytest
+
+from mwrun.schema import HeadState
+from mwrun.schema import ProcessState as P
+from mwrun.schema import RunState as R
+from mwrun.schema import WorldState as W
+from tests.helpers import BIN, leftovers, wait_gone
+from tests.integration import testbed
+from tests.integration.jobs import cli, launch, status, wait_for, wait_status
+
+pytestmark = pytest.mark.timeout(180)
+GRACE = 15  # seconds: ample for the looks below on a loaded machine, short for the suite
+
+
+def ticker_job(tmp_path, grace):
+    out = tmp_path / "count"
+    cmd = f"{sys.executable} {BIN / 'ticker.py'} --out {out}"
+    path = tmp_path / "ticks.yaml"
+    path.write_text(f"version: 1\nname: ticks\nhead_grace: {grace}\nprocesses:\n"
+                    f"  a: {{cmd: {cmd}}}\n  b: {{cmd: {cmd}}}\nworlds:\n"
+                    f"  w: {{members: [a, b]}}\n")
+    return path, out
+
+
+def count(out) -> int:
+    try:
+        return int(out.read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+def test_a_killed_head_leaves_the_job_serving_for_head_grace_then_nothing(
+        procs, home, tmp_path):
+    path, out = ticker_job(tmp_path, GRACE)
+    job = launch(procs, home, path)
+    wait_for(lambda: list((home / "runs").glob("*/state.json")), 60, "the run")
+    doc = wait_status(home, lambda d: all(w["state"] == W.HEALTHY for w in d["worlds"])
+                      and all(p["state"] == P.RUNNING for p in d["processes"]),
+                      "the world healthy", timeout=120)
+    pids = {p["name"]: p["pid"] for p in doc["processes"]}
+    wait_for(lambda: count(out) > 0, 60, "the first count")
+    # state.json, the head's last word while it is away, is written behind (at most
+    # every quarter second): the head dies once it says what status said.
+    saved = home / "runs" / doc["run_id"] / "state.json"
+    wait_for(lambda: {p["name"]: p["pid"] for p in json.loads(saved.read_text())["processes"]}
+             == pids, 30, "state.json to name both pids")
+    job.signal(signal.SIGKILL)
+    job.wait(30)
+
+    # Headless: the same processes, and the world still carries their counts.
+    seen = count(out)
+    wait_for(lambda: count(out) > seen + 10, 10, "counts after the head died")
+    assert all(psutil.pid_exists(pid) for pid in pids.values())
+    away = status(home)
+    assert away["state"] == R.RUNNING and away["head"]["state"] == HeadState.AWAY, away
+    assert away["head"]["why"] == "its link closed" and away["head"]["grace_s"] == GRACE
+    assert {p["name"]: p["pid"] for p in away["processes"]} == pids, away["processes"]
+    shown = cli(home, "status")
+    assert shown.returncode == 0 and "head: away for" in shown.stdout, shown.stdout
+    refused = cli(home, "kill-world", "w")
+    assert refused.returncode != 0 and "head is away (its link closed" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert all(psutil.pid_exists(pid) for pid in pids.values())  # that touched nothing
+
+    # No head within the grace: nothing of the job is left, and the run says why.
+    wait_gone(home, timeout=GRACE + 30)
+    after = status(home)
+    assert after["state"] == R.LOST and "head" not in after
+    assert after["lost"] == ("no head came back within head_grace (15s) after its link"
+                             " closed: every process stopped"), after["lost"]
+    note = json.loads((home / "runs" / doc["run_id"] / "head-away.json").read_text())
+    assert note["stopped"] >= note["since"] + GRACE - 1
+
+
+def test_without_head_grace_a_killed_head_ends_everything_at_once(procs, home, tmp_path):
+    path, out = ticker_job(tmp_path, 0)
+    job = launch(procs, home, path)
+    wait_for(lambda: count(out) > 0, 120, "the first count")
+    run_dir = next((home / "runs").iterdir())
+    job.signal(signal.SIGKILL)
+    job.wait(30)
+    wait_gone(home)
+    assert status(home)["state"] == R.LOST and not (run_dir / "head-away.json").exists()
+    assert not leftovers(home)
+
+
+def test_mwrun_stop_ends_a_job_whose_head_is_away_at_once(procs, home, tmp_path):
+    path, out = ticker_job(tmp_path, 600)  # only the stop can end it within this test
+    job = launch(procs, home, path)
+    wait_for(lambda: count(out) > 0, 120, "the first count")
+    job.signal(signal.SIGKILL)
+    job.wait(30)
+    wait_for(lambda: (status(home).get("head") or {}).get("state") == HeadState.AWAY, 30,
+             "the head away")
+    assert len(leftovers(home)) >= 4  # its agent, zygote, keeper, the pair: all going on
+    stopped = cli(home, "stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert "every process of" in stopped.stdout and "on this machine has ended" in stopped.stdout
+    wait_gone(home)  # the keeper too: no head would ever close it
+    after = status(home)
+    assert after["state"] == R.LOST and "was told to end (SIGTERM" in after["lost"]
+
+
+@pytest.mark.skipif(testbed.missing() is not None, reason=testbed.missing() or "")
+def test_over_ssh_a_remote_member_goes_on_headless_and_ends_with_the_grace(
+        procs, home, tmp_path):
+    """The agent of an ssh host outlives the head's ssh session for the grace too: the
+    world between the head's machine and the node keeps carrying counts; then both
+    sides are gone, the node left clean."""
+    with testbed.node(tmp_path) as n1:
+        out = tmp_path / "count"
+        cmd = f"[{sys.executable}, {BIN / 'ticker.py'}, --out, {out}]"
+        path = tmp_path / "ticks.yaml"
+        path.write_text(
+            f"version: 1\nname: ticks\nhead_grace: {GRACE}\nhosts:\n"
+            f"  head: {{addr: {n1.head_addr}}}\n"
+            f"  node1: {{addr: {n1.addr}, ssh: '{n1.ssh}',"
+            f" ssh_options: {json.dumps(n1.ssh_options())}}}\n"
+            f"processes:\n  a: {{cmd: {cmd}, host: head}}\n  b: {{cmd: {cmd}, host: node1}}\n"
+            f"worlds:\n  w: {{members: [a, b]}}\n")
+        job = launch(procs, home, path)
+        wait_for(lambda: count(out) > 0, 120, "the first count")
+        doc = status(home)
+        remote_pid = next(p["pid"] for p in doc["processes"] if p["name"] == "b")
+        job.signal(signal.SIGKILL)
+        job.wait(30)
+        seen = count(out)
+        wait_for(lambda: count(out) > seen + 10, 10, "counts across hosts, headless")
+        assert psutil.pid_exists(remote_pid) and n1.leftovers()
+        wait_gone(home, timeout=GRACE + 30)
+        wait_for(lambda: not n1.leftovers(), 30, "a clean node")
