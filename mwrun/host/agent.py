@@ -192,9 +192,13 @@ class Agent:
                                  (self._from_head, None))
         elif events:
             self.selector.register(self.link_out, events, (lambda _: None, None))
-        due = self.beat_due if self.heard is None else min(self.beat_due,
-                                                           self.heard + self.silence)
-        for other in (self.relay.held_until, self.spies.earliest(), self.absence.due()):
+        ends = self.absence.due()
+        if ends is not None:  # headless: no beat is due, only the grace's end
+            due = ends
+        else:
+            due = self.beat_due if self.heard is None else min(self.beat_due,
+                                                               self.heard + self.silence)
+        for other in (self.relay.held_until, self.spies.earliest()):
             if other is not None:
                 due = min(due, other)
         if self.relay.backlog:
