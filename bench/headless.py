@@ -130,7 +130,7 @@ def main() -> None:
               f" {sum(r['same'] for r in runs)}/{len(runs)}; everything gone"
               f" {statistics.median(r['gone'] for r in runs):.2f} s after the kill, the"
               f" head machine's agent meanwhile"
-              f" {statistics.median(max(r['agent_cpu'], 0) for r in runs):.1f} % CPU"
+              f" {statistics.median(max(r['agent_cpu'], 0) for r in runs):.2f} % CPU"
               f" (0 where it had gone),"
               f" grace outlasted by {statistics.median(over):.2f} s (max {max(over):.2f});"
               f" left after: {sum(len(r['left']) for r in runs)}")
