@@ -10,7 +10,9 @@ settle, SIGKILLs the head, and measures, interleaving grace and no grace:
 * the same pids: every process of the job still running a window after the kill;
 * the end: from the kill until nothing of the job is left, and by how much that
   outlasts the grace (issue 34: within the grace plus 2 s);
-* what the head machine's agent costs while it keeps the job (CPU, over the window).
+* what the head machine's agent costs while it keeps the job (CPU, over the window);
+* a member SIGKILLed while the head is away: until a peer that only watches the world
+  hears why (its agent's breaker; issue 34: within 50 ms).
 
     python bench/headless.py                 # ~2 min
     python bench/headless.py --runs 5 --grace 5
@@ -106,11 +108,45 @@ def one(folder: Path, grace: float, window: float) -> dict:
                 os.kill(pid, signal.SIGKILL)
 
 
+def told_once(folder: Path, headless: bool) -> float:
+    """Seconds from a member's SIGKILL until its peer, which only watches the world
+    (tests/bin/watchful.py), hears why: with the head away, the agent's breaker; else
+    (the baseline) the head's own break."""
+    home = folder / "home"
+    cmd = f"{PY} {ROOT / 'tests' / 'bin' / 'watchful.py'}"
+    topology = folder / "watch.yaml"
+    topology.write_text(f"version: 1\nname: watch\nhead_grace: 60\nprocesses:\n"
+                        f"  a: {{cmd: {cmd} --out {folder / 'a'}}}\n"
+                        f"  b: {{cmd: {cmd} --out {folder / 'b'}}}\n"
+                        f"worlds:\n  w: {{members: [a, b]}}\n")
+    job = Launched(topology, home)
+    try:
+        job.healthy(120)
+        victim: int = wait_for(lambda: next((p["pid"] for p in (job.state() or {})["processes"]
+                                            if p["name"] == "b"), None), job.gone, 30, "b's pid")
+        if headless:
+            job.popen.send_signal(signal.SIGKILL)
+            job.popen.wait()
+        time.sleep(1.0)  # the head is gone, the agent headless; or all settled
+        killed = time.time()
+        os.kill(victim, signal.SIGKILL)
+        heard: str = wait_for(lambda: (folder / "a").read_text() if (folder / "a").exists()
+                              else None, lambda: None, 30, "the survivor told")
+        return float(heard.split(" ", 1)[0]) - killed
+    finally:
+        if job.popen.poll() is None:
+            job.popen.kill()
+        for pid in leftovers(home):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--grace", type=float, default=10.0)
     parser.add_argument("--window", type=float, default=2.0)
+    parser.add_argument("--told", type=int, default=5, help="runs of the survivor told")
     args = parser.parse_args()
     results: dict[float, list[dict]] = {args.grace: [], 0.0: []}
     for i in range(args.runs):
@@ -137,6 +173,17 @@ def main() -> None:
     ratio = statistics.median(r["kept"] for r in results[args.grace])
     base = statistics.median(r["kept"] for r in results[0.0])
     print(f"pace kept headless, head_grace {args.grace:g}s vs none: {ratio:.2f} vs {base:.2f}")
+    told: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(args.told):
+        for headless in (True, False):  # interleaved
+            with tempfile.TemporaryDirectory(prefix="mwrun-headless-") as folder:
+                told[headless].append(told_once(Path(folder), headless))
+    if args.told:
+        away, here = (statistics.median(told[h]) for h in (True, False))
+        print(f"a member SIGKILLed -> a peer that only watches told, median (max) of"
+              f" {args.told}: head away {1000 * away:.0f} ms ({1000 * max(told[True]):.0f}),"
+              f" head there {1000 * here:.0f} ms ({1000 * max(told[False]):.0f});"
+              f" ratio {away / here:.2f}")
 
 
 if __name__ == "__main__":

@@ -109,6 +109,7 @@ supervisor kills it as hung, and its restart policy applies.
 
 from __future__ import annotations
 
+import signal
 from datetime import timedelta
 from enum import Enum
 
@@ -204,6 +205,17 @@ def beat_interval(call_timeout: float, hang_timeout: float) -> float:
     timeout, as before hang_timeout existed), at most one per 5 s."""
     return max(MIN_BEAT, min(MAX_BEAT, call_timeout / BEATS_PER_HANG,
                              hang_timeout / BEATS_PER_HANG))
+
+
+def exit_reason(name: str, code: int) -> str:
+    """Why a member's worlds broke when it exited with ``code`` (a Popen returncode:
+    -N for signal N), as the head and, while it is away, an agent write it."""
+    if code < 0:
+        try:
+            return f"{name} was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"{name} was killed by signal {-code}"
+    return f"{name} exited normally" if code == 0 else f"{name} exited with code {code}"
 
 
 def key(generation: int, name: str) -> str:

@@ -29,7 +29,7 @@ import sys
 import time
 
 from mwrun import __version__, machine
-from mwrun.host import frames
+from mwrun.host import breaks, frames
 from mwrun.host.absence import Absence
 from mwrun.host.asks import Asks
 from mwrun.host.frames import Kind
@@ -76,12 +76,15 @@ class Agent:
                            lambda: self.done or self.stopping, clock)
         self.spies = Spies(self.selector, clock, lambda key, pid, result: self.send(
             Kind.CAPTURED, key=key, pid=pid, result=result))  # read for the head's bundles
+        self.breaks = breaks.on(self.hands, self.zygote_log)  # headless, exits break here
         self.asks = Asks(self.hands, self.spies, self.relay, self, wall, self._stop,
-                         lambda: setattr(self, "stopping", True))
+                         lambda: setattr(self, "stopping", True), self.breaks)
 
     # -- the link ---------------------------------------------------------------------
 
     def send(self, kind: str, **fields) -> None:
+        if kind == Kind.CONTROL and "request" in fields:  # (heartbeats go as "requests")
+            self.breaks.heard(fields["request"])  # a generation a member joined
         if self.absence.away and not self.absence.keep(kind, self.outbox.size):
             return  # kept for a new head up to a bound, the rest counted
         self.outbox.put({"kind": kind, **fields})
@@ -141,6 +144,8 @@ class Agent:
         self.send(Kind.LINES, name=name, lines=lines)
 
     def exited(self, name: str, code: int) -> None:
+        if self.absence.away:  # nobody else would break its worlds now
+            self.breaks.exited(name, code)
         self.send(Kind.EXITED, name=name, code=code, t=self.wall())
 
     def say(self, text: str) -> None:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from typing import Protocol
 
 from mwrun.errors import StartError
+from mwrun.host import helpers
+from mwrun.host.breaks import Breaks
 from mwrun.host.frames import Kind
 from mwrun.host.hands import Hands
 from mwrun.host.relay import Relay
@@ -36,8 +37,9 @@ class Asks:
 
     def __init__(self, hands: Hands, spies: Spies, relay: Relay, link: Link,
                  wall: Callable[[], float], stop: Callable[[], None],
-                 stopping: Callable[[], None]):
+                 stopping: Callable[[], None], breaks: Breaks):
         self.hands, self.spies, self.relay, self.link = hands, spies, relay, link
+        self.breaks = breaks  # what an exit headless breaks: learnt from starts and lines
         self.wall = wall  # this host's wall clock: the times told to the head (frames.py)
         self.stop, self.stopping = stop, stopping
         self.keeper: int | None = None  # a pidfd of the keeper started here, if one was
@@ -63,6 +65,7 @@ class Asks:
         spec = self._spec(msg)
         if spec is None:
             return
+        self.breaks.spawned(spec)
         try:
             pid = self.hands.start(spec)
         except StartError as exc:
@@ -97,6 +100,7 @@ class Asks:
         """A line from the head down to a process's library (head/downlink.py)."""
         if isinstance(msg.get("message"), dict):
             self.relay.tell(str(msg.get("name")), msg["message"])
+            self.breaks.told(str(msg.get("name")), msg["message"])
 
     def on_keeper(self, msg: dict) -> None:
         """Start the worlds' stores' keeper (``mwrun.keeper``) on this host, the store
@@ -107,37 +111,13 @@ class Asks:
             args = [str(a) for a in msg["args"]]
             modules = tuple(str(m) for m in msg.get("modules") or ())
             env = {str(k): str(v) for k, v in (msg.get("env") or os.environ).items()}
-            log = os.open(str(msg["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        except (KeyError, TypeError, AttributeError, OSError) as exc:
+            log = str(msg["log"])
+        except (KeyError, TypeError, AttributeError) as exc:
             self.link.send(Kind.KEPT, error=f"the keeper could not be started: {exc}")
             return
-        argv = [sys.executable, "-m", KEEPER, *args]
-        null = os.open(os.devnull, os.O_RDONLY)
-        try:
-            def forked(pid: int | None) -> None:
-                if pid is None:  # the zygote could not: the ordinary way, then
-                    self._keeper_cold(argv, env, msg["log"])
-                else:
-                    self._kept(pid, warm=True)
-
-            if not modules or not self.hands.fork(argv, modules, ("module", KEEPER, args),
-                                                  env, (null, log), forked):
-                self._keeper_cold(argv, env, msg["log"])
-        finally:
-            os.close(null)
-            os.close(log)
-
-    def _keeper_cold(self, argv: list[str], env: dict, log_path: str) -> None:
-        try:
-            with open(log_path, "ab") as log:
-                popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, env=env, cwd="/",
-                                         start_new_session=True)
-        except OSError as exc:
-            self.link.send(Kind.KEPT, error=f"the keeper could not be started: {exc}")
-            return
-        # Reaped with this host's orphans (host/warm.py reap_orphans): not a job's child.
-        self._kept(popen.pid, warm=False)
+        helpers.start(self.hands, [sys.executable, "-m", KEEPER, *args], ("module", KEEPER, args),
+                      modules, env, log, self._kept, lambda why: self.link.send(
+                          Kind.KEPT, error=f"the keeper could not be started: {why}"))
 
     def _kept(self, pid: int, warm: bool) -> None:
         with contextlib.suppress(OSError):  # gone already: its head hears of it anyway

@@ -140,3 +140,31 @@ def test_over_ssh_a_remote_member_goes_on_headless_and_ends_with_the_grace(
         assert psutil.pid_exists(remote_pid) and n1.leftovers()
         wait_gone(home, timeout=GRACE + 30)
         wait_for(lambda: not n1.leftovers(), 30, "a clean node")
+
+
+def test_a_member_that_exits_while_the_head_is_away_breaks_its_worlds_all_the_same(
+        procs, home, tmp_path):
+    """Its agent breaks them in their stores: a peer that only watches the world (no
+    collective could tell it) hears why, as it would from a head."""
+    cmd = f"{sys.executable} {BIN / 'watchful.py'}"
+    path = tmp_path / "watch.yaml"
+    path.write_text(f"version: 1\nname: watch\nhead_grace: 600\nprocesses:\n"
+                    f"  a: {{cmd: {cmd} --out {tmp_path / 'a'}}}\n"
+                    f"  b: {{cmd: {cmd} --out {tmp_path / 'b'}}}\n"
+                    f"worlds:\n  w: {{members: [a, b]}}\n")
+    job = launch(procs, home, path)
+    wait_for(lambda: list((home / "runs").glob("*/state.json")), 60, "the run")
+    doc = wait_status(home, lambda d: all(w["state"] == W.HEALTHY for w in d["worlds"])
+                      and all(p["state"] == P.RUNNING for p in d["processes"]),
+                      "the world healthy", timeout=120)
+    pids = {p["name"]: p["pid"] for p in doc["processes"]}
+    job.signal(signal.SIGKILL)
+    job.wait(30)
+    wait_for(lambda: (status(home).get("head") or {}).get("state") == HeadState.AWAY, 30,
+             "the head away")
+    psutil.Process(pids["b"]).kill()
+    said = wait_for(lambda: (tmp_path / "a").exists() and (tmp_path / "a").read_text(), 30,
+                    "a to hear that b was killed")
+    assert said.split(" ", 1)[1] == "b was killed by SIGKILL"
+    assert cli(home, "stop").returncode == 0
+    wait_gone(home)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass
+
+from mwrun import protocol
 
 BACKOFF_CAP = 30.0  # seconds; a crash loop still retries twice a minute at worst
 # A restarted process that has rejoined its worlds and stays up this long is healthy
@@ -34,14 +35,11 @@ class Exit:
             return f"{name} failed: {self.lost}"
         if self.hung:
             return f"{name} hung ({self.hung}) and was killed"
-        if self.code is not None and self.code < 0:
-            try:
-                return f"{name} was killed by {signal.Signals(-self.code).name}"
-            except ValueError:
-                return f"{name} was killed by signal {-self.code}"
-        if self.code == 0:
-            return f"{name} exited normally" + (" on a drill's signal" if self.drilled else "")
-        return f"{name} exited with code {self.code}"
+        if self.code is None:
+            return f"{name} exited with code {self.code}"
+        if self.code == 0 and self.drilled:
+            return f"{name} exited normally on a drill's signal"
+        return protocol.exit_reason(name, self.code)
 
 
 @dataclass(frozen=True)
