@@ -7,7 +7,7 @@ would wait until its world's timeout. So an agent knows, for each process it sta
 its worlds: where each world's store is and its size (``MWRUN_WORLDS``, or a world
 the head added later) and which generation the member last joined (its library's
 ``ready``, relayed); when the process exits with the head away, it starts a
-``breaker`` per world (host/breaker.py), forked from that process's own zygote. A new
+``breaker`` per world (keeper/breaker.py), forked from that process's own zygote. A new
 head finds the generations broken with the same reasons it would have written.
 """
 
@@ -26,7 +26,7 @@ from mwrun.host.hands import Hands
 from mwrun.launchspec import LaunchSpec
 from mwrun.protocol import Verb, WorldReport
 
-BREAKER = "mwrun.host.breaker"
+BREAKER = "mwrun.keeper.breaker"  # run by name: the agent never imports torch
 
 
 @dataclass

@@ -1,9 +1,9 @@
-"""``python -m mwrun.host.breaker ADDR PORT GENERATION SIZE REASON``: break one
+"""``python -m mwrun.keeper.breaker ADDR PORT GENERATION SIZE REASON``: break one
 generation of a world in its store, as the head would (``protocol.mark_broken``), and
 end. An agent starts it while its head is away, when a member of that world exited
 (host/breaks.py): forked from the member's own zygote (torch imported: the survivors
 hear of it within milliseconds), else started cold. Its output is the agent's zygote
-log.
+log. A keeper's part, not the agent's: the agent never imports torch.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ WAIT = 10.0  # seconds to reach the store: a keeper that is gone too ends the jo
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 5:
-        print("usage: python -m mwrun.host.breaker ADDR PORT GENERATION SIZE REASON"
+        print("usage: python -m mwrun.keeper.breaker ADDR PORT GENERATION SIZE REASON"
               " (started by an agent, not by hand)", file=sys.stderr)
         return 2
     addr, port, generation, size, reason = args
