@@ -71,8 +71,16 @@ def test_the_keeper_forked_warm_holds_every_worlds_port_and_the_head_no_torch(
     finish(job, home, 0)
 
 
+# Ends once the run's keeper has said its first line: a run over before its keeper
+# (a cold one imports torch first) never hears it.
+ONCE_KEPT = ("import glob, os, time\n"
+             "log = os.path.join(os.environ['MWRUN_HOME'], 'runs', '*', 'keeper.log')\n"
+             "while not any('keeper (pid' in open(p).read() for p in glob.glob(log)):\n"
+             "    time.sleep(0.05)\n")
+
+
 def test_without_a_torch_zygote_the_keeper_starts_cold(procs, home, tmp_path):
-    job = launch(procs, home, write(tmp_path, {"a": ([PY, "-c", "print('hi')"], [])},
+    job = launch(procs, home, write(tmp_path, {"a": ([PY, "-c", ONCE_KEPT], [])},
                                     preload="false"))
     finish(job, home, 0)
     assert "started cold" in said(home)
