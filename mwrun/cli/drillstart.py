@@ -36,6 +36,9 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
     scales = ds.parse_scales(scale)
     try:
         run_id, state = runs.find(run, warn=warn)
+        away = runs.away_error(run_id, state)
+        if away is not None:
+            raise away
         if not runs.is_live(state):
             raise RunError(f"run {run_id} is not running (it is {state.get('state')})")
         doc = runs.ask(run_id, state, {"verb": "status"}, say=warn)["status"]

@@ -144,8 +144,8 @@ class Agent:
         self.send(Kind.LINES, name=name, lines=lines)
 
     def exited(self, name: str, code: int) -> None:
-        if self.absence.away:  # nobody else would break its worlds now
-            self.breaks.exited(name, code)
+        if self.absence.away and not self.done:  # nobody else would break its worlds
+            self.breaks.exited(name, code)  # (an end of the agent's own breaks nothing)
         self.send(Kind.EXITED, name=name, code=code, t=self.wall())
 
     def say(self, text: str) -> None:
@@ -222,7 +222,9 @@ class Agent:
             return len(data)
 
     def _shutdown(self) -> None:
+        self.done = True  # (the grace over, too): what ends now is the agent's doing
         self.absence.end(self.clock())  # while the head is away: the run folder's note
+        self.breaks.end()
         self.spies.close()
         self.hands.pause_output(False)  # the last words are read, whatever the link's pace
         for name, code in self.hands.close(self.clock() + SHUTDOWN_WAIT).items():

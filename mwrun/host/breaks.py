@@ -45,8 +45,10 @@ Start = Callable[[list[str], tuple, tuple[str, ...], dict], None]
 
 
 class Breaks:
-    def __init__(self, start: Start, environ: Callable[[LaunchSpec], dict]):
+    def __init__(self, start: Start, environ: Callable[[LaunchSpec], dict],
+                 end: Callable[[], None] = lambda: None):
         self.start, self.environ = start, environ
+        self.end = end  # the breakers still running ended (their agent ends)
         self.seats: dict[str, dict[str, Seat]] = {}  # process -> world -> seat
         self.zygotes: dict[str, tuple[tuple[str, ...], dict]] = {}  # process -> (preload, env)
 
@@ -91,10 +93,12 @@ class Breaks:
 
 def on(hands: Hands, log_path: str) -> Breaks:
     """An agent's: its breakers forked from its hands' zygotes, their output to
-    ``log_path`` (its zygotes' log); nobody to tell whether one started."""
+    ``log_path`` (its zygotes' log), each ended with the agent if still running; nobody
+    to tell whether one started."""
+    running = helpers.Running()
     return Breaks(lambda argv, how, preload, env: helpers.start(
-        hands, argv, how, preload, env, log_path, lambda pid, warm: None, lambda why: None),
-        lambda spec: spec.environ(os.environ))
+        hands, argv, how, preload, env, log_path, running.add, lambda why: None),
+        lambda spec: spec.environ(os.environ), running.end)
 
 
 def _seat(given: dict) -> Seat:

@@ -6,7 +6,10 @@ is reaped with this host's orphans (host/warm.py reap_orphans)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+import signal
 import subprocess
 from collections.abc import Callable
 
@@ -39,6 +42,29 @@ def start(hands: Hands, argv: list[str], how: tuple, modules: tuple[str, ...], e
     finally:
         os.close(null)
         os.close(log)
+
+
+class Running:
+    """Helpers started and not yet seen to end (by pidfd: never a process that took a
+    pid again): SIGKILLed when their agent ends, so that none outlives the job."""
+
+    def __init__(self):
+        self.fds: list[int] = []
+
+    def add(self, pid: int, warm: bool = False) -> None:
+        ended, _, _ = select.select(self.fds, [], [], 0) if self.fds else ([], [], [])
+        for fd in ended:  # readable: that one has ended
+            os.close(fd)
+            self.fds.remove(fd)
+        with contextlib.suppress(OSError):  # gone already
+            self.fds.append(os.pidfd_open(pid))
+
+    def end(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            os.close(fd)
+        self.fds = []
 
 
 def _cold(argv: list[str], env: dict, log_path: str, started: Started, failed: Failed) -> None:

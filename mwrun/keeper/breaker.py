@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from datetime import timedelta
 
-WAIT = 10.0  # seconds to reach the store: a keeper that is gone too ends the job anyway
+WAIT = 5.0  # seconds to reach the store: a keeper that is gone too ends the job anyway
 
 
 def main(argv: list[str] | None = None) -> int:

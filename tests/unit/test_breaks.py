@@ -60,3 +60,23 @@ def test_a_process_that_is_no_member_or_unknown_breaks_nothing():
     found.spawned(LaunchSpec("odd", ("python", "p.py"), "/", {"MWRUN_WORLDS": "[1]"}))
     assert found.exited("plain", 0) == found.exited("odd", 0) == found.exited("who", 0) == 0
     assert started == []
+
+
+def test_breakers_still_running_end_with_their_agent_and_ended_ones_are_let_go():
+    import subprocess
+
+    from mwrun.host.helpers import Running
+
+    running = Running()
+    done = subprocess.Popen(["true"])
+    done.wait()
+    slow = subprocess.Popen(["sleep", "60"])
+    try:
+        running.add(done.pid)  # reaped already: nothing to hold
+        running.add(slow.pid)
+        assert len(running.fds) == 1
+        running.end()
+        assert slow.wait(timeout=10) == -9 and running.fds == []
+    finally:
+        slow.kill()
+        slow.wait()

@@ -123,3 +123,16 @@ def test_a_replica_added_while_the_run_runs_is_planned_in_its_revision(tmp_path)
         os.environ.pop("MWRUN_HOME") if old is None else os.environ.update({"MWRUN_HOME": old})
     assert plan["processes"] == {"worker-0": {"start": "warm"},
                                  "worker-1": {"start": "cold (preload: false)"}}
+
+
+def test_a_run_whose_head_is_away_says_so_and_until_when_and_commands_refuse():
+    from mwrun import runs
+
+    away = runs.away(DOC, {"since": 170.0, "grace": 60.0, "why": "its link closed"})
+    assert runs.is_away(away) and not runs.is_away(DOC)
+    head = render(away, live=False, now=200.0).split("\n\n")[0]
+    assert "head: away for 30s (its link closed)" in head
+    assert "everything stops in 30s (head_grace)" in head
+    refused = runs.away_error("r", away)
+    assert refused is not None and runs.away_error("r", DOC) is None
+    assert str(refused).startswith("run r's head is away (its link closed, ")
