@@ -232,13 +232,7 @@ class Agent:
         self.relay.close()
         if self.absence.away:
             self.asks.end_keeper()  # no head to close it: the stores go with the job
-        if not self.keep_log:
-            with contextlib.suppress(OSError):
-                os.unlink(self.zygote_log)
-        folder = os.path.dirname(self.control_path)
-        _forget_dead(folder)  # an agent of this host killed before us left its files
-        with contextlib.suppress(OSError):  # the run's folder, once its last agent is gone
-            os.rmdir(folder)
+        _leave(self.control_path, None if self.keep_log else self.zygote_log)
         if self.absence.away:
             return  # nobody reads the link any more
         # Whatever the head may still read (final lines, exits) goes out if it can.
@@ -336,6 +330,18 @@ def sweep(root: str, now: float | None = None) -> list[str]:
                 os.rmdir(entry.path)
                 removed.append(entry.path)
     return removed
+
+
+def _leave(control_path: str, zygote_log: str | None) -> None:
+    """This agent's files on its host, at its end: its zygotes' log (unless kept:
+    None), and the run's folder once its last agent is gone."""
+    if zygote_log is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(zygote_log)
+    folder = os.path.dirname(control_path)
+    _forget_dead(folder)  # an agent of this host killed before us left its files
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)
 
 
 def _forget_dead(folder: str) -> None:
