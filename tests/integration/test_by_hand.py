@@ -168,6 +168,7 @@ def test_a_process_that_exits_without_close_as_its_world_breaks_ends_normally(tm
         if member.poll() is None:
             member.kill()
             member.wait()
+        member.stdout.close()  # (communicate closes it; a failure before would leave it)
     assert (member.returncode, out) == (0, "joined\n")
 
 
