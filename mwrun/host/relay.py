@@ -94,8 +94,7 @@ class Relay:
             with contextlib.suppress(KeyError, TypeError, ValueError):  # it may say none
                 self.intervals[str(request.get("process"))] = float(request["interval"])
             self.library[str(request.get("process"))] = conn  # the way down to it (tell)
-        away = self.uplink.away()
-        if request.get("verb") == Verb.SCALE and away is not None:
+        if request.get("verb") == Verb.SCALE and (away := self.uplink.away()) is not None:
             # Nobody would answer: job.scale raises this at once rather than wait.
             self.server.push(conn, {"verb": Verb.REPLY, "id": request.get("id"), "ok": False,
                                     "error": f"the head is away ({away}); a scale waits for"
