@@ -66,11 +66,26 @@ def control_path(run_id: str) -> Path:
 def socket_path(run_id: str, name: str) -> Path:
     """A socket of the run's: in the run folder, or under /tmp when that path is too
     long for a socket's address."""
-    path = run_path(run_id) / name
+    return _socket_in(run_path(run_id), name)
+
+
+def _socket_in(folder: Path, name: str) -> Path:
+    path = folder / name
     if len(os.fsencode(path)) <= _SUN_PATH_MAX:
         return path
     digest = hashlib.sha1(os.fsencode(path)).hexdigest()[:20]
     return Path(f"/tmp/mwrun-{os.getuid()}") / f"{digest}.sock"
+
+
+def forget_sockets(folder: Path) -> None:
+    """The sockets of the run in ``folder`` that lie outside it (under /tmp: its path
+    was too long), removed: a head that was killed could not (its control socket, its
+    keeper's door)."""
+    for name in (schema.CONTROL, schema.KEEPER_SOCK):
+        path = _socket_in(folder, name)
+        if not path.is_relative_to(folder):
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def read_state(run_id: str) -> dict | None:
@@ -365,10 +380,7 @@ def remove(run_id: str) -> int:
     except OSError as exc:
         raise RunError(f"run {run_id}: cannot remove {exc.filename or path}:"
                        f" {exc.strerror or exc}") from None
-    control = Path(str(state.get("control") or ""))
-    if control.is_socket() and not control.is_relative_to(path):  # /tmp/mwrun-UID/...
-        with contextlib.suppress(OSError):
-            control.unlink()
+    forget_sockets(path)  # /tmp/mwrun-UID/..., where its path was too long
     return freed
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from mwrun import runs
 from tests.helpers import (
     EXIT_WAIT,
     ROOT,
@@ -158,5 +159,7 @@ def home(request, tmp_path):
             with contextlib.suppress(psutil.Error):
                 p.kill()
     wait_gone(path)
+    for run in (path / "runs").glob("*"):  # a killed head's sockets under /tmp
+        runs.forget_sockets(run)
     assert not (left and _passed(request)), f"left behind: {seen}"
 

@@ -11,12 +11,13 @@ import signal
 import psutil
 import pytest
 
+from mwrun import runs, schema
 from mwrun.head.hosts import remote
 from mwrun.schema import HostState as H
 from mwrun.schema import ProcessState as P
 from mwrun.schema import WorldState as W
 from tests.helpers import leftovers, wait_gone
-from tests.integration.jobs import launch, status, wait_for, wait_status, write_star
+from tests.integration.jobs import cli, launch, status, wait_for, wait_status, write_star
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -92,7 +93,7 @@ def _leader_restarts(text: str) -> str:
     return f"{head}  leader:\n{cmd}\n    restart: on-failure\n{tail}"
 
 
-def test_a_killed_head_leaves_nothing_on_its_machine(procs, home, tmp_path):
+def test_a_killed_head_leaves_nothing_on_its_machine(procs, home, tmp_path, monkeypatch):
     job = launch(procs, home, write_star(tmp_path, workers=1))
     doc = healthy(home)
     wait_for(lambda: keeper_pids(doc["supervisor_pid"]), 30, "the keeper")
@@ -100,3 +101,11 @@ def test_a_killed_head_leaves_nothing_on_its_machine(procs, home, tmp_path):
     job.signal(signal.SIGKILL)
     wait_gone(home)
     assert status(home)["state"] == "lost"
+    # Its control socket could not be removed by it (its keeper's door went once the
+    # keeper came); the run's removal takes it (under /tmp: a test's run folder is too
+    # deep for a socket's path).
+    monkeypatch.setenv("MWRUN_HOME", str(home))
+    control = runs.socket_path(doc["run_id"], schema.CONTROL)
+    assert control.is_socket() and str(control) == doc["control"]
+    cli(home, "clean", "--keep", "0", check=True)
+    assert not control.exists()
