@@ -1,7 +1,7 @@
 """A head SIGKILLed while its job works: with ``head_grace`` the job goes on, without
 one (the baseline, today's default) it ends at once.
 
-Each run launches a pair (tests/bin/ticker.py: one member sends the other a count
+Each run launches a pair (tests/bin/pair.py: one member sends the other a count
 every 10 ms over their world; the other writes the last count to a file), lets it
 settle, SIGKILLs the head, and measures, interleaving grace and no grace:
 
@@ -59,6 +59,15 @@ def cpu(pid: int) -> float:
     return times.user + times.system
 
 
+def end(job: Launched, home: Path) -> None:
+    """Nothing of a run left, whatever happened to it."""
+    if job.popen.poll() is None:
+        job.popen.kill()
+    for pid in leftovers(home):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def count(out: Path) -> int:
     try:
         return int(out.read_text())
@@ -68,7 +77,7 @@ def count(out: Path) -> int:
 
 def one(folder: Path, grace: float, window: float) -> dict:
     home, out = folder / "home", folder / "count"
-    cmd = f"{PY} {ROOT / 'tests' / 'bin' / 'ticker.py'} --interval 0.01 --out {out}"
+    cmd = f"{PY} {ROOT / 'tests' / 'bin' / 'pair.py'} --interval 0.01 --out {out}"
     topology = folder / "ticks.yaml"
     topology.write_text(f"version: 1\nname: ticks\nhead_grace: {grace:g}\nprocesses:\n"
                         f"  a: {{cmd: {cmd}}}\n  b: {{cmd: {cmd}}}\nworlds:\n"
@@ -101,11 +110,7 @@ def one(folder: Path, grace: float, window: float) -> dict:
                 "agent_cpu": 100 * spent / window,
                 "over": gone - grace, "left": leftovers(home)}
     finally:
-        if job.popen.poll() is None:
-            job.popen.kill()
-        for pid in leftovers(home):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        end(job, home)
 
 
 def told_once(folder: Path, headless: bool) -> float:
@@ -134,11 +139,7 @@ def told_once(folder: Path, headless: bool) -> float:
                               else None, lambda: None, 30, "the survivor told")
         return float(heard.split(" ", 1)[0]) - killed
     finally:
-        if job.popen.poll() is None:
-            job.popen.kill()
-        for pid in leftovers(home):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        end(job, home)
 
 
 def main() -> None:

@@ -25,12 +25,20 @@ GRACE = 15  # seconds: ample for the looks below on a loaded machine, short for 
 
 def ticker_job(tmp_path, grace):
     out = tmp_path / "count"
-    cmd = f"{sys.executable} {BIN / 'ticker.py'} --out {out}"
+    cmd = f"{sys.executable} {BIN / 'pair.py'} --interval 0.05 --out {out}"
     path = tmp_path / "ticks.yaml"
     path.write_text(f"version: 1\nname: ticks\nhead_grace: {grace}\nprocesses:\n"
                     f"  a: {{cmd: {cmd}}}\n  b: {{cmd: {cmd}}}\nworlds:\n"
                     f"  w: {{members: [a, b]}}\n")
     return path, out
+
+
+def healthy(home) -> dict:
+    """The run's status once its world is healthy and every process runs."""
+    wait_for(lambda: list((home / "runs").glob("*/state.json")), 60, "the run")
+    return wait_status(home, lambda d: all(w["state"] == W.HEALTHY for w in d["worlds"])
+                       and all(p["state"] == P.RUNNING for p in d["processes"]),
+                       "the world healthy", timeout=120)
 
 
 def count(out) -> int:
@@ -44,10 +52,7 @@ def test_a_killed_head_leaves_the_job_serving_for_head_grace_then_nothing(
         procs, home, tmp_path):
     path, out = ticker_job(tmp_path, GRACE)
     job = launch(procs, home, path)
-    wait_for(lambda: list((home / "runs").glob("*/state.json")), 60, "the run")
-    doc = wait_status(home, lambda d: all(w["state"] == W.HEALTHY for w in d["worlds"])
-                      and all(p["state"] == P.RUNNING for p in d["processes"]),
-                      "the world healthy", timeout=120)
+    doc = healthy(home)
     pids = {p["name"]: p["pid"] for p in doc["processes"]}
     wait_for(lambda: count(out) > 0, 60, "the first count")
     # state.json, the head's last word while it is away, is written behind (at most
@@ -120,7 +125,7 @@ def test_over_ssh_a_remote_member_goes_on_headless_and_ends_with_the_grace(
     sides are gone, the node left clean."""
     with testbed.node(tmp_path) as n1:
         out = tmp_path / "count"
-        cmd = f"[{sys.executable}, {BIN / 'ticker.py'}, --out, {out}]"
+        cmd = f"[{sys.executable}, {BIN / 'pair.py'}, --interval, 0.05, --out, {out}]"
         path = tmp_path / "ticks.yaml"
         path.write_text(
             f"version: 1\nname: ticks\nhead_grace: {GRACE}\nhosts:\n"
@@ -153,10 +158,7 @@ def test_a_member_that_exits_while_the_head_is_away_breaks_its_worlds_all_the_sa
                     f"  b: {{cmd: {cmd} --out {tmp_path / 'b'}}}\n"
                     f"worlds:\n  w: {{members: [a, b]}}\n")
     job = launch(procs, home, path)
-    wait_for(lambda: list((home / "runs").glob("*/state.json")), 60, "the run")
-    doc = wait_status(home, lambda d: all(w["state"] == W.HEALTHY for w in d["worlds"])
-                      and all(p["state"] == P.RUNNING for p in d["processes"]),
-                      "the world healthy", timeout=120)
+    doc = healthy(home)
     pids = {p["name"]: p["pid"] for p in doc["processes"]}
     job.signal(signal.SIGKILL)
     job.wait(30)
