@@ -2,6 +2,7 @@
 
     python bench/churn.py                    # 600 s, a fault or a scale every 10 s
     python bench/churn.py --for 120 --every 5
+    python bench/churn.py --head 60          # the head SIGKILLed too, about once a minute
 
 The serving job of examples/serving (a frontend answering 50 requests/s through its
 workers, one world each; worker scale 1-8, two at launch) under ``mwrun drill --every
@@ -9,6 +10,10 @@ workers, one world each; worker scale 1-8, two at launch) under ``mwrun drill --
 workers to a random count. Goals (issue 26): 0 of the frontend's calls failed by a
 scale operation, 0 breaks in worlds no fault hit, every kill recovered, nothing left
 running after ``mwrun stop``. Prints the drill's own summary and those four figures.
+With ``--head S`` the head is SIGKILLed too (``mwrun drill --head``; the config gets
+``head_grace: 60``, and a new head takes the run back each time): the same goals hold,
+and the drill says how long the run was headless each time. The frontend's requests
+are read from its log in the run folder, which outlives the heads.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ def main() -> None:
     parser.add_argument("--for", dest="duration", type=float, default=600.0)
     parser.add_argument("--every", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=26)
+    parser.add_argument("--head", type=float, default=None,
+                        help="also SIGKILL the head, mean seconds apart")
     args = parser.parse_args()
     began = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
@@ -46,6 +53,8 @@ def main() -> None:
         # kills should spend none).
         text = (ROOT / "configs" / "serve.yaml").read_text().replace("cwd: ..", f"cwd: {ROOT}")
         text = text.replace("restart: on-failure", "restart: on-failure\n    max_restarts: 1000")
+        if args.head is not None:
+            text += "head_grace: 60\n"
         (work / "serve.yaml").write_text(text)
         home = work / "home"
         job = Launched(work / "serve.yaml", home)
@@ -56,9 +65,13 @@ def main() -> None:
             started = time.time()
             drill = subprocess.run([PY, "-m", "mwrun", "drill", "--every", str(args.every),
                                     "--for", str(args.duration), "--scale", "worker:1-8",
-                                    "--seed", str(args.seed)], capture_output=True,
+                                    "--seed", str(args.seed)]
+                                   + ([] if args.head is None else ["--head", str(args.head)]),
+                                   capture_output=True,
                                    text=True, env=env, timeout=args.duration + 900)
             took = time.time() - started
+            frontend = subprocess.run([PY, "-m", "mwrun", "logs", "frontend"], env=env,
+                                      capture_output=True, text=True, timeout=60).stdout
         finally:
             subprocess.run([PY, "-m", "mwrun", "stop"], env=env, capture_output=True,
                            timeout=120)
@@ -70,8 +83,7 @@ def main() -> None:
                       reversed((run / "history.jsonl").read_text().splitlines())
                       if '"event": "drill"' in line)
     print(drill.stdout[-6000:])
-    said = [line.partition(" | ")[2] for line in job.lines
-            if line.partition(" | ")[0].strip() == "frontend"]
+    said = frontend.splitlines()  # (its log: the launch's console ends with its head)
     failed = [line for line in said if line.startswith("request ") and "failed" in line]
     failed_by_scale = [line for line in failed if "SIGKILL" not in line]
     scale = record.get("scale") or {}
@@ -84,6 +96,8 @@ def main() -> None:
           f" failed {scale.get('failed')};"
           f" frontend requests failed {len(failed)}, by no kill {len(failed_by_scale)};"
           f" outside the faulted worlds: {outside};"
+          f" head kills {record.get('head', {}).get('kills', 0)},"
+          f" back median {record.get('head', {}).get('back_median')} s;"
           f" processes left after stop {len(left)}")
 
 

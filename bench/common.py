@@ -51,6 +51,16 @@ def tail(lines: list[str], count: int = 15) -> str:
     return "\n".join(lines[-count:])
 
 
+def ended(popen: subprocess.Popen, timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for ``popen``, told to end already, to end; then
+    SIGKILL it. Reaped either way: a bench leaves neither a process nor a zombie."""
+    try:
+        popen.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()
+
+
 def exited(popen: subprocess.Popen, lines: list[str], what: str = "mwrun launch") -> str | None:
     """Why a launcher that has exited will not bring its job: its status and its last
     lines (a refusal among them); None while it runs."""

@@ -41,9 +41,9 @@ from pathlib import Path
 import psutil
 
 if __package__:  # bench.compare_torchrun, the checkout's root on the path (the tests)
-    from bench.common import NotStarted, exited
+    from bench.common import NotStarted, ended, exited
 else:  # a script, or ``compare_torchrun`` with its folder on the path
-    from common import NotStarted, exited
+    from common import NotStarted, ended, exited
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -132,11 +132,7 @@ class Job:
         if self.popen.poll() is not None:
             return None, len(self.leftovers())
         self.popen.send_signal(signal.SIGINT)
-        try:
-            self.popen.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        ended(self.popen, 60)
         took = time.monotonic() - start
         time.sleep(0.5)  # what is still there half a second later is left behind
         left = self.leftovers()

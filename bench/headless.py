@@ -79,7 +79,8 @@ def one(folder: Path, grace: float, window: float) -> dict:
     home, out = folder / "home", folder / "count"
     cmd = f"{PY} {ROOT / 'tests' / 'bin' / 'pair.py'} --interval 0.01 --out {out}"
     topology = folder / "ticks.yaml"
-    topology.write_text(f"version: 1\nname: ticks\nhead_grace: {grace:g}\nprocesses:\n"
+    topology.write_text(f"version: 1\nname: ticks\nhead_grace: {grace:g}\n"
+                        f"head_restart: false\nprocesses:\n"
                         f"  a: {{cmd: {cmd}}}\n  b: {{cmd: {cmd}}}\nworlds:\n"
                         f"  w: {{members: [a, b]}}\n")
     job = Launched(topology, home)
@@ -120,7 +121,8 @@ def told_once(folder: Path, headless: bool) -> float:
     home = folder / "home"
     cmd = f"{PY} {ROOT / 'tests' / 'bin' / 'watchful.py'}"
     topology = folder / "watch.yaml"
-    topology.write_text(f"version: 1\nname: watch\nhead_grace: 60\nprocesses:\n"
+    topology.write_text(f"version: 1\nname: watch\nhead_grace: 60\nhead_restart: false\n"
+                        f"processes:\n"
                         f"  a: {{cmd: {cmd} --out {folder / 'a'}}}\n"
                         f"  b: {{cmd: {cmd} --out {folder / 'b'}}}\n"
                         f"worlds:\n  w: {{members: [a, b]}}\n")

@@ -52,6 +52,18 @@ class NotListening(RunError):
     while the run starts, or any more)."""
 
 
+class StaleHead(RunError):
+    """A newer head adopted the run while this one was stopped or cut off, or took it
+    over from this one (``handed``: mwrun restart-head): this head changes nothing more
+    (head/epochs.py) and exits."""
+
+    exit_code = 3
+
+    def __init__(self, text: str, handed: bool = False):
+        super().__init__(text)
+        self.handed = handed
+
+
 class StartError(RunError):
     """A process could not be started (command not found, not executable, bad cwd...)."""
 

@@ -81,7 +81,7 @@ def forget_sockets(folder: Path) -> None:
     """The sockets of the run in ``folder`` that lie outside it (under /tmp: its path
     was too long), removed: a head that was killed could not (its control socket, its
     keeper's door)."""
-    for name in (schema.CONTROL, schema.KEEPER_SOCK):
+    for name in (schema.CONTROL, schema.KEEPER_SOCK, schema.KEEPER_DOOR):
         path = _socket_in(folder, name)
         if not path.is_relative_to(folder):
             with contextlib.suppress(OSError):
@@ -119,6 +119,15 @@ def away(doc: dict, note: dict) -> dict:
     ``head_away``): the head's last word, and the ``head`` that says it is away."""
     return {**doc, "head": {"state": schema.HeadState.AWAY.value, "since": note["since"],
                             "grace_s": note.get("grace"), "why": note.get("why")}}
+
+
+def adopting(doc: dict, epoch: int, pid: int, since: float) -> dict:
+    """The document a new head writes while it takes the run back (mwrun adopt): the
+    last head's last word, its own pid, and the ``head`` that says it is adopting."""
+    return {**{k: v for k, v in doc.items() if k != "head"}, "supervisor_pid": pid,
+            "supervisor_started_at": since, "epoch": epoch,
+            "head": {"state": schema.HeadState.ADOPTING.value, "since": since,
+                     "epoch": epoch}}
 
 
 def head_away(run_id: str) -> dict | None:
@@ -161,8 +170,45 @@ def away_error(run_id: str, state: dict) -> RunError | None:
     left = (head.get("grace_s") or 0) - ago
     return RunError(f"run {run_id}'s head is away ({head.get('why')}, {ago:.0f}s ago): its"
                     f" agents keep the job going, but nothing can be asked of it"
-                    f" until a head is back; without one it stops in {max(left, 0):.0f}s"
-                    f" (head_grace)")
+                    f" until a head is back (mwrun adopt {run_id}); without one it stops"
+                    f" in {max(left, 0):.0f}s (head_grace)")
+
+
+HEAD_WAIT = 10.0  # seconds a command that needs the head waits for a new one
+
+
+def head_wait() -> float:
+    """HEAD_WAIT, or ``MWRUN_HEAD_WAIT`` seconds where that is set (0: refuse at once)."""
+    try:
+        return max(float(os.environ.get("MWRUN_HEAD_WAIT", HEAD_WAIT)), 0.0)
+    except ValueError:
+        return HEAD_WAIT
+
+
+def until_head(run_id: str, state: dict, say: Callable[[str], None] = lambda text: None,
+               clock=time.monotonic, sleep=time.sleep, limit: float | None = None) -> dict:
+    """The run's state once it has a head: at once, or, while its head is away (or a
+    new head takes it back), once a new head has it (head_restart, mwrun adopt),
+    saying that it waits; its ``away_error`` after ``limit`` seconds without one."""
+    if "head" not in state:
+        return state
+    limit = head_wait() if limit is None else limit
+    head = state["head"]
+    say(f"run {run_id}'s head is away ({head.get('why')}); waiting up to {limit:g}s for a"
+        f" new head (head_restart, or mwrun adopt {run_id})" if is_away(state) else
+        f"run {run_id} is being taken back by a new head; waiting up to {limit:g}s for it")
+    deadline = clock() + limit
+    while clock() < deadline:
+        sleep(0.1)  # another process's adoption; nothing to block on
+        now = read_state(run_id)
+        if now is not None and "head" not in now and is_live(now):
+            say(f"run {run_id} has a head again (pid {now.get('supervisor_pid')})")
+            return now
+        state = now or state
+    away = away_error(run_id, state)
+    if away is None:  # ended meanwhile, or lost: what it is now says why
+        return state
+    raise away
 
 
 def _load(run_id: str) -> dict:
@@ -254,8 +300,10 @@ def supervisor_alive(state: dict) -> bool:
         return False
     try:
         proc = psutil.Process(pid)
-        return proc.status() != psutil.STATUS_ZOMBIE and \
-            proc.create_time() <= state.get("started_at", time.time()) + 1
+        # Its own start, not another's with its pid: a head that adopted the run started
+        # after the run did.
+        began = state.get("supervisor_started_at") or state.get("started_at", time.time())
+        return proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() <= began + 1
     except psutil.Error:
         return False
 
@@ -393,7 +441,7 @@ def is_away(state: dict) -> bool:
     return (state.get("head") or {}).get("state") == schema.HeadState.AWAY
 
 
-def _current(state: dict) -> bool:
+def goes_on(state: dict) -> bool:
     """A run a command without RUN may mean: live, or going on while its head is away
     (a command then says why it cannot act, rather than that there is no run)."""
     return is_live(state) or is_away(state)
@@ -428,7 +476,7 @@ def find(run_id: str | None, live_only: bool = True, warn=None) -> tuple[str, di
     if run_id is not None:
         return run_id, load_state(run_id)
     runs, damaged = scan()
-    found = next(((r, s) for r, s in runs if not live_only or _current(s)), None)
+    found = next(((r, s) for r, s in runs if not live_only or goes_on(s)), None)
     since = found[1]["started_at"] if found else 0.0
     for _, mtime, why in sorted(damaged, key=lambda d: d[1]):
         if warn is not None and mtime >= since:
@@ -445,7 +493,7 @@ def find_sole(run_id: str | None, usage: str, warn=None) -> tuple[str, dict]:
     one ("mwrun stop RUN")."""
     if run_id is not None:
         return run_id, load_state(run_id)
-    live = [(r, s) for r, s in all_runs() if _current(s)]
+    live = [(r, s) for r, s in all_runs() if goes_on(s)]
     if len(live) > 1:
         now = time.time()
         listed = "\n".join(f"  {r} ({s['state']}, started {_ago(now - s['started_at'])} ago)"
@@ -534,9 +582,7 @@ def ask(run_id: str, state: dict, message: dict, check: bool = True,
     still starting (imports, zygotes) and not listening yet: a request then waits for
     it, saying so once, until the run has left ``starting`` (it listens before), its
     supervisor has gone, or START_WAIT has passed."""
-    away = away_error(run_id, state)
-    if away is not None:
-        raise away
+    state = until_head(run_id, state, say)
     deadline, said, pause, last = clock() + START_WAIT, False, 0.02, False
     while True:
         try:

@@ -167,9 +167,11 @@ class Start(str, Enum):
 
 class HeadState(str, Enum):
     """The status document's ``head.state``, there only while its head is away: it died
-    and the agents keep the job going for ``head_grace`` (host/absence.py)."""
+    and the agents keep the job going for ``head_grace`` (host/absence.py); or while a
+    new head takes the run back (head/adopting.py)."""
 
     AWAY = "away"
+    ADOPTING = "adopting"
 
 
 class HostState(str, Enum):
@@ -289,6 +291,10 @@ KEEPER_LOG = "keeper.log"  # the worlds' stores' keeper's own output (mwrun/keep
 CONTROL = "control.sock"  # the supervisor's control socket (owner only)
 HEAD_AWAY = "head-away.json"  # the head's machine's agent: the head went, since when
 KEEPER_SOCK = "keeper.sock"  # where the keeper connects to its head (owner only)
+KEEPER_DOOR = "keeper-door.sock"  # where a new head reaches the keeper (owner only)
+EPOCHS = "epochs"  # one file a head: EPOCHS/N, made by the head of epoch N (its pid, why)
+SECRET = "head.secret"  # the run's secret (owner only): a new head proves it to the agents
+AGENTS = "agents.json"  # each host's agent as the head reached it: {host: {control, pid}}
 REPORT = "report.png"  # where ``mwrun report`` draws by default
 POSTMORTEM = "postmortem"  # the bundles of hangs and breaks: POSTMORTEM/WORLD-gGEN/
 

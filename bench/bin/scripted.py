@@ -45,7 +45,7 @@ class Host:
     def signal(self, *args):
         pass
 
-    mark_broken = open_next = close_world = say = signal
+    mark_broken = open_next = close_world = say = tell = signal
 
 
 def pid(rec) -> int:

@@ -54,7 +54,7 @@ def kill_world(world, run, rank, sig, delay, hold):
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--signal") from None
     run_id, state = runs.find_sole(run, f"mwrun kill-world {world} RUN", warn=warn)
-    require_live(run_id, state)
+    state = require_live(run_id, state)
     request = {"verb": "kill_world", "world": world, "rank": rank, "signal": sig}
     if slow:
         request.update({"signal": protocol.SLOW, "delay": delay, "for": hold})
@@ -94,7 +94,10 @@ def late_problem(delay: float, hold: float) -> tuple[str, str] | None:
 @click.option("--scale", "scale", multiple=True, metavar="PROCESS:MIN-MAX",
               help="Mix scale operations of PROCESS (a count within MIN-MAX, inside its"
                    " scale: bounds) into the faults, half and half; repeatable.")
-def drill(run, every, duration, worlds, sig, seed, scale, delay):
+@click.option("--head", metavar="SECONDS", default=None,
+              help="Also SIGKILL the run's head, at random times (mean SECONDS apart); its"
+                   " topology needs head_grace (a new head takes the run back each time).")
+def drill(run, every, duration, worlds, sig, seed, scale, delay, head):
     """A chaos loop against RUN (default: the newest live run).
 
     Measures each world's fault-free pace, then for --for seconds signals a member
@@ -109,6 +112,9 @@ def drill(run, every, duration, worlds, sig, seed, scale, delay):
     every world came back after every fault, every scale operation was done and
     nothing failed outside the faulted worlds, 1 otherwise, 2 for bad usage.
 
+    With --head, the head itself is killed now and then (never in its first 12 s):
+    the job must not notice; the summary says how long the run was without a head.
+
     --signal SLOW breaks nothing: at each moment one member comes --delay seconds
     late to every call of its world until mwrun names it the slow member (at most
     30 s), once its world waits for no member; the summary says how fast each was
@@ -118,13 +124,14 @@ def drill(run, every, duration, worlds, sig, seed, scale, delay):
     Examples:
       mwrun drill demo --every 5 --for 60 --worlds world1,world2 --seed 7
       mwrun drill serve --every 10 --for 600 --scale worker:1-8
+      mwrun drill serve --every 10 --for 300 --head 60
       mwrun drill train --every 5 --for 300 --signal SLOW --delay 0.02
     """
     from mwrun.cli import drillstart
 
     sys.exit(drillstart.start(run, every, duration, worlds, sig, seed, warn=warn,
                               say=lambda text: click.echo(text, nl=False), scale=scale,
-                              delay=delay))
+                              delay=delay, head=head))
 
 
 @click.command()
@@ -155,7 +162,7 @@ def stop(run, no_wait, force):
     if runs.is_away(state):
         _end_away(run_id, state)
         return
-    require_live(run_id, state)
+    state = require_live(run_id, state)
     reply = runs.ask(run_id, state, {"verb": "stop", "force": force}, say=warn)
     if reply.get("already") and not force:
         left = reply.get("grace_left")

@@ -9,7 +9,7 @@ import warnings
 import click
 
 from mwrun import __version__
-from mwrun.cli import acting, housekeeping, inspecting, reading, scaling
+from mwrun.cli import acting, adopting, housekeeping, inspecting, internal, reading, scaling
 from mwrun.cli.common import SECONDS, run_arg, topology_arg, warn
 from mwrun.errors import MwrunError, RunError, TopologyError
 from mwrun.schema import FINAL
@@ -27,13 +27,16 @@ Examples:
   mwrun stacks --world world1
   mwrun logs worker-0 -f
   mwrun stop
+  mwrun adopt
+  mwrun restart-head
   mwrun report -o drill.png
   mwrun runs
   mwrun clean --dry-run
 
 Runs live under $MWRUN_HOME (default ~/.mwrun). Without RUN, status and logs
 mean the newest run, live or not; kill-world and stop the only live run (with
-two or more live, name one). A run whose head died without ending it is lost.
+two or more live, name one). A run whose head died without ending it is lost,
+unless its head_grace keeps it going until mwrun adopt takes it back.
 mwrun clean keeps the newest 20 finished runs unless told otherwise.
 """
 
@@ -71,7 +74,8 @@ def main():
     """
 
 
-for _command in (acting.kill_world, acting.drill, acting.stop, scaling.scale,
+for _command in (acting.kill_world, acting.drill, acting.stop, adopting.adopt,
+                 adopting.restart_head, internal.agent, internal.agent_door, scaling.scale,
                  scaling.drain, inspecting.stacks, reading.logs, reading.report,
                  housekeeping.runs_, housekeeping.clean):
     main.add_command(_command)
@@ -266,25 +270,3 @@ def status(run, as_json, watch):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
-
-
-@main.command(hidden=True)
-@click.option("--host", "host_name", help="The topology's name of this host.")
-@click.option("--control", required=True, help="Where this host's processes reach us.")
-@click.option("--connect", help="ADDR:PORT of the head (Slurm); else stdin/stdout (ssh).")
-@click.option("--silence", type=click.FloatRange(min=0.1), default=None,
-              help="Seconds without a frame before the head counts as gone.")
-@click.option("--zygote-log", help="Where its zygotes write (kept); else beside --control.")
-@click.option("--head-grace", type=click.FloatRange(min=0), default=0.0,
-              help="Seconds everything goes on once the head is gone (0: stop at once).")
-@click.option("--away-note", help="Where to write that the head is away (the run folder's).")
-def agent(host_name, control, connect, silence, zygote_log, head_grace, away_note):
-    """Internal: the head's hands on a host (its own machine's too), started by mwrun
-    launch, over ssh or srun on a remote one; it speaks frames on stdin/stdout (see
-    mwrun/host/frames.py)."""
-    from mwrun.host import agent as host_agent
-    from mwrun.host import frames
-
-    sys.exit(host_agent.main(host_name, control, connect,
-                             silence if silence is not None else frames.SILENCE, zygote_log,
-                             head_grace, away_note))

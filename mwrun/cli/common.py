@@ -35,12 +35,13 @@ def warn(text: str) -> None:
     click.echo(f"mwrun: {text}", err=True)
 
 
-def require_live(run_id: str, state: dict) -> None:
+def require_live(run_id: str, state: dict) -> dict:
+    """The run's state, once it has a head that runs it (one that is away is waited for
+    a while: runs.until_head); RunError saying why not."""
     from mwrun import runs
 
-    away = runs.away_error(run_id, state)
-    if away is not None:
-        raise away
+    state = runs.until_head(run_id, state, warn)
     if not runs.is_live(state):
         raise RunError(f"run {run_id} is not running (it is {state.get('state')});"
                        " see mwrun status " + run_id)
+    return state

@@ -7,7 +7,8 @@ faults to recover, then write the summary into the run's history and say it.
 With ``--scale``, its scale operations are asked through the ``scale`` request (op
 ids of the drill's own), never waited for: the loop goes on, following each with
 ``op`` requests until it ended, and faults pick their target when they are due, from
-the status document then (drillscale.py).
+the status document then (drillscale.py). With ``--head``, the head itself is killed
+now and then, and the drill waits for the new one (drillhead.py).
 
 Everything it measures of the faults it reads back from the run's history through
 mwrun.records, the same records ``mwrun report`` reads: the drill keeps no clock of
@@ -28,6 +29,7 @@ from mwrun import runs
 from mwrun.cli import drill as d
 from mwrun.cli import drillrisk, drillsave, drillview
 from mwrun.cli import drillscale as ds
+from mwrun.cli.drillhead import HeadKill, HeadKills
 from mwrun.cli.drillops import Operations
 from mwrun.cli.drillwatch import Display, Watch
 from mwrun.errors import RunError
@@ -53,12 +55,12 @@ SETTLE = 2.0  # seconds of beats after the last change, for the last counts to a
 
 
 class Drill:
-    def __init__(self, run_id: str, control: str, shots: Iterable[Shot | ds.Move],
+    def __init__(self, run_id: str, control: str, shots: Iterable[Shot | ds.Move | HeadKill],
                  settings: dict, *, say: Callable[[str], None], tty: bool, clock=time.time,
                  sleep=time.sleep, ask=runs.request, run_dir: Path | None = None,
                  recover_wait: float = RECOVER_WAIT, scales: list[ds.Scaling] | None = None,
                  op_prefix: str = "drill", hit: dict | None = None,
-                 warn: Callable[[str], None] | None = None):
+                 warn: Callable[[str], None] | None = None, heads: HeadKills | None = None):
         self.run_id = run_id
         self.control = control
         self.shots = shots  # drawn as the drill reaches them (d.schedule is lazy)
@@ -81,6 +83,7 @@ class Drill:
         self.changed_at = float("-inf")  # the last fault was sent or operation ended
         self.hit = hit or {}  # world -> the members it may hit (drillrisk: what it costs)
         self.warn = warn or (lambda text: say(f"mwrun: {text}\n"))
+        self.heads = heads  # --head: the head's kills (drillhead.py), else None
 
     def run(self) -> tuple[dict, int]:
         """The drill, start to end: its record and exit status."""
@@ -143,6 +146,9 @@ class Drill:
             self._wait_until(self.window.started + shot.at)
             if isinstance(shot, ds.Move):
                 self._move(shot)
+            elif isinstance(shot, HeadKill):
+                assert self.heads is not None, "drillstart gives head kills their HeadKills"
+                self.heads.kill(self._wait_until, self.display.show, self.window.ended)
             else:
                 self._fault(shot)
         self._wait_until(self.window.ended)
@@ -233,6 +239,8 @@ class Drill:
                              {**self.settings, "interrupted": interrupted},
                              ops=self.operations.records if self.scales else None,
                              watch=self.watch.ledger.result(), skipped_ops=self.operations.skipped)
+        if self.heads is not None:
+            record["head"] = self.heads.record()
         self.problem = drillsave.deliver(record, self.problem, self.ask, self.control, self.run_id,
                                self.run_dir, self.clock)
         for line in drillview.lines(record):

@@ -4,13 +4,15 @@ schedule drawn (drill.py), and the drill that fits run: faults and scale operati
 
 from __future__ import annotations
 
+import heapq
 import json
 import secrets
 import sys
+from collections.abc import Iterable
 
 from mwrun import runs
 from mwrun.cli import drill as d
-from mwrun.cli import drilling, drillslow
+from mwrun.cli import drillhead, drilling, drillslow
 from mwrun.cli import drillscale as ds
 from mwrun.errors import RunError, UsageError
 from mwrun.protocol import SLOW
@@ -20,7 +22,7 @@ from mwrun.schema import PLAN
 
 def start(run: str | None, every: str, duration: str, worlds: str | None, sig: str,
           seed: int | None, *, warn, say, scale: tuple[str, ...] = (),
-          delay: float | None = None) -> int:
+          delay: float | None = None, head: str | None = None) -> int:
     """The command line's drill: checked arguments, the schedule, the drill; its exit
     status. Every mistake (numbers, signal, world, --scale, --delay, no live run) is
     one UsageError."""
@@ -34,32 +36,42 @@ def start(run: str | None, every: str, duration: str, worlds: str | None, sig: s
         raise UsageError(f"--worlds names no world ({worlds!r}): give WORLD,... or leave it"
                          " out to drill every world")
     scales = ds.parse_scales(scale)
+    head_every = None if head is None else d.seconds("--head", head)
+    if head_every is not None and sig == SLOW:
+        raise UsageError("--head kills the head; --signal SLOW breaks nothing: give one")
     try:
         run_id, state = runs.find(run, warn=warn)
-        away = runs.away_error(run_id, state)
-        if away is not None:
-            raise away
+        state = runs.until_head(run_id, state, warn)
         if not runs.is_live(state):
             raise RunError(f"run {run_id} is not running (it is {state.get('state')})")
         doc = runs.ask(run_id, state, {"verb": "status"}, say=warn)["status"]
     except RunError as exc:
         raise UsageError(str(exc)) from None
     ds.check_scales(doc, scales)
+    if head_every is not None:
+        drillhead.check(run_id)
     try:
         hit = d.targets(doc, only)
     except UsageError:
         if not scales or any(w not in {x["name"] for x in doc["worlds"]} for w in only or []):
             raise
         hit = {}  # the membership changes: someone may be hit later; each fault looks
-    shots = d.schedule(seed, mean, length, hit, scales)
+    shots: Iterable[Shot | ds.Move | drillhead.HeadKill] = d.schedule(seed, mean, length,
+                                                                       hit, scales)
+    heads = None
+    if head_every is not None:  # one time line: the head's kills among the faults
+        shots = heapq.merge(shots, drillhead.schedule(seed, head_every, length),
+                            key=lambda shot: shot.at)  # (both lazy, both in time order)
+        heads = drillhead.HeadKills(run_id)
     if sig == SLOW and delay is not None:  # (delay_of gave it its default)
         return drillslow.SlowDrill((s for s in shots if isinstance(s, Shot)), delay,
                                    ask=drillslow.asker(run_id, state, warn), say=say).run()
-    settings = {"every": mean, "for": length, "signal": sig, "seed": seed, "targets": only}
+    settings = {"every": mean, "for": length, "signal": sig, "seed": seed, "targets": only,
+                **({"head_every": head_every} if head_every is not None else {})}
     _, code = drilling.Drill(run_id, state["control"], shots, settings, tty=sys.stdout.isatty(),
                     say=say, recover_wait=drilling.RECOVER_WAIT + _hang_wait(run_id, sig),
                     scales=scales, op_prefix=f"drill-{secrets.token_hex(3)}", hit=hit,
-                    warn=warn).run()
+                    warn=warn, heads=heads).run()
     return code
 
 

@@ -45,6 +45,11 @@ def lines(record: dict, brief: bool = False) -> list[str]:
                    " pace says as much of the load as of the faults)")
     if scale is not None:
         out += scale_lines(scale, brief)
+    heads = record.get("head")
+    if heads is not None and heads["kills"]:
+        out.append(f"  head: killed {heads['kills']} time(s); a new head had the run"
+                   f" {_secs(heads['back_median'])} after the kill (median), max"
+                   f" {_secs(heads['back_max'])}")
     outside = record.get("outside")
     if outside is not None:
         out.append(f"  outside the faulted worlds ({outside['worlds']} world(s) the drill did"

@@ -43,7 +43,7 @@ def stacks(args, world, as_json):
     if world is not None and names:
         raise UsageError("name either --world or processes, not both")
     run_id, state = runs.find(run, warn=warn)
-    require_live(run_id, state)
+    state = require_live(run_id, state)
     message: dict = {"verb": "stacks", "processes": names}
     if world is not None:
         message = {"verb": "stacks", "world": world}

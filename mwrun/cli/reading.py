@@ -31,7 +31,8 @@ def logs(process, run, follow):
     if process not in names:
         raise RunError(f"run {run_id} has no process {process!r}; it has: {', '.join(names)}")
     path = runs.run_path(run_id) / LOGS / log_name(process)
-    logview.show(path, follow, lambda: runs.is_live(runs.read_state(run_id) or {}),
+    # Followed while the run goes on, its head away included: a new head takes it back.
+    logview.show(path, follow, lambda: runs.goes_on(runs.read_state(run_id) or {}),
                  click.echo)
 
 

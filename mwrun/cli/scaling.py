@@ -96,7 +96,7 @@ def _split(args: tuple[str, ...], is_item) -> tuple[str | None, list[str]]:
 
 def _ask(run: str | None, message: dict, no_wait: bool) -> None:
     run_id, state = runs.find(run, warn=warn)
-    require_live(run_id, state)
+    state = require_live(run_id, state)
     path = state["control"]
     reply = runs.ask(run_id, state, {k: v for k, v in message.items() if v is not None},
                      check=False, say=warn)

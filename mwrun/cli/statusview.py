@@ -130,8 +130,13 @@ def render(doc: dict, live: bool, colour: bool = False, now: float | None = None
         remaining = max((away.get("grace_s") or 0) - (now - away["since"]), 0)
         head += (f"\n  head: {state(HeadState.AWAY.value)} for {seconds(now - away['since'])}"
                  f" ({away.get('why')}); its agents keep every process and world going,"
-                 f" as the head last saw them below; without a new head everything stops in"
-                 f" {seconds(remaining)} (head_grace)")
+                 f" as the head last saw them below; without a new head (mwrun adopt"
+                 f" {doc['run_id']}) everything stops in {seconds(remaining)} (head_grace)")
+    elif (doc.get("head") or {}).get("state") == HeadState.ADOPTING:
+        head += (f"\n  head: a new head (pid {doc.get('supervisor_pid')}, epoch"
+                 f" {doc['head'].get('epoch')}) is taking the run back"
+                 f" ({seconds(now - doc['head']['since'])} so far); below, the last head's"
+                 " last word")
     elif not live and doc["state"] not in FINAL:
         head += "\n  the supervisor has gone without finishing; this is its last word"
     rows = []

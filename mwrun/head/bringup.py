@@ -18,11 +18,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from mwrun import runs
-from mwrun.errors import RunError, TopologyError
+from mwrun.errors import RunError, StaleHead, TopologyError
+from mwrun.head import epochs
 from mwrun.head.hosts import remote, slurm
 from mwrun.head.hosts.stores import StoreKeeper
 from mwrun.head.observe import rundir
@@ -30,8 +32,10 @@ from mwrun.head.observe.console import Printer, RotatedOutput
 from mwrun.host.frames import Kind
 from mwrun.plan import environment, inventory, placement, ports, stored, topology
 from mwrun.schema import (
+    AGENTS,
     FINAL,
     HEAD_AWAY,
+    KEEPER_DOOR,
     KEEPER_LOG,
     KEEPER_SOCK,
     PLAN,
@@ -103,8 +107,9 @@ def _reach(topo, mapping, run_id: str, progress) -> tuple[dict, object]:
     """Every remote host's agent, up and checked: (links, how a lost host is reached
     again: ``agents.Reach``, the srun steps under Slurm, ssh otherwise)."""
     if mapping is not None:
-        links, srun = slurm.connect(topo, mapping, run_id, progress)
-        return links, slurm.Steps(srun, topo, mapping, run_id)
+        jobid = slurm.job_id()
+        links, srun = slurm.connect(topo, mapping, run_id, progress, jobid=jobid)
+        return links, slurm.Steps([srun], topo, mapping, run_id, jobid)
     ssh_links = remote.links_for(topo, run_id)
     if ssh_links:
         remote.connect_all(list(ssh_links.values()), progress=progress)
@@ -238,18 +243,28 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         # bring-up's longest step; the head's own start runs beside them).
         inv = inventory.inventory(topo)
         here = [n for n in topo.hosts if inv[n].local and n not in links]
+        # This head's epoch (1), and the secret a new head proves itself with: the
+        # remote hosts' agents are told it over their link once the loop runs
+        # (Agents.reached), the head's machine's have it in their environment.
+        epoch, secret = epochs.take(run_dir, why="launch"), epochs.make_secret(run_dir)
+        sshed = {n: link for n, link in links.items() if topo.hosts[n].ssh}
         local = remote.local_links(here, run_id, str(run_dir / ZYGOTE_LOG), topo.head_grace,
-                                   str(run_dir / HEAD_AWAY))
+                                   str(run_dir / HEAD_AWAY), secret, epoch,
+                                   topo.head_restart and len(sshed) == len(links))
         if local:
             remote.connect_all(list(local.values()), progress=_progress(stream))
             links, reach = {**links, **local}, reach or remote.SshReach()
             agents = (links, reach)
+        # Where a new head finds each agent again.
+        rundir.write_json(run_dir / AGENTS, {name: rundir.agent_entry(link.hello)
+                                             for name, link in links.items()
+                                             if link.hello is not None})
         torch_zygote = _prepare_first(plan, run_id, local)
         # The worlds' stores, in their keeper: its agent forks it from a zygote that
         # imports torch (the loop asks it first), else starts it cold.
         stores = StoreKeeper(plan, listeners, run_dir / KEEPER_LOG,
                              runs.socket_path(run_id, KEEPER_SOCK), torch_zygote,
-                             topo.head_grace)
+                             topo.head_grace, runs.socket_path(run_id, KEEPER_DOOR))
         from mwrun.head.loop import Loop
     except BaseException as exc:
         for sock in listeners.values():
@@ -265,8 +280,10 @@ def _supervise(path: str, topo, plan, listeners: dict, agents, run_id: str, grac
         loop = Loop(plan, run_id, run_dir, stores, printer, grace,
                     str(rundir.control_path(run_id)), topo, inv, links, reach, topo_hosts,
                     launched)
-        code = loop.run()
-        _summary(printer, loop.supervisor, loop.tally, loop.run_id, loop.started_at)
+        code = handed_over(loop.run, printer, run_id)
+        if code is None:
+            return 0
+        summary(printer, loop.supervisor, loop.tally, loop.run_id, loop.started_at)
     except BaseException as exc:
         _never_started(run_dir, exc)
         raise
@@ -314,7 +331,19 @@ def _more_descriptors() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
 
 
-def _summary(printer: Printer, sup: Supervisor, tally: Tally, run_id: str,
+def handed_over(run: Callable[[], int], printer: Printer, run_id: str) -> int | None:
+    """The loop ``run`` to its end: its exit status; None when it handed the run over
+    to a new head (mwrun restart-head), which this head says, for its terminal."""
+    try:
+        return run()
+    except StaleHead as exc:
+        if not exc.handed:
+            raise
+        printer.event(f"{exc}; mwrun status {run_id} --watch follows it")
+        return None
+
+
+def summary(printer: Printer, sup: Supervisor, tally: Tally, run_id: str,
              started_at: float) -> None:
     """The finish line. Its restarts and world breaks are the run's, counted over its
     history records as ``report`` counts them (records.Tally): what the job holds at

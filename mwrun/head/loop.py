@@ -24,7 +24,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from mwrun.errors import RunError
+from mwrun.errors import RunError, StaleHead
+from mwrun.head import epochs
+from mwrun.head.decide import adoption
 from mwrun.head.decide.deadlines import Timer, Timers, next_on_grid
 from mwrun.head.decide.events import Event, Events, Gone, Said, Stopping, WorldRemoved, lines
 from mwrun.head.decide.plain import PlainGroups
@@ -33,7 +35,7 @@ from mwrun.head.hosts.agents import Agents
 from mwrun.head.hosts.downlink import Downlink
 from mwrun.head.hosts.router import Router
 from mwrun.head.hosts.stores import StoreKeeper
-from mwrun.head.observe import document
+from mwrun.head.observe import document, rundir
 from mwrun.head.observe.console import Printer
 from mwrun.head.observe.downtimes import Downtimes
 from mwrun.head.observe.faults import Faults
@@ -57,7 +59,7 @@ from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import Plan
 from mwrun.plan.topology import Topology
 from mwrun.records import Tally
-from mwrun.schema import OPS, STATE, TOPOLOGY, Start
+from mwrun.schema import HEAD_AWAY, OPS, STATE, TOPOLOGY, Start
 
 if TYPE_CHECKING:
     from mwrun.head.serve.scrapes import Scrapes
@@ -196,6 +198,50 @@ class Heard:
         self._events().emit(Said(text))
 
 
+class Ends:
+    """How the loop ends: leaving nothing behind (``finish``), or, once a newer head
+    has the run, touching nothing of it (``stale``)."""
+
+    def __init__(self, postmortems: Postmortems, scrapes: Scrapes | None, agents: Agents,
+                 supervisor: Supervisor, writer: document.Writer, history: History,
+                 stores: StoreKeeper, selector: selectors.BaseSelector, control_path: str):
+        self.postmortems, self.scrapes, self.agents = postmortems, scrapes, agents
+        self.supervisor, self.writer, self.history = supervisor, writer, history
+        self.stores, self.selector, self.control_path = stores, selector, control_path
+
+    def finish(self, listener, wakeups: Wakeups) -> None:
+        """Leave nothing behind, and never wait without limit: every host's agent is
+        told to stop and SIGKILLs what it still runs (each waited for a few seconds at
+        most: remote.CLOSE_WAIT; a process stuck in the kernel dies when it can)."""
+        self.postmortems.close()
+        if self.scrapes is not None:
+            self.scrapes.close()
+        codes = self.agents.close()
+        for name, code in codes.items():
+            self.supervisor.on_exit(name, code)  # only after an exception in the loop
+        self.writer.save(force=True)  # the final state, never held back
+        self.history.close()
+        listener.close()
+        wakeups.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.control_path)
+        self.selector.close()
+        self.stores.close()
+
+    def stale(self, listener, wakeups: Wakeups) -> None:
+        """A newer head has the run: nothing is told, stopped or written (the agents,
+        the keeper, state.json and the control socket's path are the new head's now);
+        only this process's own descriptors and threads end."""
+        self.postmortems.close()
+        if self.scrapes is not None:
+            self.scrapes.close()
+        self.history.close()
+        listener.close()
+        wakeups.close()
+        self.selector.close()
+        self.stores.abandon()
+
+
 class Loop:
     # Reached by a lambda before they are built: each in a cycle (said where), the rest in order.
     dispatcher: Dispatcher
@@ -209,8 +255,14 @@ class Loop:
                  grace: float,
                  control_path: str, topology: Topology, inventory: dict[str, HostInventory],
                  links: dict, reach, hosts: list | None = None,
-                 started_at: float | None = None):
+                 started_at: float | None = None,
+                 taken: adoption.Taken | None = None, epoch: int = 1):
         self.run_id = run_id
+        # A new head's (mwrun adopt): the plan as revised (``plan``), the job as found
+        self.taken = taken
+        found = None if taken is None else taken.found  # the starts its agents run now
+        self.run_dir = run_dir
+        self.fence = epochs.Fence(run_dir, epoch)  # still the run's head? (every wakeup)
         self.stores = stores
         self.printer = printer
         self.control_path = control_path
@@ -227,18 +279,23 @@ class Loop:
         self.traffic = Traffic()
         self.downtimes = Downtimes()  # each world's faults, for the metrics
         # What the job should be made of: the plan as launched, then each revision.
-        membership = self.membership = Membership(topology, plan, inventory, sys.executable,
-                                                  stores.choose_port)
+        membership = self.membership = Membership(
+            topology, plan, inventory, sys.executable, stores.choose_port,
+            None if taken is None else taken.revised.replicas, 0 if taken is None else
+            taken.revised.number)
         # Every host's hands, this machine's included: its agents (they relay to the
         # verbs, capture for the bundles, and one starts the stores' keeper).
         self.agents = agents = Agents(
             links, heard, reach, lambda n: membership.plan.processes[n].host, self.selector,
             lambda request: self.dispatcher.relayed(request),
-            lambda *told: self.postmortems.outside_told(*told), stores.kept)
+            lambda *told: self.postmortems.outside_told(*told), stores.kept,
+            epochs.told(run_dir, epoch), lambda host, hello: rundir.note_agent(
+                run_dir, host, hello), (plan.store_host, str(run_dir / HEAD_AWAY)))
         self.downlink = Downlink(self.clients.push, agents.tell)
         self.stacks = Stacks(self.downlink.tell, time.monotonic)  # mwrun stacks: the asks
         self.progress = Progress(list(plan.processes), list(plan.worlds), self.say,
-                                 self.started_at)
+                                 self.started_at if found is None else time.time(),
+                                 None if found is None else set(found))
         self.router = router = Router(lambda: membership.plan, agents, stores,
                                       self.downlink, run_id)
         # The listeners hear the supervisor, and read it. The fault timeline (hears each
@@ -266,7 +323,8 @@ class Loop:
                                                   self.postmortems.wait, self.timers)
         self.elastic = Elastic(membership, supervisor, self.ops, router.host_up, run_dir)
         self.status = document.Status(
-            document.Facts(run_id, self.started_at, str(run_dir / TOPOLOGY), control_path),
+            document.Facts(run_id, self.started_at, str(run_dir / TOPOLOGY), control_path,
+                           epoch, None if found is None else time.time()),
             supervisor, membership, self.usage, self.traffic,
             self.faults, self.ops, self.postmortems, self.elastic, agents,
             hosts or [])  # the document's host entries (name, addr)
@@ -316,31 +374,54 @@ class Loop:
                      " backlog full keep trying, so they are supervised a little later")
         self.selector.register(listener, selectors.EVENT_READ, (self.clients.accept, listener))
         wakeups = Wakeups(self.selector, self.supervisor.request_stop)
+        ends = Ends(self.postmortems, self.scrapes, self.agents, self.supervisor, self.writer,
+                    self.history, self.stores, self.selector, self.control_path)
         if self.scrapes is not None and self.plan.metrics is not None:
             self.scrapes.start(self.plan.metrics)  # before any process starts
-        self.agents.attach()
+        if self.taken is None:
+            self.agents.attach()
         wakeups.install()
         try:
             for name in self.plan.processes:  # every zygote at once: imports side by side
                 self.router.prepare(name)
-            # The keeper: its agent's zygote's first fork, if it is warm.
-            self.stores.start(lambda **asked: self.agents.keeper(self.plan.store_host, asked))
-            self.supervisor.start()
+            if self.taken is None:
+                # The keeper: its agent's zygote's first fork, if it is warm.
+                self.stores.start(lambda **asked: self.agents.keeper(self.plan.store_host,
+                                                                     asked))
+                self.supervisor.start()
+            else:  # adopted: what runs is taken as it is, then what its agents kept heard
+                for name, seen in self.taken.found.items():
+                    if name in self.plan.processes or name in self.taken.retiring:
+                        self.router.adopt(name, seen.pid, seen.warm, seen.host)
+                self.supervisor.start(self.taken)
+                self.agents.attach()
             self.stores.serve(wakeups.wake)
             self.writer.save()
             while not self.supervisor.finished:
                 self._step()
-        finally:
+        except StaleHead as exc:
             wakeups.restore()
-            self._finish(listener, wakeups)
+            if exc.handed:  # links and the keeper's stay open until the new head has them
+                epochs.await_successor(self.run_dir, self.fence.epoch)
+            ends.stale(listener, wakeups)
+            raise
+        except BaseException:
+            wakeups.restore()
+            ends.finish(listener, wakeups)
+            raise
+        wakeups.restore()
+        ends.finish(listener, wakeups)
         return self.supervisor.exit_code
 
     def _step(self) -> None:
+        self.fence.check()
         due = self.timers.earliest()  # never None: TICK is always set
         wait = 0.0 if self.clients.backlog or due is None else max(due - time.monotonic(), 0.0)
         if self.agents.unsent():  # a link's pipe was full: the rest goes when it drains
             wait = min(wait, UNSENT_LOOK)
-        for key, _ in self.selector.select(wait):
+        ready = self.selector.select(wait)
+        self.fence.check()  # a head stopped while another adopted its run wakes here
+        for key, _ in ready:
             callback, arg = key.data
             callback(arg)  # each link's read is bounded (remote.READ_SLICE)
         self.clients.serve_backlog()
@@ -354,22 +435,3 @@ class Loop:
         self.timers.fire(time.monotonic())
         self.writer.save()
         self.rounds.behind()
-
-    def _finish(self, listener, wakeups: Wakeups) -> None:
-        """Leave nothing behind, and never wait without limit: every host's agent is
-        told to stop and SIGKILLs what it still runs (each waited for a few seconds at
-        most: remote.CLOSE_WAIT; a process stuck in the kernel dies when it can)."""
-        self.postmortems.close()
-        if self.scrapes is not None:
-            self.scrapes.close()
-        codes = self.agents.close()
-        for name, code in codes.items():
-            self.supervisor.on_exit(name, code)  # only after an exception in the loop
-        self.writer.save(force=True)  # the final state, never held back
-        self.history.close()
-        listener.close()
-        wakeups.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.control_path)
-        self.selector.close()
-        self.stores.close()

@@ -4,7 +4,7 @@ With ``head_grace`` (topology, seconds) an agent whose head went away (its link 
 or silent past ``frames.SILENCE``) keeps this host's processes running and its relay
 serving for that long, and keeps what it would have told the head: the frames that
 matter whatever their number (starts, exits, what an agent says) always, output
-lines and the libraries' messages up to ``KEEP`` bytes, the rest counted. No head
+lines up to ``KEEP`` bytes, the rest counted; heartbeats never. No head
 by then: everything is stopped as it always was. Without a grace (0) the agent stops
 everything at once, as before a head could come back.
 
@@ -21,9 +21,12 @@ import os
 from collections.abc import Callable
 
 from mwrun.host.frames import Kind
+from mwrun.host.headrestart import HeadRestart
 
 KEEP = 4 * 2**20  # bytes of output lines and library messages kept for a new head
-ALWAYS = frozenset({Kind.SPAWNED, Kind.FAILED, Kind.EXITED, Kind.SAY})  # few, and vital
+# Few, and vital: a start, an exit, what an agent says, and what a library tells of its
+# worlds (an adopting head hears each library's state at the head's death, then these).
+ALWAYS = frozenset({Kind.SPAWNED, Kind.FAILED, Kind.EXITED, Kind.SAY, Kind.CONTROL})
 
 
 class Absence:
@@ -31,12 +34,20 @@ class Absence:
     what was kept for it meanwhile."""
 
     def __init__(self, grace: float, note: str | None, clock: Callable[[], float],
-                 wall: Callable[[], float]):
+                 wall: Callable[[], float], restart: HeadRestart | None = None):
+        """``restart``: the head's machine's agent starts a new head meanwhile
+        (head_restart: host/headrestart.py)."""
         self.grace, self.note, self.clock, self.wall = grace, note, clock, wall
+        self.restart = restart
         self.since: float | None = None  # on the agent's clock
         self.since_wall: float | None = None
         self.why = ""
         self.dropped = 0  # frames not kept (over KEEP)
+
+    def noted(self, note: str) -> None:
+        """Where to write the absence, told late (an agent srun started: host/asks.py)."""
+        if self.note is None:
+            self.note = note
 
     @property
     def away(self) -> bool:
@@ -48,18 +59,44 @@ class Absence:
             return self.away
         self.since, self.since_wall, self.why = self.clock(), self.wall(), why
         self._write(stopped=None)
+        if self.restart is not None:
+            self.restart.lost(self.since)
         return True
+
+    def back(self) -> None:
+        """A new head adopted the job (host/door.py): no absence any more, and no note."""
+        if self.away and self.note is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.note)
+        self.since = self.since_wall = None
+        self.why = ""
+        if self.restart is not None:
+            self.restart.adopted(self.clock())
+
+    def tick(self, now: float) -> None:
+        """A new head started, if one is due (head_restart)."""
+        if self.restart is not None:
+            self.restart.tick(now, self.away)
 
     def over(self, now: float) -> bool:
         """Whether the grace has run out (the agent then stops everything)."""
         return self.since is not None and now - self.since >= self.grace
 
     def due(self) -> float | None:
-        """When the grace runs out, on the agent's clock (None: the head is here)."""
-        return None if self.since is None else self.since + self.grace
+        """When the grace runs out, or a new head is due to start if sooner, on the
+        agent's clock (None: the head is here)."""
+        if self.since is None:
+            return None
+        due = self.since + self.grace
+        if self.restart is not None and self.restart.due_at is not None:
+            due = min(due, self.restart.due_at)
+        return due
 
-    def keep(self, kind: str, queued: int) -> bool:
-        """Whether a frame of ``kind`` joins the ``queued`` bytes kept for a new head."""
+    def keep(self, kind: str, queued: int, beats: bool = False) -> bool:
+        """Whether a frame of ``kind`` joins the ``queued`` bytes kept for a new head;
+        never heartbeats (``beats``): a new head wants none from before it came."""
+        if beats:
+            return False
         if kind in ALWAYS or queued < KEEP:
             return True
         self.dropped += 1

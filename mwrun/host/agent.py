@@ -32,12 +32,16 @@ from mwrun import __version__, machine
 from mwrun.host import breaks, frames
 from mwrun.host.absence import Absence
 from mwrun.host.asks import Asks
+from mwrun.host.door import Door, door_path
 from mwrun.host.frames import Kind
 from mwrun.host.hands import Hands
+from mwrun.host.headlink import HeadLink
+from mwrun.host.headrestart import HeadRestart
+from mwrun.host.recall import Recall
 from mwrun.host.relay import Relay
 from mwrun.host.spy import Spies
+from mwrun.launchspec import LaunchSpec
 
-READ_SLICE = 65536  # bytes read from the head's link per turn
 SHUTDOWN_WAIT = 2.0  # for the last exits and output once everything was SIGKILLed
 OUTBOX_CAP = 4 * 2**20  # queued for the head past this: stop reading children's output
 TURN = 1.0  # the longest the loop sleeps: a SIGTERM and orphans are seen within it
@@ -46,26 +50,27 @@ TURN = 1.0  # the longest the loop sleeps: a SIGTERM and orphans are seen within
 class Agent:
     """The agent's link to the head and its loop: frames in (each request done by its
     ``Asks``), what the hands tell back to the head, beats and silence either way; the
-    libraries' messages go through its ``Relay``."""
+    libraries' messages go through its ``Relay``. With the run's ``secret`` a new head
+    can take the link over at its door (host/door.py), told what runs here (``Recall``)."""
 
     def __init__(self, link_in: int, link_out: int, control_path: str, *,
                  silence: float = frames.SILENCE, clock=time.monotonic, wall=time.time,
                  zygote_log: str | None = None, grace: float = 0.0,
-                 away_note: str | None = None, on_away=lambda: None):
-        self.link_in = link_in
-        self.link_out = link_out
+                 away_note: str | None = None, on_away=lambda: None,
+                 secret: str = "", epoch: int = 1, restart: HeadRestart | None = None):
         self.control_path = control_path
-        self.silence = silence
         self.clock = clock
         self.wall = wall  # this host's wall clock: the times told to the head (frames.py)
-        self.decoder = frames.Decoder()
-        self.outbox = frames.Outbox()
         self.selector = selectors.DefaultSelector()
-        self.heard: float | None = None  # silence counts from the head's first frame
+        self.link = HeadLink(link_in, link_out, self.selector, self._from_head, silence,
+                             clock)
         self.beat_due = 0.0
         self.done = False
         self.stopping = False  # the job is stopping (the head said): no start waits on
-        self.absence = Absence(grace, away_note, clock, wall)  # the head gone, for a while
+        self.host = ""  # as its hello says
+        self.placed: dict[str, str] = {}  # under Slurm: its node and job (hello)
+        self.said: list[dict] = []  # the libraries' state when the head went (recall.py)
+        self.absence = Absence(grace, away_note, clock, wall, restart)  # the head gone, a while
         self.on_away = on_away  # once the head went and the job goes on (main: _quiet)
         # The zygotes' log: the run folder's on the head's machine (kept), else beside
         # the socket (removed with it).
@@ -77,17 +82,24 @@ class Agent:
         self.spies = Spies(self.selector, clock, lambda key, pid, result: self.send(
             Kind.CAPTURED, key=key, pid=pid, result=result))  # read for the head's bundles
         self.breaks = breaks.on(self.hands, self.zygote_log)  # headless, exits break here
+        self.recall = Recall()  # what a new head is told runs here
+        # Where a new head takes over (mwrun adopt, restart-head), proving the secret.
+        self.door = Door(door_path(control_path), secret, self.selector, self._adopted,
+                         epoch)
         self.asks = Asks(self.hands, self.spies, self.relay, self, wall, self._stop,
-                         lambda: setattr(self, "stopping", True), self.breaks)
+                         lambda: setattr(self, "stopping", True), self.breaks, self.door,
+                         self.absence.noted)
 
     # -- the link ---------------------------------------------------------------------
 
     def send(self, kind: str, **fields) -> None:
         if kind == Kind.CONTROL and "request" in fields:  # (heartbeats go as "requests")
             self.breaks.heard(fields["request"])  # a generation a member joined
-        if self.absence.away and not self.absence.keep(kind, self.outbox.size):
+            self.recall.heard(fields["request"])
+        if self.absence.away and not self.absence.keep(kind, self.link.size,
+                                                      "requests" in fields):
             return  # kept for a new head up to a bound, the rest counted
-        self.outbox.put({"kind": kind, **fields})
+        self.link.put({"kind": kind, **fields})
         self.beat_due = self.clock() + frames.BEAT  # any frame tells the head we live
 
     def away(self) -> str | None:
@@ -99,33 +111,44 @@ class Agent:
         if not self.absence.begin(why):
             self.done = True
             return
-        with contextlib.suppress(KeyError, ValueError):
-            self.selector.unregister(self.link_in)  # a closed link would read "" forever
-        self.heard = None
+        self.link.unwatch()
+        self.said = self.recall.replay()  # the libraries' state now: the rest is kept
         self.on_away()
+
+    def _adopted(self, sock: socket.socket, epoch: int) -> None:
+        """A head of a newer epoch took the job (host/door.py): its link replaces the
+        old one (a stale head reads its end), and it hears first what runs here and
+        what each library said, then what was kept for it."""
+        hello = hello_frame(self.host, self.control_path, **self.placed, adopted={
+            "epoch": epoch, "processes": self.recall.report(), "dropped": self.absence.dropped})
+        # What each library had said when the head went; what it said since is kept
+        # (absence.ALWAYS), in order, behind. Taken from a head that lives: all of it.
+        said = [{"kind": Kind.CONTROL, "request": r}
+                for r in (self.said if self.absence.away else self.recall.replay())]
+        self.recall.told()
+        self.absence.back()
+        self.link.replace(sock.detach(), [hello, *said])
+        self.beat_due = self.clock() + frames.BEAT
 
     def _stop(self) -> None:
         self.done = True  # the head's stop: everything is ended on the way out
 
-    def hello(self, host: str) -> None:
-        self.send(Kind.HELLO, protocol=frames.PROTOCOL, version=__version__, host=host,
-                  pid=os.getpid(), control=self.control_path, inventory=machine.facts())
+    def hello(self, host: str, **more) -> None:
+        self.host = host
+        # Where Slurm runs us: said again to a head that adopts the run, which notes it
+        # for the head after it (the run folder's AGENTS).
+        self.placed = {k: more[k] for k in ("node", "jobid") if more.get(k)}
+        frame = hello_frame(host, self.control_path, **more)
+        self.send(frame.pop("kind"), **frame)
 
     def _from_head(self, _) -> None:
         try:
-            data = os.read(self.link_in, READ_SLICE)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._lost("its link closed")  # its ssh session or socket closed: it died
-            return
-        self.heard = self.clock()
-        try:
-            messages = self.decoder.feed(data)
+            messages = self.link.read()
         except frames.FrameError:
             self._lost("its link sent what is not a frame")
+            return
+        if messages is None:
+            self._lost("its link closed")  # its ssh session or socket closed: it died
             return
         for message in messages:
             handler = self.asks.handler(message["kind"])
@@ -134,16 +157,23 @@ class Agent:
 
     # -- what the hands tell (host.hands.Owner): over the link ----------------------------
 
+    def starting(self, spec: LaunchSpec) -> None:
+        self.recall.started(spec)
+
     def spawned(self, name: str, pid: int, warm: bool) -> None:
-        self.send(Kind.SPAWNED, name=name, pid=pid, warm=warm, t=self.wall())
+        at = self.wall()
+        self.recall.spawned(name, pid, warm, at)
+        self.send(Kind.SPAWNED, name=name, pid=pid, warm=warm, t=at)
 
     def failed(self, name: str, error: str) -> None:
+        self.recall.ended(name)
         self.send(Kind.FAILED, name=name, error=error)
 
     def lines(self, name: str, lines: list[str]) -> None:
         self.send(Kind.LINES, name=name, lines=lines)
 
     def exited(self, name: str, code: int) -> None:
+        self.recall.ended(name)
         if self.absence.away and not self.done:  # nobody else would break its worlds
             self.breaks.exited(name, code)  # (an end of the agent's own breaks nothing)
         self.send(Kind.EXITED, name=name, code=code, t=self.wall())
@@ -154,31 +184,34 @@ class Agent:
     # -- the loop -----------------------------------------------------------------------
 
     def run(self) -> int:
-        os.set_blocking(self.link_in, False)
-        os.set_blocking(self.link_out, False)
-        self.selector.register(self.link_in, selectors.EVENT_READ, (self._from_head, None))
+        self.link.watch()
         self.relay.listen()
+        self.door.listen()
         paused = False
         try:
             while not self.done:
                 now = self.clock()
-                if self.heard is not None and now - self.heard > self.silence \
-                        and not frames.unread(self.link_in):  # not this agent's own stall
-                    self._lost(f"{self.silence:g}s of silence")  # take it for gone
+                if self.link.silent(now):
+                    self._lost(f"{self.link.silence:g}s of silence")  # take it for gone
                     continue
                 if self.absence.over(now):
                     break  # no head came back: everything ends (_shutdown)
+                self.absence.tick(now)  # a new head started, when one is due
                 self.relay.release(now)  # the heartbeats held, once due
                 if now >= self.beat_due and not self.absence.away:
                     self.send(Kind.BEAT)
                 self.hands.tick()  # forked children are ours, so are their orphans
                 self.spies.tick()
                 self.relay.serve()  # what a library sent beyond one turn's share
-                if self.outbox.size and not self.absence.away:
-                    self.outbox.flush(self._write)
+                if self.link.size and not self.absence.away:
+                    self.link.flush()
+                    if self.link.broken:
+                        self._lost("its link closed")
+                    elif not self.link.size:
+                        self.recall.told()  # the head has every exit
                 # Headless, nothing is written: what is over the bound is dropped, never
                 # a child's output stalled (a job that serves goes on as it was).
-                if (self.outbox.size > OUTBOX_CAP and not self.absence.away) != paused:
+                if (self.link.size > OUTBOX_CAP and not self.absence.away) != paused:
                     paused = not paused
                     self.hands.pause_output(paused)
                 self._wait(now)
@@ -187,43 +220,21 @@ class Agent:
         return 0
 
     def _wait(self, now: float) -> None:
-        # Wake when the link can take more, while there is more to send (over TCP the
-        # link is one descriptor both ways).
-        events = selectors.EVENT_WRITE if self.outbox.size and not self.absence.away else 0
-        if self.absence.away:
-            pass  # the link is not watched any more
-        elif self.link_out == self.link_in:
-            self.selector.modify(self.link_in, selectors.EVENT_READ | events,
-                                 (self._from_head, None))
-        elif events:
-            self.selector.register(self.link_out, events, (lambda _: None, None))
-        ends = self.absence.due()
-        if ends is not None:  # headless: no beat is due, only the grace's end
-            due = ends
-        else:
-            due = self.beat_due if self.heard is None else min(self.beat_due,
-                                                               self.heard + self.silence)
-        for other in (self.relay.held_until, self.spies.earliest()):
-            if other is not None:
-                due = min(due, other)
+        writing = not self.absence.away and self.link.want_writes(bool(self.link.size))
+        due = next_due(self.absence.due(), self.beat_due, self.link.silent_at(),
+                       (self.relay.held_until, self.spies.earliest()))
         if self.relay.backlog:
             due = now  # a library's lines wait to be served: look, do not sleep
         for key, _ in self.selector.select(max(0.0, min(due - now, TURN))):
             callback, arg = key.data
             callback(arg)
-        if events and self.link_out != self.link_in:
-            self.selector.unregister(self.link_out)
-
-    def _write(self, data: bytes) -> int:
-        try:
-            return os.write(self.link_out, data)
-        except BrokenPipeError:
-            self._lost("its link closed")
-            return len(data)
+        if writing:
+            self.link.done_writing()
 
     def _shutdown(self) -> None:
         self.done = True  # (the grace over, too): what ends now is the agent's doing
         self.absence.end(self.clock())  # while the head is away: the run folder's note
+        self.door.close()
         self.breaks.end()
         self.spies.close()
         self.hands.pause_output(False)  # the last words are read, whatever the link's pace
@@ -233,17 +244,33 @@ class Agent:
         if self.absence.away:
             self.asks.end_keeper()  # no head to close it: the stores go with the job
         _leave(self.control_path, None if self.keep_log else self.zygote_log)
-        if self.absence.away:
-            return  # nobody reads the link any more
-        # Whatever the head may still read (final lines, exits) goes out if it can.
-        os.set_blocking(self.link_out, True)
-        with contextlib.suppress(OSError):
-            self.outbox.flush(self._write)
+        if not self.absence.away:  # else nobody reads the link any more
+            self.link.last_words()
+
+
+def hello_frame(host: str, control_path: str, **more) -> dict:
+    """An agent's hello: who it is and what its host has (frames.py)."""
+    return {"kind": Kind.HELLO, "protocol": frames.PROTOCOL, "version": __version__,
+            "host": host, "pid": os.getpid(), "control": control_path,
+            "inventory": machine.facts(), **more}
+
+
+def next_due(grace_ends: float | None, beat_due: float, silent_at: float | None,
+             others: tuple[float | None, ...]) -> float:
+    """When the agent's loop must look next: headless, only the grace's end (no beat is
+    due); else its next beat, or the head's silence running out; and whatever else
+    (held heartbeats, a capture) is due sooner."""
+    if grace_ends is not None:
+        due = grace_ends
+    else:
+        due = beat_due if silent_at is None else min(beat_due, silent_at)
+    return min([due, *(other for other in others if other is not None)])
 
 
 def main(host: str | None, control_path: str, connect: str | None = None,
          silence: float = frames.SILENCE, zygote_log: str | None = None,
-         grace: float = 0.0, away_note: str | None = None) -> int:
+         grace: float = 0.0, away_note: str | None = None, head_restart: bool = False
+         ) -> int:
     """Serve the link: stdin/stdout (ssh), or a TCP connection to the head (Slurm),
     proven with the run's secret. Our own stray output must never reach the link, so
     stdout becomes stderr for everything but the frames."""
@@ -260,13 +287,19 @@ def main(host: str | None, control_path: str, connect: str | None = None,
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     control_path = own_path(control_path.replace("{node}", node))
     sweep(os.path.dirname(os.path.dirname(control_path)))
+    # The run's secret, and the epoch of the head that started us: never handed to a
+    # child, never in an argv.
+    secret = os.environ.pop("MWRUN_AGENT_SECRET", "")
+    epoch = int(os.environ.pop("MWRUN_HEAD_EPOCH", "1") or 1)
     if connect is None:
+        restart = HeadRestart(os.path.dirname(away_note)) \
+            if head_restart and away_note and secret and grace > 0 else None
         agent = Agent(0, link_out, control_path, silence=silence, zygote_log=zygote_log,
-                      grace=grace, away_note=away_note, on_away=_quiet)
+                      grace=grace, away_note=away_note, on_away=_quiet, secret=secret,
+                      epoch=epoch, restart=restart)
         _end_on_sigterm(agent)
         agent.hello(host or node)
         return agent.run()
-    secret = os.environ.pop("MWRUN_AGENT_SECRET", "")  # never handed to a child
     addr, _, port = connect.rpartition(":")
     sock = socket.create_connection((addr.strip("[]"), int(port)), timeout=30)
     challenge = _first_frame(sock)
@@ -274,9 +307,8 @@ def main(host: str | None, control_path: str, connect: str | None = None,
     fd = sock.detach()
     agent = Agent(fd, fd, control_path, silence=silence, grace=grace, on_away=_quiet)
     _end_on_sigterm(agent)
-    agent.send(Kind.HELLO, protocol=frames.PROTOCOL, version=__version__, host=host or node,
-               node=node, pid=os.getpid(), control=control_path, inventory=machine.facts(),
-               proof=frames.proof(secret, challenge.get("nonce", "")))
+    agent.hello(host or node, node=node, jobid=os.environ.get("SLURM_JOB_ID"),
+                proof=frames.proof(secret, challenge.get("nonce", "")))
     return agent.run()
 
 
@@ -300,7 +332,8 @@ def _end_on_sigterm(agent: Agent) -> None:
     signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "done", True))
 
 
-_OWN = re.compile(r"^control-[0-9]+(\.sock|-zygote\.log)$")  # an agent's files (own_path)
+# An agent's files (own_path, door.door_path).
+_OWN = re.compile(r"^control-[0-9]+(\.sock|-door\.sock|-zygote\.log)$")
 SWEEP_AGE = 60.0  # a younger folder may be an agent's that is starting: never touched
 
 

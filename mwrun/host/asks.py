@@ -15,6 +15,7 @@ from typing import Protocol
 from mwrun.errors import StartError
 from mwrun.host import helpers
 from mwrun.host.breaks import Breaks
+from mwrun.host.door import Door
 from mwrun.host.frames import Kind
 from mwrun.host.hands import Hands
 from mwrun.host.relay import Relay
@@ -28,6 +29,7 @@ class Link(Protocol):
     """The agent's link to the head, as the answers go on it."""
 
     def send(self, kind: str, **fields) -> None: ...
+    def starting(self, spec: LaunchSpec) -> None: ...
     def spawned(self, name: str, pid: int, warm: bool) -> None: ...
     def failed(self, name: str, error: str) -> None: ...
 
@@ -37,8 +39,11 @@ class Asks:
 
     def __init__(self, hands: Hands, spies: Spies, relay: Relay, link: Link,
                  wall: Callable[[], float], stop: Callable[[], None],
-                 stopping: Callable[[], None], breaks: Breaks):
+                 stopping: Callable[[], None], breaks: Breaks, door: Door,
+                 noted: Callable[[str], None] = lambda path: None):
         self.hands, self.spies, self.relay, self.link = hands, spies, relay, link
+        self.door = door  # where a new head takes over: opened once the secret is told
+        self.noted = noted  # where to write that the head is away (absence.py)
         self.breaks = breaks  # what an exit headless breaks: learnt from starts and lines
         self.wall = wall  # this host's wall clock: the times told to the head (frames.py)
         self.stop, self.stopping = stop, stopping
@@ -66,6 +71,7 @@ class Asks:
         if spec is None:
             return
         self.breaks.spawned(spec)
+        self.link.starting(spec)
         try:
             pid = self.hands.start(spec)
         except StartError as exc:
@@ -90,6 +96,15 @@ class Asks:
 
     def on_stop(self, msg: dict) -> None:
         self.stop()
+
+    def on_secret(self, msg: dict) -> None:
+        """The run's secret (an ssh host's agent: over the link, never in its argv);
+        for the agent of the head's own machine under Slurm, which srun started before
+        the run folder existed, where to write that the head is away."""
+        if isinstance(msg.get("secret"), str) and isinstance(msg.get("epoch"), int):
+            self.door.told(msg["secret"], msg["epoch"])
+        if isinstance(msg.get("away_note"), str):
+            self.noted(msg["away_note"])
 
     def on_stopping(self, msg: dict) -> None:
         """The job is stopping: what still waits for its zygote is not started (the

@@ -22,6 +22,13 @@ unset_prefixes, prepend, cpus, netns, preload, warm; checked for shape on arriva
 ``signal {name, signal}``, ``probe {name}``, ``clock {sent}`` (the head's wall clock:
 answer at once, head/clocks.py), ``tell {name, message}`` (a line down to that
 process's library), ``beat``, ``stop`` (kill everything, then exit).
+An ssh host's agent is told the run's secret in a ``secret {secret, epoch}`` frame (the
+head's machine's in its environment): never in an argv. A new head (``mwrun adopt``)
+connects to an agent's door (host/door.py), over ssh through ``mwrun agent-door``: the
+agent
+sends ``challenge {nonce}``, the head ``adopt {epoch, proof}``; the agent answers with a
+``hello`` that carries ``adopted {epoch, processes, dropped}`` (what it runs), then the
+libraries' last words (``control``) and what it kept while the head was away.
 Any frame shows that its sender lives; a side that sent nothing for ``BEAT`` seconds
 sends a ``beat``.
 Either side that hears nothing for ``SILENCE`` seconds takes the other for gone (the
@@ -33,14 +40,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import select
 import struct
+from collections import deque
 from enum import Enum
 
+# 6: a new head adopts an agent (``adopt``, answered by a hello with what it runs);
 # 5: the head's ``stopping``, the keeper started by an agent; 4: clock exchanges,
 # spawned/exited carry the host's time; 3: a spawn carries a launchspec.LaunchSpec;
 # 2: heartbeats held together
-PROTOCOL = 5
+PROTOCOL = 6
 # Seconds without a frame before a side sends a beat. The head reads and writes every
 # host's link: at 1,000 ranks on 125 hosts, beats once a second were 250 frames a
 # second, most of what an idle job costs it, and each write wakes that host's ssh or
@@ -64,6 +74,18 @@ def unread(fd: int) -> bool:
     except (OSError, ValueError):  # no descriptor: nothing more will come
         return False
     return any(not events & select.POLLNVAL for _, events in ready)
+
+
+def received(fd: int, size: int) -> bytes | None:
+    """What a non-blocking link's descriptor holds now (b"": nothing yet); None at its
+    end (closed, or an error that ends it). Both ends of a link read this way."""
+    try:
+        data = os.read(fd, size)
+    except BlockingIOError:
+        return b""
+    except OSError:
+        return None
+    return data or None
 
 
 MAX_FRAME = 16 * 2**20
@@ -96,11 +118,20 @@ class Kind(str, Enum):
     CAPTURED = "captured"  # what that read: {name, key, pid, result}
     KEEPER = "keeper"  # start the worlds' stores' keeper: {args, modules, env, log}
     KEPT = "kept"  # it started: {pid, warm}, or {error}
+    ADOPT = "adopt"  # a new head's answer to an agent's challenge: {epoch, proof}
+    REFUSED = "refused"  # an agent's answer to a head it does not obey: {why}
+    SECRET = "secret"  # the run's secret, to an ssh agent: {secret, epoch} (host/door.py)
 
 
 def proof(secret: str, nonce: str) -> str:
     """What an agent answers to the head's challenge: the secret itself never travels."""
     return hmac.new(secret.encode(), nonce.encode(), hashlib.sha256).hexdigest()
+
+
+def adoption_proof(secret: str, nonce: str, epoch: int) -> str:
+    """What a new head answers to an agent's challenge: the secret, bound to its epoch
+    (an epoch replayed with another head's proof proves nothing)."""
+    return proof(secret, f"{nonce}:{epoch}")
 
 
 def proven(hello, secret: str, nonce: str) -> bool:
@@ -154,10 +185,17 @@ class Decoder:
 class Outbox:
     """Frames waiting to be written to a non-blocking descriptor, bounded by the
     caller: ``size`` tells how much is queued so a writer can stop reading its own
-    sources (back-pressure) rather than drop anything."""
+    sources (back-pressure) rather than drop anything. It knows where each frame
+    ends, so that a link that closed mid-frame can be left (``cut``) and what it
+    never got whole written to the next one (an agent's new head)."""
 
     def __init__(self):
         self._queue = bytearray()
+        # Offsets count every byte ever queued: _queue[0] is byte _base; each queued
+        # frame's end, and the start of the first one (bytes before _base went out).
+        self._base = 0
+        self._ends: deque[int] = deque()
+        self._start = 0
 
     @property
     def size(self) -> int:
@@ -165,6 +203,31 @@ class Outbox:
 
     def put(self, message: dict) -> None:
         self._queue += encode(message)
+        self._ends.append(self._base + len(self._queue))
+
+    def put_first(self, messages: list[dict]) -> None:
+        """Frames ahead of everything queued (what an adopting head must hear first);
+        only where no frame is half written (a fresh link, after ``cut``)."""
+        assert self._start == self._base, "cut() the link's half-written frame first"
+        first = [encode(m) for m in messages]
+        ends, at = [], self._base
+        for data in first:
+            at += len(data)
+            ends.append(at)
+        shift = at - self._base
+        self._queue[:0] = b"".join(first)
+        self._ends = deque([*ends, *(end + shift for end in self._ends)])
+
+    def cut(self) -> int:
+        """The link closed: the rest of a frame it got part of is dropped (a new link
+        must never start mid-frame); how many bytes were dropped."""
+        if self._start == self._base or not self._ends:
+            return 0
+        end = self._ends.popleft()
+        dropped = end - self._base
+        del self._queue[:dropped]
+        self._base = self._start = end
+        return dropped
 
     def flush(self, write) -> bool:
         """Write what the descriptor takes now; True once everything is out.
@@ -175,4 +238,7 @@ class Outbox:
             except BlockingIOError:
                 return False
             del self._queue[:sent]
+            self._base += sent
+            while self._ends and self._ends[0] <= self._base:
+                self._start = self._ends.popleft()
         return True

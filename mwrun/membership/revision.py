@@ -15,14 +15,14 @@ new replica what a job of ten does).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from mwrun.membership import requests
 from mwrun.membership.placing import Placer
 from mwrun.membership.requests import Change, Refused
-from mwrun.plan import templates
+from mwrun.plan import stored, templates
 from mwrun.plan.inventory import HostInventory
 from mwrun.plan.placement import Plan, ProcessPlan, WorldPlan
 from mwrun.plan.topology import Topology
@@ -65,7 +65,12 @@ class Revision:
                 "retired": list(self.retired),
                 "worlds": {w: {"action": a.value, **({"members": list(
                     self.plan.worlds[w].members), "port": self.plan.worlds[w].port}
-                    if w in self.plan.worlds else {})} for w, a in self.worlds.items()}}
+                    if w in self.plan.worlds else {})} for w, a in self.worlds.items()},
+                # Whole: what a head that takes the run over lays on the plan (replay.py).
+                "plans": {"processes": {n: stored.dump_process(self.plan.processes[n])
+                                        for n in (*self.started, *self.changed)},
+                          "worlds": {w: stored.dump_world(self.plan.worlds[w])
+                                     for w in self.worlds if w in self.plan.worlds}}}
 
 
 def _public(proc: ProcessPlan) -> dict:
@@ -76,10 +81,16 @@ def _public(proc: ProcessPlan) -> dict:
 
 class Membership:
     def __init__(self, topology: Topology, plan: Plan, inventory: dict[str, HostInventory],
-                 python: str | None, choose_port: PortChooser):
+                 python: str | None, choose_port: PortChooser,
+                 replicas: Mapping[str, tuple[int, ...]] | None = None, number: int = 0):
+        """``plan``: the launch plan, or (a head that takes a run over, replay.py) the
+        plan as revised, with each scaled process's ``replicas`` and the revision
+        ``number`` it is at."""
         self.topology, self.plan = topology, plan
         self.desired = {n: tuple(range(s.replicas or 0)) for n, s in topology.scaled.items()}
+        self.desired.update(replicas or {})
         self.every = templates.launch_indices(topology.specs)  # fixed entries too
+        self.every.update(replicas or {})
         self.retiring: dict[str, ProcessPlan] = {}  # retired, not gone yet: still holding
         self.placer = Placer(topology, plan, inventory, python, choose_port)
         self.uses = {n: [t for t in topology.templates.values() if n in t.refs]
@@ -87,7 +98,7 @@ class Membership:
         self.made_of: dict[str, set[str]] = {}  # template -> the worlds it made, now
         for world in plan.worlds.values():
             self.made_of.setdefault(world.template, set()).add(world.name)
-        self.number = 0
+        self.number = number
 
     def replicas(self, process: str) -> tuple[int, ...]:
         return self.desired[process]

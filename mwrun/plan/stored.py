@@ -16,7 +16,7 @@ import typing
 from typing import Any
 
 from mwrun.errors import RunError
-from mwrun.plan.placement import Plan, WorldPlan
+from mwrun.plan.placement import Plan, ProcessPlan, WorldPlan
 
 
 def dump(plan: Plan) -> dict:
@@ -27,6 +27,17 @@ def dump(plan: Plan) -> dict:
 def load(data: object, source: str = "plan.json") -> Plan:
     """The plan ``dump`` made, from its JSON; RunError (naming the field) if it is not."""
     return _load(Plan, data, source)
+
+
+def dump_process(proc: ProcessPlan) -> dict:
+    """One process's plan as JSON values (a revision keeps those it made: a head that
+    takes the run over lays them over the launch plan, membership/replay.py)."""
+    return dataclasses.asdict(proc)
+
+
+def load_process(data: object, source: str) -> ProcessPlan:
+    """The process ``dump_process`` made; RunError (naming the field) if it is not."""
+    return _load(ProcessPlan, data, source)
 
 
 def dump_world(world: WorldPlan) -> dict:

@@ -39,7 +39,8 @@ from mwrun.plan.templates import (  # noqa: F401 - public here
 from mwrun.plan.timeouts import DEFAULT_TIMEOUT, Setting
 from mwrun.plan.yamlread import Pos, compose
 
-_TOP_KEYS = ("version", "name", "backend", "timeout", "hang_timeout", "head_grace", "preload",
+_TOP_KEYS = ("version", "name", "backend", "timeout", "hang_timeout", "head_grace",
+             "head_restart", "preload",
              "launcher", "hosts", "metrics", "processes", "worlds")
 
 
@@ -63,6 +64,7 @@ class Topology:
     # Seconds the agents and the stores keep the job going once the head is gone (0:
     # they stop everything at once, as before there was a way back for a head).
     head_grace: float = 0.0
+    head_restart: bool = True  # with head_grace: the head's machine starts a new head
 
     def memberships(self, process: str) -> list[tuple[str, int]]:
         """(world, rank) for every world the process belongs to, primary first."""
@@ -123,6 +125,7 @@ class _Parser:
         hang_timeout = _get(top, "hang_timeout", r.number, "hang_timeout", positive=True,
                             infinite=True)  # .inf: hang detection off
         head_grace = _get(top, "head_grace", r.number, "head_grace", minimum=0)
+        head_restart = _get(top, "head_restart", r.boolean, "head_restart")
         launcher = _get(top, "launcher", r.choice, "launcher", LAUNCHERS)
         hosts = read_hosts(r, top.get("hosts"), self.source, launcher == "slurm")
         if hosts and launcher is None:
@@ -153,7 +156,8 @@ class _Parser:
                         processes=made or {}, worlds=expanded or {},
                         pos={k: r.pos(v[1]) for k, v in top.items()}, hang_timeout=hang_timeout,
                         launcher=launcher or "local", specs=specs or {},
-                        templates=worlds or {}, metrics=metrics, head_grace=head_grace or 0.0)
+                        templates=worlds or {}, metrics=metrics, head_grace=head_grace or 0.0,
+                        head_restart=head_restart is not False)
 
     # -- processes ---------------------------------------------------------------------
 

@@ -135,6 +135,15 @@ class Reader:
             return None
         return value
 
+    def boolean(self, node: yaml.Node, what: str) -> bool | None:
+        value, ok = self._scalar(node, what, "true or false")
+        if not ok:
+            return None
+        if not isinstance(value, bool):
+            self.error(node, f"{what} must be true or false, not {_kind(node)}")
+            return None
+        return value
+
     def choice(self, node: yaml.Node, what: str, choices: tuple[str, ...]) -> str | None:
         value = self.string(node, what)
         if value is None:

@@ -248,7 +248,8 @@ def _named(o: Outcome) -> str:
 def problems(record: dict) -> list[str]:
     """What fails the drill, each named: a fault that did not recover, a scale
     operation that did not end done, a call failed or a break outside the faulted
-    worlds; the run ending under the drill. (A record of an older drill has only the
+    worlds; a head killed (--head) that no new head followed; the run ending under the
+    drill. (A record of an older drill has only the
     first.)"""
     found = [f"not recovered: {n}" for n in record["not_recovered"]]
     if record.get("run_ended"):
@@ -262,6 +263,9 @@ def problems(record: dict) -> list[str]:
                      f" fault: {where}")
     if outside.get("breaks"):
         found.append(f"{outside['breaks']} break(s) of worlds the drill did not fault: {where}")
+    head = record.get("head") or {}
+    if head.get("not_back"):
+        found.append(f"no new head came back after {head['not_back']} of the head's kills")
     return found
 
 

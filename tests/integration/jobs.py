@@ -14,12 +14,12 @@ def launch(procs, home, topology, *extra):
                        env={"MWRUN_HOME": str(home), "NO_COLOR": "1"})
 
 
-def cli(home, *args, check=False):
+def cli(home, *args, check=False, env=None):
     # A command can take a minute on a loaded 2-core machine (report's first matplotlib
     # import builds its font cache); the test's own timeout bounds a hang.
     result = subprocess.run([sys.executable, "-m", "mwrun", *args], capture_output=True,
-                            text=True, env={**os.environ, "MWRUN_HOME": str(home)},
-                            timeout=180)
+                            text=True, env={**os.environ, "MWRUN_HOME": str(home),
+                                            **(env or {})}, timeout=180)
     if check:
         assert result.returncode == 0, result.stderr
     return result

@@ -1,13 +1,15 @@
 """A warm bring-up of many processes: the supervisor answers and stops meanwhile."""
 
+import contextlib
 import json
 import signal
 import sys
 
+import psutil
 import pytest
 
 from mwrun.schema import RunState as R
-from tests.helpers import BIN, ROOT, wait_gone
+from tests.helpers import BIN, ROOT, leftovers, wait_gone
 from tests.integration.jobs import cli, launch, wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -58,3 +60,45 @@ def test_status_and_stop_are_answered_during_a_warm_bring_up(procs, home, tmp_pa
         assert stopped.returncode == 0, stopped.stderr
     job.wait(90)
     wait_gone(home)  # nothing of the job runs: no process, no zygote, no late fork
+
+
+def test_a_head_killed_during_a_warm_bring_up_is_adopted_with_each_process_started_once(
+        procs, home, tmp_path):
+    """The head SIGKILLed while its agent forks 24 processes one by one (half a second
+    each): the new head waits for the starts under way (the agent reports them
+    without a pid) and every process ends up running once, none restarted."""
+    from tests.integration.test_adopt import adopt, head_killed
+
+    count = 24
+    path = write(tmp_path, count)
+    with open(path, "a") as topo:
+        topo.write("head_grace: 600\nhead_restart: false\n")
+    job = launch(procs, home, path, "--run-id", "burst")
+    # The stores' keeper runs (started cold beside the slow zygote), forks are under way.
+    wait_for(lambda: "the stores of" in (home / "runs" / "burst" / "keeper.log").read_text()
+             if (home / "runs" / "burst" / "keeper.log").exists() else False, 60, "the keeper")
+    wait_for(lambda: started(home, "burst") > 0, 60, "the first warm start")
+    assert started(home, "burst") < count  # (a bring-up of 12 s at least)
+    head_killed(job, home)
+    head = adopt(procs, home)
+    # (A sleeper never joins its world: it is "starting" for good, with its pid.)
+    doc = wait_for(lambda: (d := json.loads(cli(home, "status", "burst", "--json").stdout))
+                   and d.get("epoch") == 2 and all(p["pid"] and p["state"] == "starting"
+                                                   for p in d["processes"]) and d,
+                   120, "every process started under the new head")
+    assert sum(p["restarts"] for p in doc["processes"]) == 0
+    pids = sorted(p["pid"] for p in doc["processes"])
+    assert sorted(sleepers(home)) == pids  # each once: none started twice
+    assert cli(home, "stop", "burst").returncode == 0
+    assert head.wait(60) == 0
+    wait_gone(home)
+
+
+def sleepers(home) -> list[int]:
+    """The pids of the run's processes that run the sleeper (zygotes run none)."""
+    found = []
+    for proc in leftovers(home):
+        with contextlib.suppress(psutil.Error):
+            if any("sleeper.py" in part for part in proc.cmdline()):
+                found.append(proc.pid)
+    return found

@@ -178,3 +178,62 @@ worlds:
         cli(home, "stop", check=True)
         assert job.wait(timeout=60) == 0, job.output()
         wait_for(lambda: not job_processes(n2), timeout=10, what="a clean node two")
+
+
+@pytest.mark.slow
+def test_a_new_head_adopts_a_slurm_run_from_outside_its_allocation(procs, tmp_path):
+    """The head SIGKILLed under Slurm: srun's agents keep the job going (its srun is
+    nobody's child now), the agent of the head's machine says the head is away, and
+    ``mwrun adopt``, run outside the allocation, finds every agent again with an srun
+    in the same job (AGENTS notes node and job): every pid kept, the worker that died
+    meanwhile restarted; a host lost after that is reached again in the same job."""
+    topology = tmp_path / "slurm.yaml"
+    topology.write_text(TOPOLOGY.replace("timeout: 20\n", "timeout: 20\nhead_grace: 120\n")
+                        .replace("--count, '20'", "--count, '0'")
+                        .replace("host: second}", "host: second, restart: on-failure,"
+                                                  " restart_backoff: 0.2}"))
+    home = tmp_path / "home"
+    with slurmbed.cluster(tmp_path) as (env, n2, _nodes):
+        base = {**env, "MWRUN_HOME": str(home), "NO_COLOR": "1"}
+        # The allocation outlives its head: the shell goes on once the head is killed,
+        # until the test is done with it.
+        done = tmp_path / "done"
+        alloc = procs.start(["salloc", "-N2", "sh", "-c", f"{sys.executable} -m mwrun"
+                             f" launch {topology}; until [ -e {done} ]; do sleep 0.2; done"],
+                            env=base)
+        try:
+            expect(alloc, "leader", "recv", world="world1", timeout=90)
+            doc = status(home)
+            run = doc["run_id"]
+            pids = {p["name"]: p["pid"] for p in doc["processes"]}
+            agents = json.loads((home / "runs" / run / "agents.json").read_text())
+            assert sorted(agents) == ["first", "second"], agents
+            assert all(e.get("node") and e.get("jobid") for e in agents.values()), agents
+            os.kill(doc["supervisor_pid"], signal.SIGKILL)
+            wait_for(lambda: (status(home).get("head") or {}).get("state") == "away", 30,
+                     "the head away, said by its machine's agent")
+            os.kill(pids["worker"], signal.SIGKILL)  # headless: restarted by the new head
+            outside = {k: v for k, v in base.items()
+                       if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+            head = procs.start([sys.executable, "-m", "mwrun", "adopt", run], env=outside)
+            doc = wait_status(home, lambda d: d.get("epoch") == 2 and "head" not in d
+                              and proc_state(d, "worker")["state"] == "running"
+                              and d["worlds"][0]["state"] == "healthy",
+                              "adopted, the worker back", timeout=120)
+            assert proc_state(doc, "leader")["pid"] == pids["leader"]
+            assert proc_state(doc, "worker")["restarts"] == 1
+            head.expect(lambda line: "adopted (head epoch 2)" in str(line), 30)
+            # A host lost now: its agent started again by an srun in the same job.
+            agent = next(h for h in doc["hosts"] if h["name"] == "second")["agent_pid"]
+            os.kill(agent, signal.SIGKILL)
+            wait_status(home, lambda d: proc_state(d, "worker")["restarts"] == 2
+                        and proc_state(d, "worker")["state"] == "running"
+                        and next(h for h in d["hosts"] if h["name"] == "second")["state"] == "up",
+                        "host second reached again", timeout=120)
+            assert "host second is reachable again" in head.output()
+            cli(home, "stop", check=True)
+            assert head.wait(timeout=60) == 0, head.output()
+        finally:
+            done.touch()  # (the shell ends, and its allocation with it)
+        assert alloc.wait(timeout=60) == 0, alloc.output()
+        wait_for(lambda: not job_processes(n2), timeout=10, what="a clean node two")

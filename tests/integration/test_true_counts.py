@@ -16,7 +16,9 @@ from tests.integration.test_readme_scale import config_copy, healthy, workers
 
 pytestmark = pytest.mark.timeout(300)
 
-OLD_CALLS = 150  # pair-2's count before it is removed: more than the new one makes
+# pair-2's count before it is removed: more than the new one makes before the stop, on
+# a loaded machine too (a stop there took long enough for 174 calls)
+OLD_CALLS = 400
 
 
 def records(run_dir) -> list[dict]:
@@ -50,6 +52,7 @@ def test_a_world_made_again_and_a_retired_replicas_restart_count_everywhere(
     scale(home, "worker=2")  # worker-2 retired, with its restart; pair-2 removed
     wait_status(home, lambda d: workers(d) == ["worker-0", "worker-1"], "worker-2 gone")
     removed = max(r["t"] for r in records(run_dir) if r.get("event") == "remove")
+    old = count_of(run_dir, "pair-2")  # the removed world's last count
     scale(home, "worker=3")  # pair-2 made again: its count starts from 0
     wait_for(lambda: count_of(run_dir, "pair-2", removed) > 0, 60, "the new pair-2's calls")
     cli(home, "stop", check=True)
@@ -61,7 +64,8 @@ def test_a_world_made_again_and_a_retired_replicas_restart_count_everywhere(
                 and e.get("world") == "pair-2" and e["t"] > removed)
     points = tl.counts["pair-2"]
     raw = count_of(run_dir, "pair-2", removed)
-    assert 0 < raw < OLD_CALLS  # the new world's count never passed the old one's
+    assert 0 < raw < old  # the new world's count never passed the old one's
+    assert old >= OLD_CALLS
     assert counts.calls(points, tl.downs("pair-2"), made, points[-1][0]) == raw
     edges, values = counts.steps(points, tl.downs("pair-2"))
     assert max(v for a, v in zip(edges, values, strict=False) if a >= made) > 0

@@ -56,10 +56,13 @@ def test_what_a_new_head_would_hear_is_kept_up_to_a_bound_and_the_rest_counted(t
     gone, _, _, _ = absence(tmp_path, 30.0)
     gone.begin("its link closed")
     assert gone.keep(Kind.LINES, KEEP - 1) and gone.dropped == 0
-    assert not gone.keep(Kind.LINES, KEEP) and not gone.keep(Kind.CONTROL, KEEP + 10)
+    assert not gone.keep(Kind.LINES, KEEP) and not gone.keep(Kind.CAPTURED, KEEP + 10)
     assert gone.dropped == 2
-    for kind in (Kind.EXITED, Kind.SPAWNED, Kind.FAILED, Kind.SAY):  # vital, and few
+    # Vital, and few: a library's words among them (a new head learns its worlds so).
+    for kind in (Kind.EXITED, Kind.SPAWNED, Kind.FAILED, Kind.SAY, Kind.CONTROL):
         assert gone.keep(kind, 10 * KEEP)
+    assert gone.dropped == 2
+    assert not gone.keep(Kind.CONTROL, 0, beats=True)  # heartbeats: none, not counted
     assert gone.dropped == 2
 
 
@@ -68,3 +71,17 @@ def test_a_run_folder_gone_under_the_agent_costs_it_nothing(tmp_path):
                    lambda: 0.0)
     assert gone.begin("its link closed") and gone.away
     gone.end(10.0)
+
+
+def test_an_agent_srun_started_is_told_where_to_note_the_absence_later(tmp_path):
+    """Under Slurm the head's machine's agent starts before the run folder exists: the
+    head's ``secret`` frame tells it the note's path (host/asks.py); a path it had
+    from the start is never replaced."""
+    clock, wall = [100.0], [5000.0]
+    gone = Absence(30.0, None, lambda: clock[0], lambda: wall[0])
+    note = tmp_path / "head-away.json"
+    gone.noted(str(note))
+    gone.noted(str(tmp_path / "another.json"))
+    assert gone.begin("its link closed") is True
+    assert json.loads(note.read_text())["since"] == 5000.0
+    assert not (tmp_path / "another.json").exists()

@@ -25,7 +25,7 @@ from tests.unit.test_supervisor import join_all, make
 
 def drill_kill(sup, host, world, process, code=-9, sig=signal.SIGKILL):
     """One drill fault on ``process``: signalled, exited with ``code``, restarted, rejoined."""
-    sup.kill_world(world, None, sig)
+    sup.drills.kill_world(world, None, sig)
     sup.on_exit(process, code)
     rec = sup.procs[process]
     assert rec.state is P.RESTARTING, rec.why
@@ -74,7 +74,7 @@ def test_a_drills_fault_is_restarted_even_with_the_budget_spent():
 def test_a_graceful_exit_on_a_drills_sigterm_is_a_fault():
     sup, host = make()
     join_all(sup)
-    sup.kill_world("world1", None, signal.SIGTERM)
+    sup.drills.kill_world("world1", None, signal.SIGTERM)
     sup.on_exit("worker-0", 0)  # it caught SIGTERM and exited 0
     rec = sup.procs["worker-0"]
     assert rec.state is P.RESTARTING  # restart: on-failure, and this was a failure

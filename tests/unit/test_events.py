@@ -46,7 +46,7 @@ def test_a_slow_member_drill_tells_one_member_to_be_late_and_breaks_nothing(tmp_
     join_all(sup)
     history = History(tmp_path, {"run_id": "r"})
     mark = len(host.events)
-    hit = sup.make_late("world1", None, 0.02, 30.0)  # its own member: worker-0
+    hit = sup.drills.make_late("world1", None, 0.02, 30.0)  # its own member: worker-0
     assert hit == {"process": "worker-0", "pid": 1002, "rank": 1}
     assert host.told == [("worker-0", {"verb": "late", "world": "world1", "delay": 0.02,
                                        "for": 30.0})]
@@ -61,18 +61,18 @@ def test_a_slow_member_drill_tells_one_member_to_be_late_and_breaks_nothing(tmp_
     assert {k: v for k, v in late.items() if k != "t"} == {
         "event": "late", "process": "worker-0", "world": "world1", "delay_s": 0.02,
         "for_s": 30.0}
-    sup.make_late("world1", 0, 0.5, 1.0)  # a rank named: the leader, shared or not
+    sup.drills.make_late("world1", 0, 0.5, 1.0)  # a rank named: the leader, shared or not
     assert host.told[-1][0] == "leader"
     sup.on_exit("worker-0", -9)
     with pytest.raises(ValueError, match="worker-0 of world1 is not running"):
-        sup.make_late("world1", None, 0.02, 30.0)
+        sup.drills.make_late("world1", None, 0.02, 30.0)
 
 
 def test_a_drill_kill_is_told_as_a_drill_then_the_exit_break_restart_and_re_form():
     sup, host = make()
     join_all(sup)
     mark = len(host.events)
-    sup.kill_world("world1", None, signal.SIGKILL)
+    sup.drills.kill_world("world1", None, signal.SIGKILL)
     assert host.whys == [("worker-0", signal.SIGKILL, Why.DRILL)]  # the host is told why
     assert since(host, mark) == [ev.Signalled("worker-0", signal.SIGKILL, Why.DRILL)]
     assert said(host, mark) == ["kill-world world1: SIGKILL to worker-0 (pid 1002)"]
@@ -246,7 +246,7 @@ def _both(tmp_path, text, script) -> tuple[list[dict], list[dict]]:
 def _drill_and_stop(sup, host, step):
     join_all(sup)
     step()
-    sup.kill_world("world1", None, signal.SIGKILL)
+    sup.drills.kill_world("world1", None, signal.SIGKILL)
     step()
     sup.on_exit("worker-0", -9)
     step()

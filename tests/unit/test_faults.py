@@ -43,7 +43,7 @@ def rejoin(sup, host, faults, world="world1", members=("leader", "worker-0")):
 def test_a_drill_is_timed_from_the_signal_through_the_first_call():
     sup, host, faults, written = tracked()
     t0 = host.wall()
-    sup.kill_world("world1", None, signal.SIGKILL)
+    sup.drills.kill_world("world1", None, signal.SIGKILL)
     host.t += 0.002
     sup.on_exit("worker-0", -9)  # seen 2 ms later; the break is written at once
     host.t += 0.05
@@ -138,13 +138,13 @@ def test_a_restart_killed_again_before_the_re_form_is_one_fault():
 
 def test_a_new_fault_after_the_re_form_closes_the_last_one_and_takes_a_new_id():
     sup, host, faults, written = tracked()
-    sup.kill_world("world1", None, signal.SIGKILL)
+    sup.drills.kill_world("world1", None, signal.SIGKILL)
     first = faults.last_fault("world1")["id"]
     sup.on_exit("worker-0", -9)
     sup.on_tick()
     rejoin(sup, host, faults)  # re-formed; its first call not heard yet
     host.t += 1.0
-    sup.kill_world("world1", None, signal.SIGKILL)
+    sup.drills.kill_world("world1", None, signal.SIGKILL)
     [record] = written
     assert record["id"] == first and record["phases"]["reformed"] is not None
     assert record["phases"]["first_call"] is None
@@ -158,7 +158,7 @@ def test_each_event_of_a_fault_is_tagged_with_its_id():
     tags = []
     sup, host, faults, _written = tracked(lambda event, faults: tags.append(
         (type(event).__name__, faults.tags(event))))
-    sup.kill_world("world1", None, signal.SIGKILL)
+    sup.drills.kill_world("world1", None, signal.SIGKILL)
     sup.on_exit("worker-0", -9)
     sup.on_tick()
     rejoin(sup, host, faults)
@@ -238,7 +238,7 @@ def test_the_clock_offset_keeps_the_shortest_round_trip():
 
 def test_a_stop_drill_is_timed_from_the_stop_not_the_hang_kill_it_led_to():
     sup, host, faults, _written = tracked()
-    sup.kill_world("world1", 1, signal.SIGSTOP)
+    sup.drills.kill_world("world1", 1, signal.SIGSTOP)
     t_stop = host.wall()
     host.t += 90.0
     sup.beats.hang(sup.procs["worker-0"], "stopped for 90s")
@@ -254,7 +254,7 @@ def test_a_stop_drill_whose_peer_timed_out_first_is_one_fault_from_the_stop():
     member is declared hung and killed (the world breaks again); restarted, re-formed:
     one fault, timed from the stop, each phase the first of its kind."""
     sup, host, faults, written = tracked()
-    sup.kill_world("world1", 1, signal.SIGSTOP)
+    sup.drills.kill_world("world1", 1, signal.SIGSTOP)
     t_stop = host.wall()
     assert faults.last_fault("world1")["open"]  # a fault from the moment it starts
     host.t += 10.0
@@ -304,7 +304,7 @@ def test_a_signal_starts_no_fault_in_a_world_closed_for_good():
     sup, _, faults, _ = tracked()
     sup.on_exit("worker-1", 0)  # finished: world2 closes for good
     assert sup.worlds["world2"].state is W.CLOSED
-    sup.kill_world("world1", 0, signal.SIGSTOP)  # the leader, in both worlds
+    sup.drills.kill_world("world1", 0, signal.SIGSTOP)  # the leader, in both worlds
     assert faults.last_fault("world1")["open"]
     assert faults.last_fault("world2") is None
 
@@ -315,7 +315,7 @@ def test_a_remote_exit_told_before_its_cause_is_moved_to_it_and_said():
     supervisor wrote on hearing it. Each phase is put at its cause, and the record
     says by how much; a phase told in order is never moved."""
     sup, host, faults, written = tracked()
-    sup.kill_world("world1", None, signal.SIGKILL)
+    sup.drills.kill_world("world1", None, signal.SIGKILL)
     t_fault = host.wall()
     host.t += 0.002
     sup.on_exit("worker-0", -9, at=t_fault - 0.019)  # before the signal: the offset's error
@@ -341,7 +341,7 @@ def test_a_break_a_member_wrote_before_the_exit_was_seen_stays_where_it_was():
     """The member saw its peer gone before the peer's agent saw the exit: no clock
     error, an order that happened (the break follows the fault's start, not the exit)."""
     sup, host, faults, _written = tracked()
-    sup.kill_world("world1", None, signal.SIGKILL)
+    sup.drills.kill_world("world1", None, signal.SIGKILL)
     host.t += 0.004
     leader = sup.procs["leader"]
     faults.broken("world1", 0, host.wall())

@@ -40,7 +40,7 @@ def record_drill(tmp_path):
     for _ in range(5):
         host.t += 1.0
         history.sample({"world1": [10.0, 40.0], "world2": [10.0, 40.0]})
-    sup.kill_world("world1", None, signal.SIGKILL)
+    sup.drills.kill_world("world1", None, signal.SIGKILL)
     host.t += 0.01
     sup.on_exit("worker-0", -9)
     host.t += 1.0

@@ -51,3 +51,38 @@ def test_descriptors_no_message_took_are_closed_when_the_other_side_ends():
     os.close(write)
     os.close(read)  # ours: the copy the reader got was closed, not this one
     keeper.close()
+
+
+def test_the_keeper_obeys_a_new_head_only_with_a_newer_epoch(tmp_path):
+    """keeper/door.py: a head's first message is its epoch; what it says after it is
+    handed on; an older (or the same) epoch is told why and closed."""
+    from mwrun.keeper.door import Door
+
+    door = Door(str(tmp_path / "keeper-door.sock"))  # the launch's head: epoch 1
+    try:
+        answers = []
+        for epoch in (1, 2, 2):
+            head = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            head.connect(door.path)
+            wire.send(head, {"adopt": epoch})
+            wire.send(head, {"do": "open_next", "world": "w", "args": [3, [1, 1]]})
+            taken = door.take()
+            if taken is None:
+                reader = wire.Reader(head)
+                said = []
+                while not reader.ended:
+                    said += reader.read()
+                answers.append(said[0][0] if said else None)
+            else:
+                sock, _reader, after = taken
+                answers.append(("taken", door.epoch, [m for m, _ in after]))
+                sock.close()
+            head.close()
+        refused = "a newer head (epoch {}) has the stores"
+        assert answers[0]["refused"].startswith(refused.format(1))
+        assert answers[1] == ("taken", 2, [{"do": "open_next", "world": "w",
+                                            "args": [3, [1, 1]]}])
+        assert answers[2]["refused"].startswith(refused.format(2))
+    finally:
+        door.close()
+    assert not os.path.exists(door.path)

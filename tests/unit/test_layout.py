@@ -99,11 +99,12 @@ def test_the_schema_imports_nothing_and_the_reader_only_the_schema():
 
 
 def test_the_command_line_imports_the_head_only_to_launch():
+    """... or to adopt a run: the two commands whose process becomes a head."""
     found = []
     for path in part_files("cli"):
         tree = ast.parse(path.read_text(), str(path))
         allowed = {id(node) for fn in ast.walk(tree)
-                   if isinstance(fn, ast.FunctionDef) and fn.name == "launch"
+                   if isinstance(fn, ast.FunctionDef) and fn.name in ("launch", "adopt")
                    for node in ast.walk(fn)}
         for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in allowed:
@@ -481,7 +482,8 @@ def test_the_library_keeps_its_objects_privates():
 # The head's folders, and the other folders of the head each may import: ``decide`` acts
 # through its own typed seams only; ``hosts`` and the listeners (``observe``,
 # ``postmortem``) know the decisions' records and events; ``serve`` translates requests
-# into calls on all of them. The head's root (``loop``, ``bringup``, ``wakeups``) builds
+# into calls on all of them. The head's root (``loop``, ``bringup``, ``adopting``,
+# ``epochs``, ``wakeups``) builds
 # and drives the parts and may import any.
 HEAD_FOLDERS = {
     "decide": set(),
@@ -490,7 +492,7 @@ HEAD_FOLDERS = {
     "postmortem": {"decide"},
     "serve": {"decide", "hosts", "observe", "postmortem"},
 }
-HEAD_ROOT = {"__init__.py", "loop.py", "bringup.py", "wakeups.py"}
+HEAD_ROOT = {"__init__.py", "loop.py", "bringup.py", "adopting.py", "epochs.py", "wakeups.py"}
 
 
 def head_folder_violations(head: Path) -> list[str]:

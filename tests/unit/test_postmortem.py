@@ -89,6 +89,10 @@ def test_a_break_names_the_member_unresponsive_or_outside_the_call_that_timed_ou
     asleep = [Seen("a", "rejoin", 0.1), Seen("b"), Seen("c", "rejoin", 0.1)]
     assert culprit.line("w", 0, asleep, None, why) == \
         f"w g0: b never entered all_reduce; then it broke: {why}"
+    # the rank that timed out is back in its own code by the capture: still not a suspect
+    back = [Seen("a"), Seen("b"), Seen("c", "all_reduce", 1.2)]
+    assert culprit.line("w", 0, back, None, why) == \
+        f"w g0: b never entered all_reduce; then it broke: {why}"
     exited = [Seen("a", "all_reduce", 2.0), Seen("b", known=False, why_unknown="not running")]
     assert culprit.line("w", 0, exited, None, "b exited with code 1") == \
         "w g0: broke: b exited with code 1; the survivors were in all_reduce"

@@ -32,6 +32,7 @@ class Recorder:
     def __init__(self):
         self.calls = []
         self.stopping = False  # the supervisor's: a stop asked for the first time
+        self.drills = self  # (supervisor.drills: kill_world)
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: self.calls.append((name, args)) or []

@@ -79,14 +79,34 @@ def revision(number: int, started=(), retired=(), worlds=None) -> dict:
 
 
 def test_a_summary_is_the_revisions_laid_over_each_other_less_what_left():
+    """What left is dropped, but a launched process retired and a world removed stay
+    said (laid over the launch plan, the summary must take them out of it)."""
     total = None
     for record in (revision(1, ["w-1"], worlds={"p-1": {"action": "form"}}),
                    revision(2, ["w-2"], worlds={"p-2": {"action": "form"}}),
-                   revision(3, [], ["w-1"], worlds={"p-1": {"action": "remove"}})):
-        total = summed(total, record)
+                   revision(3, [], ["w-1", "w-0"], worlds={"p-1": {"action": "remove"}})):
+        total = summed(total, record, launched={"w-0"})
     assert total == {"revision": 3, "op": "op-3", "summary": True, "replicas": {"w": [3]},
-                     "started": {"w-2": {"host": "h", "start": "warm"}}, "retired": [],
-                     "worlds": {"p-2": {"action": "form"}}}
+                     "started": {"w-2": {"host": "h", "start": "warm"}}, "retired": ["w-0"],
+                     "worlds": {"p-1": {"action": "remove"}, "p-2": {"action": "form"}},
+                     "plans": None}  # (these records keep no whole plans)
+
+
+def test_a_summary_keeps_the_whole_plans_of_what_is_left():
+    def plans(processes=(), worlds=()):
+        return {"processes": {n: {"name": n} for n in processes},
+                "worlds": {w: {"name": w} for w in worlds}}
+    records = [{**revision(1, ["w-1"], worlds={"p-1": {"action": "form"}}),
+                "plans": plans(["w-1", "lead"], ["p-1"])},
+               {**revision(2, ["w-2"], worlds={"p-2": {"action": "form"}}),
+                "plans": plans(["w-2", "lead"], ["p-2"])},
+               {**revision(3, [], ["w-1"], worlds={"p-1": {"action": "remove"}}),
+                "plans": plans(["lead"])}]
+    total = None
+    for record in records:
+        total = summed(total, record)
+    assert total["plans"] == plans(["lead", "w-2"], ["p-2"])
+    assert summed(total, revision(4))["plans"] is None  # a record of an older mwrun
 
 
 def test_revisions_rotate_past_their_cap_and_read_back_as_the_plan_now(tmp_path, monkeypatch):

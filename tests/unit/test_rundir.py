@@ -156,3 +156,12 @@ def test_a_ctrl_c_just_after_the_folder_is_made_leaves_a_run_that_says_it_failed
         rundir.create("cut", "star")
     state = json.loads((runs / "cut" / "state.json").read_text())
     assert (state["state"], state["exit_code"]) == ("failed", 130), state
+
+
+def test_agents_notes_where_a_new_head_finds_each_agent_and_under_slurm_its_node(tmp_path):
+    rundir.note_agent(tmp_path, "a", {"control": "/s/a.sock", "pid": 7})
+    rundir.note_agent(tmp_path, "b", {"control": "/s/b.sock", "pid": 8, "node": "n2",
+                                      "jobid": "41", "inventory": {}})
+    told = json.loads((tmp_path / "agents.json").read_text())
+    assert told == {"a": {"control": "/s/a.sock", "pid": 7},
+                    "b": {"control": "/s/b.sock", "pid": 8, "node": "n2", "jobid": "41"}}

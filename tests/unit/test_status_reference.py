@@ -109,8 +109,9 @@ def test_every_field_of_the_document_is_in_the_reference_and_every_row_is_a_fiel
     doc = built(tmp_path)
     lost = runs.lost(doc, left=lambda proc: True)  # what a reader makes of a dead head's
     away = runs.away(doc, {"since": 1.0, "grace": 30.0, "why": "its link closed"})
+    adopting = runs.adopting(away, 2, 4242, 2.0)
     written = fields(doc)
-    for read in (lost, away):
+    for read in (lost, away, adopting):
         for level, keys in fields(read).items():
             written.setdefault(level, set()).update(keys)
     documented = tables()

@@ -2,10 +2,12 @@
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from mwrun.cli.commands import main
 from mwrun.cli.statusview import in_place, render
+from mwrun.errors import RunError
 
 WORLD = {"name": "world1", "backend": "gloo", "size": 2, "members": ["leader", "worker-0"],
          "generation": 1, "state": "healthy", "breaks": 1, "port": 29501, "reason": None,
@@ -136,3 +138,47 @@ def test_a_run_whose_head_is_away_says_so_and_until_when_and_commands_refuse():
     refused = runs.away_error("r", away)
     assert refused is not None and runs.away_error("r", DOC) is None
     assert str(refused).startswith("run r's head is away (its link closed, ")
+
+
+def test_a_command_waits_a_while_for_a_new_head_then_says_why_not(monkeypatch):
+    """runs.until_head: a run whose head is away is waited for, saying so, until a new
+    head has it (head_restart, mwrun adopt), or refused with why after the limit."""
+    from mwrun import runs
+
+    away = runs.away(DOC, {"since": 170.0, "grace": 60.0, "why": "its link closed"})
+    clock = [0.0]
+    looks = []
+
+    def read_state(run_id):
+        looks.append(clock[0])
+        return back if clock[0] >= 0.5 else away
+    back = {**DOC, "supervisor_pid": 4242}
+    monkeypatch.setattr(runs, "read_state", read_state)
+    monkeypatch.setattr(runs, "is_live", lambda state: "head" not in state)
+    said = []
+    state = runs.until_head("r", away, said.append, clock=lambda: clock[0],
+                            sleep=lambda s: clock.__setitem__(0, clock[0] + s))
+    assert state is back and len(looks) == 5
+    assert said == ["run r's head is away (its link closed); waiting up to 10s for a new"
+                    " head (head_restart, or mwrun adopt r)",
+                    "run r has a head again (pid 4242)"]
+    assert runs.until_head("r", DOC, said.append) is DOC  # a head: nothing waited for
+    monkeypatch.setattr(runs, "read_state", lambda run_id: away)
+    clock[0] = 0.0
+    with pytest.raises(RunError, match="run r's head is away \\(its link closed"):
+        runs.until_head("r", away, said.append, clock=lambda: clock[0],
+                        sleep=lambda s: clock.__setitem__(0, clock[0] + s), limit=1.0)
+
+
+def test_mwrun_head_wait_sets_how_long_a_command_waits_for_a_new_head(monkeypatch):
+    from mwrun import runs
+
+    away = runs.away(DOC, {"since": 170.0, "grace": 60.0, "why": "its link closed"})
+    monkeypatch.setattr(runs, "read_state", lambda run_id: away)
+    slept = []
+    monkeypatch.setenv("MWRUN_HEAD_WAIT", "0")
+    with pytest.raises(RunError, match="head is away"):
+        runs.until_head("r", away, sleep=slept.append)
+    assert slept == []  # refused at once
+    monkeypatch.setenv("MWRUN_HEAD_WAIT", "soon")
+    assert runs.head_wait() == runs.HEAD_WAIT

@@ -216,7 +216,7 @@ def test_a_drills_kill_restarts_at_once_even_inside_a_crash_loop():
     sup.on_exit("worker-1", 1)  # a crash: restarted at once, a crash loop begins
     host.t = rec.restart_at
     sup.on_tick()
-    sup.kill_world("world2", None, signal.SIGKILL)  # the drill hits it again, at once
+    sup.drills.kill_world("world2", None, signal.SIGKILL)  # the drill hits it again, at once
     sup.on_exit("worker-1", -9)
     assert rec.restart_at == host.t and rec.why.endswith("at once")
     host.t = rec.restart_at
@@ -410,15 +410,15 @@ def test_second_stop_kills_at_once():
 def test_kill_world_signals_only_exclusive_members_or_one_rank():
     sup, host = make()
     join_all(sup)
-    hit = sup.kill_world("world1", None, signal.SIGKILL)
+    hit = sup.drills.kill_world("world1", None, signal.SIGKILL)
     assert [h["process"] for h in hit] == ["worker-0"]
     assert host.of("signal") == [("worker-0", signal.SIGKILL)]
-    hit = sup.kill_world("world2", 0, signal.SIGSTOP)
+    hit = sup.drills.kill_world("world2", 0, signal.SIGSTOP)
     assert hit[0]["process"] == "leader" and hit[0]["rank"] == 0
     with pytest.raises(ValueError, match="no world named 'nope'"):
-        sup.kill_world("nope", None, signal.SIGKILL)
+        sup.drills.kill_world("nope", None, signal.SIGKILL)
     with pytest.raises(ValueError, match=r"ranks 0\.\.1, not 5"):
-        sup.kill_world("world1", 5, signal.SIGKILL)
+        sup.drills.kill_world("world1", 5, signal.SIGKILL)
 
 
 def test_kill_world_without_exclusive_members_needs_a_rank():
@@ -426,7 +426,7 @@ def test_kill_world_without_exclusive_members_needs_a_rank():
             "worlds:\n  w1: {members: [a, b]}\n  w2: {members: [b, a]}\n")
     sup, _ = make(text)
     with pytest.raises(ValueError, match="name one with --rank"):
-        sup.kill_world("w1", None, signal.SIGKILL)
+        sup.drills.kill_world("w1", None, signal.SIGKILL)
 
 
 def test_plain_members_are_never_taken_as_joined_for_having_run_a_while():

@@ -121,10 +121,19 @@ def test_head_grace_is_seconds_from_zero_and_zero_by_default():
     assert parse(minimal(top="head_grace: 0\n"), "t.yaml").head_grace == 0.0
 
 
+def test_head_restart_is_true_or_false_and_true_by_default():
+    assert parse(minimal(), "t.yaml").head_restart is True
+    assert parse(minimal(top="head_restart: false\n"), "t.yaml").head_restart is False
+    assert parse(minimal(top="head_restart: true\n"), "t.yaml").head_restart is True
+
+
 @pytest.mark.parametrize("text, expected", [
     ("head_grace: -1\n", "t.yaml:1:13: head_grace must be at least 0, not -1"),
     ("head_grace: .inf\n", "t.yaml:1:13: head_grace must be a finite number of seconds"),
     ("head_grace: soon\n", "t.yaml:1:13: head_grace must be a number, not a string"),
+    ("head_restart: 1\n", "t.yaml:1:15: head_restart must be true or false, not a number"),
+    ("head_restart: yes please\n",
+     "t.yaml:1:15: head_restart must be true or false, not a string"),
     ("version: 2\n", "t.yaml:1:10: version 2 is not supported; use version: 1"),
     ("backend: mpi\n", "t.yaml:1:10: backend must be one of gloo | nccl, not 'mpi'"),
     ("timeout: -1\n", "t.yaml:1:10: timeout must be more than 0, not -1"),

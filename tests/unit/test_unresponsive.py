@@ -94,7 +94,7 @@ def test_a_drill_stop_shows_unresponsive_at_the_next_tick_and_cont_running_again
     hello_every(sup, 5.0)
     run_for(sup, host, 3.0, beating=list(sup.procs))
     assert host.probed == []  # processes that beat on time cost no /proc read
-    sup.kill_world("world1", None, signal.SIGSTOP)
+    sup.drills.kill_world("world1", None, signal.SIGSTOP)
     host.status["worker-0"] = "stopped"
     next_tick(sup, host)
     rec = sup.procs["worker-0"]

@@ -68,3 +68,30 @@ def make_late(worlds: Mapping[str, WorldRecord], procs: Mapping[str, ProcessReco
     tell(name, {"verb": Verb.LATE.value, "world": world_name, "delay": delay, "for": hold})
     return {"process": name, "pid": procs[name].worker.pid,
             "rank": worlds[world_name].plan.members.index(name)}
+
+
+class Drills:
+    """The drills on a running job, as ``kill_world`` asks them: whom they hit, hit
+    through the supervisor's beats (a drilled exit is told as one) and its host, and
+    each told to the user and the history."""
+
+    def __init__(self, worlds: Mapping[str, WorldRecord], procs: Mapping[str, ProcessRecord],
+                 signal: Callable[[str, int], None], tell: Callable[[str, dict], None],
+                 say: Callable[[str], None], late: Callable[[str, str, float, float], None]):
+        self.worlds, self.procs, self.signal, self.tell = worlds, procs, signal, tell
+        self.say, self.late = say, late
+
+    def kill_world(self, world_name: str, rank: int | None, sig: int) -> list[dict]:
+        """The fault drill (``kill_world`` above); raises ValueError."""
+        hit = kill_world(self.worlds, self.procs, world_name, rank, sig, self.signal)
+        self.say(told(world_name, sig, hit))
+        return hit
+
+    def make_late(self, world_name: str, rank: int | None, delay: float,
+                  hold: float) -> dict:
+        """A drill's slow member (``make_late`` above); raises ValueError."""
+        hit = make_late(self.worlds, self.procs, world_name, rank, delay, hold, self.tell)
+        self.late(hit["process"], world_name, delay, hold)
+        self.say(f"kill-world {world_name}: {hit['process']} made"
+                 f" {delay * 1000:g} ms late to every call for {hold:g}s")
+        return hit

@@ -115,6 +115,12 @@ class Processes:
         self.timers.set((Timer.LOOK, name), next_on_grid(now, TICK))
         return None
 
+    def adopted(self, name: str, incarnation: int) -> None:
+        """A start a new head found running (adoption.py): watched as one it made."""
+        self.incarnations[name] = incarnation
+        self.unheard.add(name)
+        self.timers.set((Timer.LOOK, name), next_on_grid(self.host.now(), TICK))
+
     def signal(self, name: str, sig: int, why: Why) -> None:
         self.host.signal(name, sig, why)
         self.records[name].worker.drilled |= why is Why.DRILL

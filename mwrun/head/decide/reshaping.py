@@ -86,6 +86,15 @@ class Reshaping:
         for name in rev.retired:
             self._retire(self.processes.records[name], rev.op, now)
 
+    def retire_found(self, rec: ProcessRecord, op: str, now: float) -> None:
+        """A process a new head found running that ``op`` retired (adoption.py): the
+        worlds it is still in were left draining; their drain is over now."""
+        self.settle.reconcile(rec)  # RESTARTING (added) -> STARTING: its start is made
+        self._retire(rec, op, now)
+        for name in rec.plan.worlds:
+            self.over(self.book.records[name], f"{op} was draining it when the head that"
+                                               " asked for it died")
+
     # -- worlds -----------------------------------------------------------------------
 
     def _form(self, plan: WorldPlan, starting: set[str]) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from mwrun.head.decide import drills, policy
+from mwrun.head.decide import adoption, drills, policy
 from mwrun.head.decide import events as ev
 from mwrun.head.decide.beats import Beats
 from mwrun.head.decide.deadlines import Timer, Timers
@@ -79,6 +79,11 @@ class Supervisor:
                                self.reconcile)
         # What each process printed until its first start said hello (firstwords.py).
         self.first_words = FirstWords(self.procs, self.worlds)
+        # The drills (kill_world): signalled as a drill, so their exits are told as one.
+        self.drills = drills.Drills(
+            self.worlds, self.procs, lambda name, s: self.beats.signal(name, s, Why.DRILL),
+            host.tell, self.processes.say,
+            lambda *late: self.events.emit(ev.MadeLate(*late)))
         # What plain torch.distributed groups show in their worlds' stores.
         self.plain = PlainGroups(self.processes, self.book, self.events.emit, self.reconcile)
         self._handle_timers()
@@ -104,9 +109,16 @@ class Supervisor:
 
     # -- life cycle -----------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, taken: adoption.Taken | None = None) -> None:
+        """Start every process; a new head (``taken``: what its agents run) takes the
+        starts that run as they are, ends those found retired (adoption.py), and
+        starts only the rest."""
+        if taken is not None:
+            adoption.resume(self.processes, self.book, self.reshaping, taken, self.host.now(),
+                            self.host.wall())
         for rec in list(self.procs.values()):
-            self._then(self.restarts.start(rec))
+            if not rec.worker.made:  # (one found making its start has no pid yet)
+                self._then(self.restarts.start(rec))
         self.beats.clock.read(self.host.now())  # spawning many is no stall
         if self.state is R.STARTING:  # STARTING -> RUNNING
             self._move(R.RUNNING)
@@ -229,23 +241,6 @@ class Supervisor:
             self._then(self.restarts.start(self.procs[name]))
         self.reshaping.retire(revision, now)
         self.reconcile(only=revision.worlds)  # the worlds it changed, and their members
-
-    def kill_world(self, world_name: str, rank: int | None, sig: int) -> list[dict]:
-        """The fault drill (see drills.py); raises ValueError."""
-        hit = drills.kill_world(self.worlds, self.procs, world_name, rank, sig,
-                                lambda name, s: self.beats.signal(name, s, Why.DRILL))
-        self.processes.say(drills.told(world_name, sig, hit))
-        return hit
-
-    def make_late(self, world_name: str, rank: int | None, delay: float,
-                  hold: float) -> dict:
-        """A drill's slow member (see drills.py); raises ValueError."""
-        hit = drills.make_late(self.worlds, self.procs, world_name, rank, delay, hold,
-                               self.host.tell)
-        self.events.emit(ev.MadeLate(hit["process"], world_name, delay, hold))
-        self.processes.say(f"kill-world {world_name}: {hit['process']} made"
-                           f" {delay * 1000:g} ms late to every call for {hold:g}s")
-        return hit
 
     def deadline(self) -> float | None:
         """The next moment any of the head's timers is due; or None."""

@@ -48,8 +48,18 @@ class Agents:
                  host_of: Callable[[str], str], selector: selectors.BaseSelector,
                  relayed: Callable[[object], None],
                  captured: Callable[[object, object, dict], None] = lambda *_: None,
-                 kept: Callable[[dict], None] = lambda told: None):
+                 kept: Callable[[dict], None] = lambda told: None,
+                 secret: tuple[str, int] | None = None,
+                 noted: Callable[[str, dict], None] = lambda host, hello: None,
+                 away: tuple[str, str] | None = None):
         self.loop = loop  # told what the agents tell
+        # The run's secret and this head's epoch: told to each remote host's agent once
+        # it is reached (at launch, or again), so that a new head can adopt it there.
+        self.secret = secret
+        self.noted = noted  # where each agent is, for a new head (the run folder's AGENTS)
+        # (host, path): the agent of the head's own machine, when a remote link reaches
+        # it (Slurm's), writes there that the head is away (host/absence.py).
+        self.away = away
         # The library's messages a host's agent relayed: served as the head's own
         # socket serves them (serve/dispatcher.py), handed in so hosts never import serve.
         self.relayed = relayed
@@ -128,6 +138,10 @@ class Agents:
         """Ask the process's host to start it and return at once (remotebook.py)."""
         self.processes.start(self.host_of(spec.name), spec)
 
+    def adopt(self, name: str, pid: int | None, warm: bool, host: str) -> None:
+        """A start ``host``'s agent runs already (a new head's, remotebook.py)."""
+        self.processes.adopt(host, name, pid, warm)
+
     def signal(self, name: str, sig: int) -> None:
         self.processes.signal(name, sig)
 
@@ -156,6 +170,12 @@ class Agents:
 
     def reached(self, link: AgentLink) -> None:
         self.clocks.measure(link, fresh=True)
+        if link.hello is not None:  # (a fresh agent after a loss: a new door)
+            self.noted(link.name, link.hello)
+        if self.secret is not None and not link.local:  # (its own, never in an argv)
+            note = {"away_note": self.away[1]} \
+                if self.away is not None and self.away[0] == link.name else {}
+            link.send(Kind.SECRET, secret=self.secret[0], epoch=self.secret[1], **note)
         if self.halting:
             link.send(Kind.STOPPING)
 

@@ -121,6 +121,9 @@ class Links:
             self._watch(link)
             if link.state == H.UP:
                 self.listener.reached(link)
+            if link.unread:
+                unread, link.unread = link.unread, []
+                self.listener.arrived(link, unread)
 
     def _watch(self, link: AgentLink) -> None:
         self.selector.register(link.out_fd, selectors.EVENT_READ, (self._readable, link))

@@ -15,6 +15,7 @@ import os
 import selectors
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from typing import IO
 from mwrun import __version__
 from mwrun.errors import RunError, TopologyError
 from mwrun.host import frames
+from mwrun.host.door import door_path
 from mwrun.host.frames import Kind
 from mwrun.plan.inventory import HostInventory
 from mwrun.schema import HostState as H
@@ -36,12 +38,16 @@ def ssh_argv(target: str, options: tuple[str, ...], python: str, host: str,
              control: str, grace: float = 0.0) -> list[str]:
     """ssh [user@]host[:port] running the agent; never prompts (BatchMode). ``grace``:
     the run's head_grace, how long that agent goes on once the head is gone."""
+    return ssh_running(target, options, [python, "-m", "mwrun", "agent", "--host", host,
+                                         "--control", control, "--head-grace", f"{grace:g}"])
+
+
+def ssh_running(target: str, options: tuple[str, ...], words: list[str]) -> list[str]:
+    """ssh [user@]host[:port] running ``words`` there (quoted for its shell)."""
     user_host, port = target, None
     if target.count(":") == 1:
         user_host, _, port = target.partition(":")
-    remote = " ".join(shlex.quote(a) for a in [python, "-m", "mwrun", "agent", "--host",
-                                               host, "--control", control,
-                                               "--head-grace", f"{grace:g}"])
+    remote = " ".join(shlex.quote(a) for a in words)
     argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=2"]
     if port:
@@ -52,9 +58,9 @@ def ssh_argv(target: str, options: tuple[str, ...], python: str, host: str,
 class Ssh:
     """A started link's ssh session: its process and its three pipes."""
 
-    def __init__(self, argv: list[str]):
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None):
         popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, start_new_session=True)
+                                 stderr=subprocess.PIPE, start_new_session=True, env=env)
         assert popen.stdin is not None and popen.stdout is not None \
             and popen.stderr is not None, "all three are pipes (PIPE above)"
         self.popen = popen
@@ -68,9 +74,14 @@ class Ssh:
 
 
 class AgentLink:
-    def __init__(self, name: str, argv: list[str], python: str, local: bool = False):
+    def __init__(self, name: str, argv: list[str], python: str, local: bool = False,
+                 env: dict[str, str] | None = None, again: AgentLink | None = None):
         self.name = name
         self.argv = argv
+        # How the host is reached again once lost, where that is not this link's own
+        # way (an adopting head's, through a door): as at launch, a fresh agent.
+        self.again = again
+        self.env = env  # the agent's environment (the run's secret: never in its argv)
         self.python = python
         self.local = local  # the head's own machine's agent, started directly (no ssh)
         self.state = H.CONNECTING
@@ -81,6 +92,9 @@ class AgentLink:
         self.sent_at = 0.0  # monotonic, the last frame sent
         self.heard = time.monotonic()
         self.ssh: Ssh | None = None  # once started
+        # Frames read before the loop watched the link (an adopting head's handshake
+        # reads past its hello): handed to the loop first (links.Links.attach).
+        self.unread: list[dict] = []
         self.out_fd = self.err_fd = -1  # once started
 
     @property
@@ -89,21 +103,16 @@ class AgentLink:
         return self.ssh.popen if self.ssh is not None else None
 
     def start(self) -> None:
-        ssh = self.ssh = Ssh(self.argv)
+        ssh = self.ssh = Ssh(self.argv, self.env)
         self.out_fd, self.err_fd = ssh.stdout.fileno(), ssh.stderr.fileno()
         for fd in (self.out_fd, self.err_fd, ssh.stdin.fileno()):
             os.set_blocking(fd, False)
 
     def read(self) -> list[dict] | None:
         """Frames that arrived; None once the link is closed."""
-        try:
-            data = os.read(self.out_fd, READ_SLICE)
-        except BlockingIOError:
-            return []
-        except OSError:
-            data = b""
+        data = frames.received(self.out_fd, READ_SLICE)
         if not data:
-            return None
+            return None if data is None else []
         self.heard = time.monotonic()
         return self.decoder.feed(data)
 
@@ -151,15 +160,41 @@ class AgentLink:
             ssh.stdin.close()
         if wait <= 0:
             ssh.kill()
+            self._forget_files()
         else:
             try:
                 ssh.popen.wait(timeout=wait)
             except subprocess.TimeoutExpired:
                 ssh.kill()
                 ssh.popen.wait()
+                self._forget_files()
         for pipe in (ssh.stdout, ssh.stderr):
             pipe.close()
         self.state = H.LOST if self.state == H.UP else self.state
+
+    def _forget_files(self) -> None:
+        """The sockets of this machine's agent, killed before its own end could remove
+        them (a loaded machine's agent can take longer than CLOSE_WAIT), and its folder
+        once empty; a remote agent's are swept by the next agent there."""
+        control = str((self.hello or {}).get("control") or "") if self.local else ""
+        if not control:
+            return
+        for path in (control, door_path(control)):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(control))
+
+    def abandon(self) -> None:
+        """Let the link go without a word (a new head that could not take the run):
+        its agent goes on as it was, never told to stop."""
+        if self.ssh is not None:
+            self.ssh.kill()
+            for pipe in (self.ssh.stdin, self.ssh.stdout, self.ssh.stderr):
+                with contextlib.suppress(OSError):
+                    pipe.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.ssh.popen.wait(timeout=5)
 
     def failure(self) -> str:
         """Why the link did not come up, in one line a user can act on."""
@@ -179,6 +214,45 @@ class AgentLink:
         if code is None:
             return f"no answer from its agent within {CONNECT_TIMEOUT:.0f} s"
         return f"its agent exited ({code}) before saying hello" + (f": {last}" if last else "")
+
+
+class SocketLink(AgentLink):
+    """An agent's link over one socket: a TCP connection the agent opened to the head
+    (Slurm), or its door a new head connected to (``mwrun adopt``)."""
+
+    def __init__(self, name: str, sock: socket.socket, python: str, local: bool = False,
+                 again: AgentLink | None = None):
+        super().__init__(name, [], python, local, again=again)
+        self.sock = sock
+        sock.setblocking(False)
+        self.out_fd = sock.fileno()
+
+    def start(self) -> None:  # it started itself (srun), or was there (adopted)
+        pass
+
+    def read_stderr(self) -> bool:
+        return False
+
+    def abandon(self) -> None:
+        self.sock.close()
+
+    def flush(self) -> bool:
+        try:
+            return self.outbox.flush(self.sock.send)
+        except OSError:
+            return True
+
+    def close(self, wait: float = 0.0) -> None:  # never waits: nothing to wait for
+        if self.sock.fileno() < 0:
+            return
+        self.send(Kind.STOP)
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_WR)
+        self.sock.close()
+        self.state = H.LOST if self.state == H.UP else self.state
+
+    def failure(self) -> str:
+        return "its agent did not connect"
 
 
 def check_hello(link: AgentLink, message: dict) -> str | None:
@@ -271,7 +345,9 @@ class Started:
     started."""
 
     def __init__(self, old: AgentLink):
-        self.link: AgentLink | None = AgentLink(old.name, old.argv, old.python, old.local)
+        way = old.again or old
+        self.link: AgentLink | None = AgentLink(way.name, way.argv, way.python, way.local,
+                                                way.env)
         self.error: str | None = None
         try:
             self.link.start()
@@ -309,18 +385,26 @@ def links_for(topo, run_id: str) -> dict[str, AgentLink]:
 
 
 def local_links(hosts: list[str], run_id: str, zygote_log: str, grace: float = 0.0,
-                away_note: str | None = None) -> dict[str, AgentLink]:
+                away_note: str | None = None, secret: str = "",
+                epoch: int = 1, restart: bool = False) -> dict[str, AgentLink]:
     """An agent link for each host that is the head's own machine (not yet started):
     the same agent as over ssh, started directly. Its zygotes write to the run
     folder's ``zygote.log``. It takes the head for gone only when its link closes
     (the head's death closes it at once): a head stopped for a while (Ctrl-Z in its
     terminal) is still there, and its machine's processes go on meanwhile. Once the
-    head is gone, ``grace`` seconds (head_grace), and it notes that in ``away_note``."""
+    head is gone, ``grace`` seconds (head_grace), and it notes that in ``away_note``;
+    meanwhile a head that proves the run's ``secret`` (in its environment) with a
+    newer epoch than ``epoch`` can adopt it (host/door.py); with ``restart``
+    (head_restart), the agent starts one itself (host/headrestart.py)."""
     extra = ["--head-grace", f"{grace:g}"] + (["--away-note", away_note] if away_note else [])
+    first = ["--head-restart"] if restart and away_note else []  # one new head, not one each
+    env = {**os.environ, "MWRUN_AGENT_SECRET": secret, "MWRUN_HEAD_EPOCH": str(epoch)} \
+        if secret else None
     return {name: AgentLink(name, [sys.executable, "-m", "mwrun", "agent", "--host", name,
                                    "--control", control_path(run_id, name),
-                                   "--zygote-log", zygote_log, "--silence", "inf", *extra],
-                            sys.executable, local=True)
+                                   "--zygote-log", zygote_log, "--silence", "inf", *extra,
+                                   *(first if name == hosts[0] else [])],
+                            sys.executable, local=True, env=env)
             for name in hosts}
 
 

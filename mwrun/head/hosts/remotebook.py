@@ -80,6 +80,12 @@ class RemoteProcesses:
         self.links.send(host, Kind.SPAWN, **spec.to_fields())
         self.handles[spec.name] = RemoteHandle(host, spec.name)
 
+    def adopt(self, host: str, name: str, pid: int | None, warm: bool) -> None:
+        """A start that ``host``'s agent runs already, taken by a new head
+        (``mwrun adopt``): from now on as though this head had asked for it."""
+        handle = self.handles[name] = RemoteHandle(host, name)
+        handle.pid, handle.warm = pid, warm
+
     def signal(self, name: str, sig: int) -> None:
         handle = self.handles.get(name)
         if handle is not None:

@@ -40,6 +40,7 @@ class Hands(Protocol):
     def to_head(self, host: str, t) -> float | None: ...
     def capture(self, name: str, key: str, pid: int, native: bool, within: float) -> str | None: ...
     def stopping(self) -> None: ...
+    def adopt(self, name: str, pid: int | None, warm: bool, host: str) -> None: ...
 
 
 class Router:
@@ -87,6 +88,14 @@ class Router:
         self.downlink.started(name)
         self.agents.start(self.spec(name, generations, restarts, incarnation))
         return Made(None, None)
+
+    def adopt(self, name: str, pid: int | None, warm: bool, host: str) -> None:
+        """A start the agent of ``host`` runs already (or is making: ``pid`` None),
+        taken by a new head (``mwrun adopt``): routed as though this head had made it
+        (one that was retired, too: it is in no plan now)."""
+        self.host_of[name] = host
+        self.downlink.started(name)
+        self.agents.adopt(name, pid, warm, host)
 
     def prepare(self, name: str) -> None:
         """The zygote that process ``name`` will be forked from, started now."""

@@ -18,11 +18,18 @@ import shlex
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 from mwrun.errors import RunError, TopologyError, UsageError
-from mwrun.head.hosts.remote import CONNECT_TIMEOUT, AgentLink, check_hello, control_path
+from mwrun.head.hosts.remote import (
+    CONNECT_TIMEOUT,
+    AgentLink,
+    SocketLink,
+    check_hello,
+    control_path,
+)
 from mwrun.host import frames
 from mwrun.host.frames import Kind
 from mwrun.schema import HostState as H
@@ -77,45 +84,17 @@ def head_addr(towards: str) -> str:
         return probe.getsockname()[0]
 
 
-class SocketLink(AgentLink):
-    """An agent's link over a TCP connection it opened to the head."""
-
-    def __init__(self, name: str, sock: socket.socket, python: str):
-        super().__init__(name, [], python)
-        self.sock = sock
-        sock.setblocking(False)
-        self.out_fd = sock.fileno()
-
-    def start(self) -> None:  # it started itself (srun)
-        pass
-
-    def read_stderr(self) -> bool:
-        return False
-
-    def flush(self) -> bool:
-        try:
-            return self.outbox.flush(self.sock.send)
-        except OSError:
-            return True
-
-    def close(self, wait: float = 0.0) -> None:  # never waits: nothing to wait for
-        if self.sock.fileno() < 0:
-            return
-        self.send(Kind.STOP)
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_WR)
-        self.sock.close()
-        self.state = H.LOST if self.state == H.UP else self.state
-
-    def failure(self) -> str:
-        return "its agent did not connect"
+def job_id(environ=os.environ) -> str | None:
+    """The allocation's job id (a new head names it to srun: it may run outside)."""
+    return environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
 
 
 def connect(topo, mapping: dict[str, str], run_id: str, progress=None,
-            timeout: float = CONNECT_TIMEOUT, started=None,
+            timeout: float = CONNECT_TIMEOUT, started=None, jobid: str | None = None,
             ) -> tuple[dict[str, SocketLink], subprocess.Popen]:
-    """One srun for every node; each agent connects back and proves the secret.
-    ``started(srun)`` is told of the srun as soon as it runs (so it can be cut short)."""
+    """One srun for every node (in job ``jobid``, else the allocation we run in); each
+    agent connects back and proves the secret. ``started(srun)`` is told of the srun as
+    soon as it runs (so it can be cut short)."""
     hosts = list(mapping)
     first = topo.hosts[hosts[0]]
     listener = socket.create_server((head_addr(first.addr), 0))
@@ -123,13 +102,22 @@ def connect(topo, mapping: dict[str, str], run_id: str, progress=None,
     secret = secrets.token_hex(32)
     python = first.python or sys.executable
     nodes = [mapping[h] for h in hosts]
-    argv = ["srun", f"--nodes={len(nodes)}", "--ntasks-per-node=1",
-            f"--nodelist={','.join(nodes)}", "--kill-on-bad-exit=0", "--overlap",
-            python, "-m", "mwrun", "agent", "--connect", f"{addr}:{port}",
+    argv = ["srun", *([f"--jobid={jobid}"] if jobid else []), f"--nodes={len(nodes)}",
+            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--kill-on-bad-exit=0",
+            "--overlap", python, "-m", "mwrun", "agent", "--connect", f"{addr}:{port}",
             "--control", control_path(run_id, "{node}"), "--head-grace", f"{topo.head_grace:g}"]
-    srun = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True,
-                            env={**os.environ, "MWRUN_AGENT_SECRET": secret})
+    # srun's stderr (and its agents', forwarded) in a file of its own, never a pipe to
+    # this head: a head that dies must not take srun with it (a write to a pipe nobody
+    # reads ends srun), and a head that lives never has to drain it.
+    said = tempfile.TemporaryFile()  # noqa: SIM115 (srun's for its life; end() closes ours)
+    try:
+        srun = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=said, start_new_session=True,
+                                env={**os.environ, "MWRUN_AGENT_SECRET": secret})
+    except BaseException:
+        said.close()
+        raise
+    srun.stderr = said  # (read back only if srun ends before its agents connect)
     if started is not None:
         started(srun)
     by_node = {mapping[h]: h for h in hosts}
@@ -152,6 +140,7 @@ def _accept(listener, secret, by_node, python, srun, progress, timeout):
     told = time.monotonic()
     while len(links) < len(by_node) and time.monotonic() < deadline:
         if srun.poll() is not None:
+            srun.stderr.seek(0)
             said = srun.stderr.read().decode("utf-8", "replace").strip()
             raise RunError(f"srun ended ({srun.returncode}) before every agent connected"
                            + (f": {said.splitlines()[-1]}" if said else ""))
@@ -218,18 +207,21 @@ def end(srun: subprocess.Popen, wait: float = 0.0) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(srun.pid, 9)
     srun.wait()
-    if srun.stderr is not None:  # connect's srun has it (stderr=PIPE)
+    if srun.stderr is not None:  # connect's srun has it (its file)
         srun.stderr.close()
 
 
 class Steps:
     """The job's srun steps: the one that started every agent, and one more for each
     agent started again after its host was lost (Slurm does not restart an agent; the
-    head asks for it, as ssh hosts are reached again)."""
+    head asks for it, as ssh hosts are reached again). A head that adopted the run has
+    none of the first (its agents outlive the srun that started them, which is nobody's
+    child now: it ends when they do) and names the job to each srun it runs."""
 
-    def __init__(self, srun: subprocess.Popen, topo, mapping: dict[str, str], run_id: str):
-        self.sruns = [srun]
-        self.topo, self.mapping, self.run_id = topo, mapping, run_id
+    def __init__(self, sruns: list[subprocess.Popen], topo, mapping: dict[str, str],
+                 run_id: str, jobid: str | None = None):
+        self.sruns = list(sruns)
+        self.topo, self.mapping, self.run_id, self.jobid = topo, mapping, run_id, jobid
         self.lock = threading.Lock()  # sruns grows in a rejoin's thread
         self.closed = False
 
@@ -262,7 +254,7 @@ class Rejoin:
         steps = self._steps
         try:
             links, _ = connect(steps.topo, {self.host: steps.mapping[self.host]},
-                               steps.run_id, started=self._started)
+                               steps.run_id, started=self._started, jobid=steps.jobid)
             self.link = links[self.host]
         except Exception as exc:  # said to the user, never a traceback
             self.error = str(exc) or type(exc).__name__

@@ -118,6 +118,8 @@ class Facts:
     started_at: float
     topology: str  # the topology file as launched, in the run folder
     control: str  # the control socket's path
+    epoch: int = 1  # the head's (head/epochs.py): 1 for the launch's, more once adopted
+    head_started_at: float | None = None  # the head's own start (adopted: after the run's)
 
 
 class Status:
@@ -175,7 +177,8 @@ class Status:
         facts = self.facts
         return {"run_id": facts.run_id, "name": self.membership.plan.name,
                 "state": sup.state.value, "supervisor_pid": os.getpid(),
-                "started_at": facts.started_at, "topology": facts.topology,
+                "supervisor_started_at": facts.head_started_at or facts.started_at,
+                "epoch": facts.epoch, "started_at": facts.started_at, "topology": facts.topology,
                 "control": facts.control,
                 "exit_code": sup.exit_code if sup.finished else None,
                 "processes": processes, "worlds": worlds, "hosts": self._hosts(),

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection, Iterable
 from pathlib import Path
+
+from mwrun.schema import OpState
 
 
 class OpBook:
@@ -45,6 +48,34 @@ class OpBook:
         except OSError:  # none written yet (or unreadable): not known
             return None
         return found
+
+    def settle(self, ops: Iterable[str], running: Collection[str], why: str) -> list[dict]:
+        """Of ``ops``, each that a head which died left under way (``mwrun adopt``),
+        written down as ended, as the new head finds the job (``running``: the processes
+        it wants that run): a replica added that runs is done, one retired that is gone
+        (or that the new head retires again) is done, any other change failed, for
+        ``why``. Those ops, as written."""
+        settled = []
+        for op in dict.fromkeys(ops):  # (once each, in order)
+            view = self.find(op)
+            if view is None or view.get("state") != OpState.RUNNING.value:
+                continue
+            changes = [_settled(c, running, why) for c in view.get("changes") or ()]
+            done = all(isinstance(c, dict) and c.get("outcome") == "done" for c in changes)
+            view = {**view, "state": (OpState.DONE if done else OpState.FAILED).value,
+                    "changes": changes}
+            self.keep(view)
+            settled.append(view)
+        return settled
+
+
+def _settled(change: object, running: Collection[str], why: str) -> object:
+    if not isinstance(change, dict) or change.get("outcome") is not None:
+        return change
+    added = change.get("change") == "add"
+    if added == (change.get("process") in running):
+        return {**change, "outcome": "done", "error": None}
+    return {**change, "outcome": "failed", "error": why}
 
 
 def _parsed(line: str, op: str) -> dict | None:

@@ -22,8 +22,11 @@ from mwrun.terminal import count
 
 class Progress:
     def __init__(self, processes: list[str], worlds: list[str], say: Callable[[str], None],
-                 started_at: float):
+                 started_at: float, found: set[str] | None = None):
+        """``found``: an adopting head's (``mwrun adopt``), the processes it found
+        running; ``started_at`` is then the adoption's moment."""
         self.say = say
+        self.found = found
         self.starts: dict[str, Start | None] = {}  # process -> how its first start was made
         self.started_at = started_at
         self.unstarted: set[str] | None = set(processes)  # first start not known yet
@@ -43,6 +46,13 @@ class Progress:
         self.unstarted = None
         starts = self.starts
         warm = sum(1 for how in starts.values() if how is Start.WARM)
+        if self.found is not None:
+            made = len(starts) - len(self.found & set(starts))
+            self.say(f"{count(len(starts), 'process', 'processes')} running"
+                     f" {time.time() - self.started_at:.1f}s after adoption"
+                     f" ({len(starts) - made} found running, {made} started); waiting for"
+                     f" {count(self.worlds, 'world')} to form")
+            return
         self.say(f"{count(len(starts), 'process', 'processes')} started in"
                  f" {time.time() - self.started_at:.1f}s ({warm} warm, {len(starts) - warm}"
                  f" cold); waiting for {count(self.worlds, 'world')} to form")
@@ -58,7 +68,7 @@ class Progress:
             self.unformed.discard(event.world)
             if not self.unformed:
                 self.say(f"every world formed, {time.time() - self.started_at:.1f}s"
-                         " after launch")
+                         f" after {'launch' if self.found is None else 'adoption'}")
 
 
 def view(unformed: set[str], procs: Mapping[str, ProcessRecord],

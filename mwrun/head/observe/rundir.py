@@ -34,7 +34,7 @@ from mwrun.runs import (  # noqa: F401 - the reader's names, for the head
     scan,
     supervisor_alive,
 )
-from mwrun.schema import LOGS, STATE
+from mwrun.schema import AGENTS, LOGS, STATE
 from mwrun.schema import RunState as R
 
 
@@ -120,6 +120,27 @@ def end_unstarted(path: Path, exit_code: int) -> None:
         doc = json.loads((path / STATE).read_text())
         if doc.get("state") == R.STARTING and not doc.get("processes"):
             write_json(path / STATE, {**doc, "state": R.FAILED.value, "exit_code": exit_code})
+
+
+def agent_entry(hello: dict) -> dict:
+    """What AGENTS keeps of an agent (its hello): its door's socket and pid, and under
+    Slurm its node and job (a new head runs srun there, head/hosts/doors.py)."""
+    return {"control": hello.get("control"), "pid": hello.get("pid"),
+            **{k: hello[k] for k in ("node", "jobid") if hello.get(k)}}
+
+
+def note_agent(run_dir: Path, host: str, hello: dict) -> None:
+    """``host``'s agent, as the head reached it (at launch, or again after a loss), in
+    the run folder's AGENTS: where a new head finds it (head/adopting.py)."""
+    path = Path(run_dir) / AGENTS
+    try:
+        told = json.loads(path.read_text())
+    except (OSError, ValueError):
+        told = {}
+    entry = agent_entry(hello)
+    if isinstance(told, dict) and told.get(host) != entry:
+        with contextlib.suppress(OSError):  # (a full disk: the job goes on)
+            write_json(path, {**told, host: entry})
 
 
 def write_json(path: Path, data) -> None:

@@ -78,8 +78,9 @@ def call_in_frames(threads: list[dict]) -> str | None:
 
 def line(world: str, generation: int, members: list[Seen], hung: str | None,
          why: str) -> str:
-    """The culprit line. ``hung``: the member declared hung, if one was; ``why``: the
-    hang's reason, or the break's."""
+    """The culprit line. ``members``: in rank order (a break's reason names a rank);
+    ``hung``: the member declared hung, if one was; ``why``: the hang's reason, or the
+    break's."""
     head = f"{world} g{generation}:"
     others = [m for m in members if m.process != hung]
     waiting = [m for m in others if m.call is not None]
@@ -132,11 +133,16 @@ def _broke(head: str, members: list[Seen], why: str) -> str:
         s = suspects[0]
         doing = f" (in {s.call})" if s.call else ""
         return f"{head} {s.process} was {s.state}{doing} when the world broke: {why}"
-    timed = re.search(r"its (\w+) timed out after", why)
-    idle = [m.process for m in members if m.known and m.call is None]
+    timed = re.search(r"rank (\d+): its (\w+) timed out after", why)
+    # The rank whose call timed out was in it, whatever the capture, made after the
+    # break was told, finds it doing (back in the user's code, between calls).
+    noticer = members[int(timed.group(1))].process \
+        if timed and int(timed.group(1)) < len(members) else None
+    idle = [m.process for m in members
+            if m.known and m.call is None and m.process != noticer]
     calls = sorted({m.call for m in members if m.call and m.call != "rejoin"})
     if idle and len(idle) < len(members):
-        call = timed.group(1) if timed else calls[0] if len(calls) == 1 else None
+        call = timed.group(2) if timed else calls[0] if len(calls) == 1 else None
         if call is not None:
             return f"{head} {_names(idle)} never entered {call}; then it broke: {why}"
     where = f"; the survivors were in {', '.join(calls)}" if calls else ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from mwrun.head.decide.drills import Drills
 from mwrun.head.decide.records import Book
 from mwrun.head.observe.history import History
 from mwrun.head.observe.progress import Progress, view
@@ -21,11 +22,10 @@ class Supervising(Book, Protocol):
     """The supervisor (decide/supervisor.py) as the operator's verbs see it: exactly
     what they read of it and ask of it."""
 
+    drills: Drills
+
     @property
     def stopping(self) -> bool: ...
-    def kill_world(self, world_name: str, rank: int | None, sig: int) -> list[dict]: ...
-    def make_late(self, world_name: str, rank: int | None, delay: float,
-                  hold: float) -> dict: ...
     def request_stop(self, reason: str = ...) -> None: ...
 
 
@@ -64,11 +64,11 @@ class Verbs:
             return {"ok": False, "error": "kill_world needs a world name and an optional rank"}
         try:
             if str(request.get("signal", "")).upper() == SLOW:
-                return {"ok": True, "signalled": [self.supervisor.make_late(
+                return {"ok": True, "signalled": [self.supervisor.drills.make_late(
                     world, rank, request.get("delay", LATE_DELAY),
                     request.get("for", LATE_FOR))]}
             sig = signal_number(request.get("signal", "KILL"))
-            return {"ok": True, "signalled": self.supervisor.kill_world(world, rank, sig)}
+            return {"ok": True, "signalled": self.supervisor.drills.kill_world(world, rank, sig)}
         except ValueError as exc:
             return {"ok": False, "error": str(exc)}
 
