@@ -127,6 +127,10 @@ def procs(request):
 
     started = Started()
     yield started
+    if not _passed(request):  # what each said, in the failure's report (CI shows no more)
+        for proc in started:
+            print(f"--- {' '.join(proc.popen.args)[:200]} (pid {proc.pid}), last lines:\n"
+                  + "\n".join(proc.lines[-40:]))
     ended = [p.pid for p in started if p.popen.poll() is not None]
     leaked = settle(lambda: [s for pid in ended for s in session_survivors(pid)],
                     EXIT_WAIT if _passed(request) else 0.0)
@@ -148,6 +152,10 @@ def home(request, tmp_path):
     over: checked first (a leak fails the test), then killed all the same."""
     path = tmp_path / "home"
     yield path
+    if not _passed(request):  # each run's own account, in the failure's report
+        for log in sorted(path.glob("runs/*/*.log")):
+            lines = log.read_text(errors="replace").splitlines()
+            print(f"--- {log.relative_to(path)}, last lines:\n" + "\n".join(lines[-40:]))
     left = settle(lambda: leftovers(path), EXIT_WAIT if _passed(request) else 0.0)
     seen = describe(left)
     for proc in left:  # a failed test must not leave a job running either
