@@ -74,8 +74,7 @@ def adopt(run_id: str, grace: float, stream=sys.stdout, force: bool = False,
     links: dict[str, remote.AgentLink] = {}
     try:
         links = _doors(topo, reached, run_id, run_dir, secret, epoch)
-        for link in links.values():  # (every door knocked at once: srun takes seconds)
-            doors.proven(link, secret, epoch)
+        doors.proven(links, secret, epoch)  # (every door at once: srun takes seconds)
         keeper = doors.keeper(runs.socket_path(run_id, KEEPER_DOOR), epoch)
     except BaseException:
         for link in links.values():

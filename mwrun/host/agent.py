@@ -85,7 +85,7 @@ class Agent:
         self.recall = Recall()  # what a new head is told runs here
         # Where a new head takes over (mwrun adopt, restart-head), proving the secret.
         self.door = Door(door_path(control_path), secret, self.selector, self._adopted,
-                         epoch)
+                         epoch, clock)
         self.asks = Asks(self.hands, self.spies, self.relay, self, wall, self._stop,
                          lambda: setattr(self, "stopping", True), self.breaks, self.door,
                          self.absence.noted)
@@ -202,6 +202,7 @@ class Agent:
                     self.send(Kind.BEAT)
                 self.hands.tick()  # forked children are ours, so are their orphans
                 self.spies.tick()
+                self.door.tick(now)  # knocks never answered
                 self.relay.serve()  # what a library sent beyond one turn's share
                 if self.link.size and not self.absence.away:
                     self.link.flush()

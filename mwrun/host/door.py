@@ -10,8 +10,8 @@ never in an argv: the head's machine's agent has it in its environment from the 
 that started it, an ssh host's is told it over its link (``secret`` frame: the door
 opens then), and a new head reads it from the run folder. Over ssh a new head comes
 in through ``mwrun agent-door`` (``bridge``), the agent's session joined to its door.
-The handshake is read in the agent's loop (a knock costs it at most HANDSHAKE: only
-this user can reach the owner-only folder).
+The handshake is read in the agent's loop as its bytes come (``Knock``), never waited
+for there.
 """
 
 from __future__ import annotations
@@ -24,12 +24,14 @@ import select
 import selectors
 import socket
 import sys
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from mwrun.host import frames, sockets
 from mwrun.host.frames import Kind
 
-HANDSHAKE = 2.0  # seconds a knocking head has to answer the challenge (it is local)
+HANDSHAKE = 15.0  # seconds a knocking head has to answer the challenge (ssh, a busy host)
 
 
 def door_path(control_path: str) -> str:
@@ -38,14 +40,30 @@ def door_path(control_path: str) -> str:
     return f"{root}-door{ext or '.sock'}"
 
 
+@dataclass(eq=False)
+class Knock:
+    """A head at the door whose answer to ``nonce`` has not come yet."""
+
+    sock: socket.socket
+    nonce: str
+    until: float  # closed unanswered then
+    decoder: frames.Decoder = field(default_factory=frames.Decoder)
+
+
 class Door:
-    """The agent's door: ``adopted(sock, epoch)`` for a head it obeys."""
+    """The agent's door: ``adopted(sock, epoch)`` for a head it obeys. A knock is
+    answered in the agent's loop as its bytes come, never waited for there: a head
+    that is slow to answer (over ssh, on a loaded host) holds up no exit or heartbeat,
+    and the door waits for it HANDSHAKE."""
 
     def __init__(self, path: str, secret: str, selector: selectors.BaseSelector,
-                 adopted: Callable[[socket.socket, int], None], epoch: int = 0):
+                 adopted: Callable[[socket.socket, int], None], epoch: int = 0,
+                 clock: Callable[[], float] = time.monotonic):
         self.path, self.secret, self.selector, self.adopted = path, secret, selector, adopted
         self.epoch = epoch  # the newest head obeyed so far
+        self.clock = clock
         self.listener: socket.socket | None = None
+        self.knocks: list[Knock] = []
 
     def listen(self) -> None:
         """Open, once there is a secret to prove (an ssh agent is told it later)."""
@@ -60,29 +78,49 @@ class Door:
             self.secret, self.epoch = secret, max(self.epoch, epoch)
             self.listen()
 
+    def tick(self, now: float) -> None:
+        """Knocks left unanswered for HANDSHAKE closed."""
+        for knock in [k for k in self.knocks if now >= k.until]:
+            self._drop(knock)
+
     def _knocked(self, _) -> None:
         assert self.listener is not None, "registered once listening"
         try:
             sock, _addr = self.listener.accept()
         except OSError:
             return
-        sock.settimeout(HANDSHAKE)
-        try:
-            epoch = self._handshake(sock)
-        except (OSError, frames.FrameError, ValueError, TypeError):
-            sock.close()  # it did not answer as a head would, in time
-            return
-        if epoch is None:
+        nonce = secrets.token_hex(16)
+        try:  # (a fresh socket's buffer takes a frame this small whole)
+            sock.setblocking(False)
+            sock.sendall(frames.encode({"kind": Kind.CHALLENGE, "nonce": nonce}))
+        except OSError:
             sock.close()
             return
-        self.epoch = epoch
-        sock.setblocking(False)
-        self.adopted(sock, epoch)
+        knock = Knock(sock, nonce, self.clock() + HANDSHAKE)
+        self.knocks.append(knock)
+        self.selector.register(sock, selectors.EVENT_READ, (self._answered, knock))
 
-    def _handshake(self, sock: socket.socket) -> int | None:
-        nonce = secrets.token_hex(16)
-        sock.sendall(frames.encode({"kind": Kind.CHALLENGE, "nonce": nonce}))
-        answer = _first(sock)
+    def _answered(self, knock: Knock) -> None:
+        try:
+            data = knock.sock.recv(65536)
+            messages = knock.decoder.feed(data) if data else None
+        except BlockingIOError:
+            return
+        except (OSError, frames.FrameError):
+            messages = None
+        if messages == []:
+            return  # (a frame in pieces: the rest comes)
+        epoch = self._judged(knock, messages[0]) if messages else None
+        if epoch is None:
+            self._drop(knock)  # it did not answer as a head would
+            return
+        self._unwatch(knock)
+        self.epoch = epoch
+        self.adopted(knock.sock, epoch)
+
+    def _judged(self, knock: Knock, answer) -> int | None:
+        """The epoch of the head that answered ``knock`` so, if it is obeyed; else None
+        (refused, saying why, where it was a head's answer)."""
         # Its shape and proof before anything else of it is read.
         if not isinstance(answer, dict) or answer.get("kind") != Kind.ADOPT \
                 or not isinstance(answer.get("epoch"), int) \
@@ -90,16 +128,27 @@ class Door:
             return None
         epoch = answer["epoch"]
         if not hmac.compare_digest(answer["proof"],
-                                   frames.adoption_proof(self.secret, nonce, epoch)):
-            _refuse(sock, "the run's secret was not proven")
+                                   frames.adoption_proof(self.secret, knock.nonce, epoch)):
+            _refuse(knock.sock, "the run's secret was not proven")
             return None
         if epoch <= self.epoch:
-            _refuse(sock, f"a newer head (epoch {self.epoch}) has this job; this head's"
-                          f" epoch is {epoch}")
+            _refuse(knock.sock, f"a newer head (epoch {self.epoch}) has this job; this"
+                                f" head's epoch is {epoch}")
             return None
         return epoch
 
+    def _unwatch(self, knock: Knock) -> None:
+        self.knocks.remove(knock)
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(knock.sock)
+
+    def _drop(self, knock: Knock) -> None:
+        self._unwatch(knock)
+        knock.sock.close()
+
     def close(self) -> None:
+        for knock in list(self.knocks):
+            self._drop(knock)
         if self.listener is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(self.listener)
@@ -112,17 +161,6 @@ class Door:
 def _refuse(sock: socket.socket, why: str) -> None:
     with contextlib.suppress(OSError):
         sock.sendall(frames.encode({"kind": Kind.REFUSED, "why": why}))
-
-
-def _first(sock: socket.socket) -> dict | None:
-    decoder = frames.Decoder()
-    while True:
-        data = sock.recv(65536)
-        if not data:
-            return None
-        messages = decoder.feed(data)
-        if messages:
-            return messages[0]
 
 
 def bridge(path: str) -> int:

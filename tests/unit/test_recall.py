@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from mwrun.host import frames
-from mwrun.host.door import Door, door_path
+from mwrun.host.door import HANDSHAKE, Door, door_path
 from mwrun.host.frames import Kind
 from mwrun.host.recall import Recall
 from mwrun.launchspec import LaunchSpec
@@ -140,14 +140,57 @@ def attempt(door, selector, taken, secret, epoch):
     thread = threading.Thread(target=head)
     thread.start()
     before = len(taken)
-    for key, _ in selector.select(5):  # the agent's turn: challenge, answer, verdict
-        callback, arg = key.data
-        callback(arg)
-    if len(taken) > before:
-        taken[-1][0].close()
+    while thread.is_alive():  # the agent's turns: the challenge, then answer and verdict
+        turn(selector)
+        if len(taken) > before:
+            taken[-1][0].close()
     thread.join(10)
     sock.close()
     return answers[0]
+
+
+def turn(selector, wait=0.05):
+    for key, _ in selector.select(wait):
+        callback, arg = key.data
+        callback(arg)
+
+
+def knock(door, selector) -> tuple[socket.socket, str]:
+    """A head at the door: its socket, and the challenge's nonce (the agent's turn)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    sock.connect(door.path)
+    turn(selector, 5)
+    return sock, frames.Decoder().feed(sock.recv(4096))[0]["nonce"]
+
+
+def test_a_knock_is_never_waited_for_and_one_left_unanswered_is_closed(tmp_path):
+    """The agent's loop goes on while a head has yet to answer (a turn returns at once);
+    two heads knock, the later answers first and is obeyed; the silent one is closed
+    once HANDSHAKE has passed."""
+    now = [100.0]
+    selector, taken = selectors.DefaultSelector(), []
+    door = Door(door_path(str(tmp_path / "control-1.sock")), "s3cret", selector,
+                lambda sock, epoch: taken.append((sock, epoch)), clock=lambda: now[0])
+    door.listen()
+    silent, _ = knock(door, selector)
+    late, nonce = knock(door, selector)
+    try:
+        turn(selector, 0)  # nothing to read: nothing waited for
+        assert len(door.knocks) == 2 and not taken
+        late.sendall(frames.encode({"kind": Kind.ADOPT, "epoch": 2,
+                                    "proof": frames.adoption_proof("s3cret", nonce, 2)}))
+        turn(selector, 5)
+        assert [epoch for _, epoch in taken] == [2] and len(door.knocks) == 1
+        door.tick(now[0] + HANDSHAKE - 0.1)
+        assert len(door.knocks) == 1
+        door.tick(now[0] + HANDSHAKE)
+        assert not door.knocks and silent.recv(4096) == b""  # closed on it
+    finally:
+        for sock in [silent, late] + [sock for sock, _ in taken]:
+            sock.close()
+        door.close()
+        selector.close()
 
 
 def test_a_head_that_proves_the_secret_with_a_newer_epoch_is_obeyed(door):

@@ -70,42 +70,50 @@ def _started(link: remote.AgentLink, what: str) -> remote.AgentLink:
     return link
 
 
-def proven(link: remote.AgentLink, secret: str, epoch: int) -> remote.AgentLink:
-    """``link`` once the challenge at its door is answered (``_proven``); abandoned,
-    and RunError saying why, otherwise."""
-    try:
-        return _proven(link, secret, epoch)
-    except BaseException:
-        link.abandon()
-        raise
-
-
-def _proven(link: remote.AgentLink, secret: str, epoch: int) -> remote.AgentLink:
-    """The challenge answered on ``link``; the link, up, once the agent took this head
-    and said what it runs (what it sent after its hello is the loop's first to read)."""
+def proven(links: dict[str, remote.AgentLink], secret: str, epoch: int) -> None:
+    """Every link of ``links`` up once the challenge at its door is answered and its
+    agent took this head and said what it runs (what it sent after its hello is the
+    loop's first to read); RunError saying why one was not, the links left as they are
+    (the caller abandons them). All at once: each challenge is answered as it comes,
+    none waiting behind a slower door (an ssh one takes seconds; each agent gives its
+    knocking head host/door.py's HANDSHAKE)."""
     deadline = time.monotonic() + KNOCK_WAIT
-    challenge = _next(link, deadline)
-    nonce = str(challenge.get("nonce", ""))
-    link.send(Kind.ADOPT, epoch=epoch, proof=frames.adoption_proof(secret, nonce, epoch))
-    hello = _next(link, deadline)
+    waiting = {name: False for name in links}  # host -> its challenge answered
+    while waiting:
+        for name in [n for n in waiting if links[n].unread]:
+            link, frame = links[name], links[name].unread.pop(0)
+            if waiting[name]:
+                _took(link, frame)
+                del waiting[name]
+                continue
+            nonce = str(frame.get("nonce", ""))
+            link.send(Kind.ADOPT, epoch=epoch, proof=frames.adoption_proof(secret, nonce, epoch))
+            waiting[name] = True
+        pending = [links[n] for n in waiting if not links[n].unread]
+        if waiting and len(pending) == len(waiting):
+            _heard(pending, deadline)
+
+
+def _took(link: remote.AgentLink, hello: dict) -> None:
+    """``link`` up, given the agent's ``hello`` after the answered challenge."""
     if hello.get("kind") == Kind.REFUSED:
         raise RunError(f"host {link.name}'s agent refused this head: {hello.get('why')}")
     why = remote.check_hello(link, hello)
     if why is not None or not isinstance(hello.get("adopted"), dict):
         raise RunError(f"host {link.name}'s agent: {why or 'it did not say what it runs'}")
     link.hello, link.state = hello, H.UP
-    return link
 
 
-def _next(link: remote.AgentLink, deadline: float) -> dict:
-    """The next frame from ``link`` (the rest stays in its ``unread``)."""
-    while not link.unread:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([link.out_fd], [], [], left)[0]:
-            raise RunError(f"host {link.name}'s agent did not answer at its door within"
-                           f" {KNOCK_WAIT:g}s (stopped, or its host stalled?); nothing was"
-                           " touched: the job goes on headless, and mwrun adopt can try"
-                           " again once it answers")
+def _heard(links: list[remote.AgentLink], deadline: float) -> None:
+    """What came on ``links`` by ``deadline`` read into each one's ``unread``."""
+    left = deadline - time.monotonic()
+    ready = select.select([link.out_fd for link in links], [], [], left)[0] if left > 0 else []
+    if not ready:
+        raise RunError(f"host {links[0].name}'s agent did not answer at its door within"
+                       f" {KNOCK_WAIT:g}s (stopped, or its host stalled?); nothing was"
+                       " touched: the job goes on headless, and mwrun adopt can try"
+                       " again once it answers")
+    for link in (link for link in links if link.out_fd in ready):
         try:
             messages = link.read()
         except frames.FrameError:
@@ -118,7 +126,6 @@ def _next(link: remote.AgentLink, deadline: float) -> dict:
             raise RunError(f"host {link.name}'s agent closed its door without an answer"
                            + (f": {said[-1]}" if said else ""))
         link.unread.extend(messages)
-    return link.unread.pop(0)
 
 
 def keeper(path, epoch: int) -> socket.socket:
