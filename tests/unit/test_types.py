@@ -12,14 +12,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[2]
+# The three run on one worker with one cache: the first reads torch's and the package's
+# types (the bulk of a run's 20 s), the other two only their own file.
+pytestmark = pytest.mark.xdist_group("mypy")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("mypy") / "cache")
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # 35 s of one core here; beside a full suite, minutes
-def test_mypy_holds_the_whole_package(tmp_path):
+def test_mypy_holds_the_whole_package(cache):
     """``mypy mwrun`` finds nothing: every module, not only the seams."""
     pytest.importorskip("mypy", reason="mypy comes with the test extras: pip install -e '.[test]'")
-    done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"),
+    done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", cache,
                            "mwrun"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -39,17 +47,17 @@ def slurm(steps: Steps) -> Reach:
 """
 
 
-def test_every_transport_reaches_a_lost_host_the_same_way(tmp_path):
+def test_every_transport_reaches_a_lost_host_the_same_way(tmp_path, cache):
     """ssh and Slurm are both an ``agents.Reach``: the place a new transport plugs in."""
     pytest.importorskip("mypy", reason="mypy comes with the test extras")
     check = tmp_path / "transports.py"
     check.write_text(TRANSPORTS)
-    done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"),
+    done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", cache,
                            str(check)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_mypy_sees_a_broken_seam(tmp_path):
+def test_mypy_sees_a_broken_seam(tmp_path, cache):
     """The check is no formality: a host without ``start`` is refused."""
     pytest.importorskip("mypy", reason="mypy comes with the test extras")
     bad = tmp_path / "bad.py"
@@ -57,6 +65,6 @@ def test_mypy_sees_a_broken_seam(tmp_path):
                    "class NoStart:\n"
                    "    def prepare(self, spec) -> None: ...\n\n"
                    "hands: HostHands = NoStart()\n")
-    done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"),
+    done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", cache,
                            str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and "HostHands" in done.stdout, done.stdout
