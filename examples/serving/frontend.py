@@ -51,8 +51,9 @@ class Workers:
                 print(f"{name} {event.kind}: {len(self.ready)} workers", flush=True)
             elif event.kind == "draining":
                 self.drop(name)
-                self.job.world(name).release()  # no request of ours is in flight there
-                print(f"{name} draining: let go, {len(self.ready)} workers", flush=True)
+                world = self.job.worlds.get(name)  # (the live set: it may have gone since)
+                if world is not None and world.release():  # no request of ours is there
+                    print(f"{name} draining: let go, {len(self.ready)} workers", flush=True)
             elif event.kind == "removed":
                 self.drop(name)
             elif event.kind in ("broken", "resized"):

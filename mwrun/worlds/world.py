@@ -11,7 +11,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from mwrun.errors import BrokenWorldError, MwrunError
+from mwrun.errors import BrokenWorldError
 from mwrun.protocol import WorldReport
 from mwrun.worlds.calls import Calls
 from mwrun.worlds.inflight import CALLS
@@ -102,18 +102,22 @@ class World:
             CALLS.pop(ident, None)
         return self
 
-    def release(self) -> None:
+    def release(self) -> bool:
         """Let a draining world go now: under the launcher, tell the head, which then
         closes the world (calls raise ``WorldClosedError`` once it has); by hand, the
-        same as ``close()``. ``MwrunError`` if the head is not draining it."""
+        same as ``close()``. True if a drain was let go; False, and nothing done, where
+        the head is not draining this world. That is no misuse to raise on: a
+        ``draining`` event is read later than ``job.worlds`` changes, and by then the
+        drain may be over (the world closed at ``drain_timeout``, or a new world added
+        under its name, which must not be let go)."""
         link = self.membership.link
         if link is None:
             self.close()
-        elif not self._state.draining:
-            raise MwrunError(f"world {self.name!r} is not draining: only a world the"
-                             " supervisor drains can be released")
-        else:
-            link.world_event(self.name, self._state.generation, WorldReport.RELEASED)
+            return True
+        if not self._state.draining or self._state.gone is not None:
+            return False
+        link.world_event(self.name, self._state.generation, WorldReport.RELEASED)
+        return True
 
     def close(self) -> None:
         """Leave the world. Other members see it end if they still call on it."""

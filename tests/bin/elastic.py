@@ -53,8 +53,7 @@ def hear():
         if e.kind == "added" and e.world == args.world:
             ready.set()
         if e.kind == "draining" and args.release:
-            job.world(e.world).release()
-            say(released=e.world)
+            say(released=e.world, let_go=job.world(e.world).release())
 
 
 listener = threading.Thread(target=hear)
