@@ -21,9 +21,9 @@ from tests.integration.jobs import cli, launch, status, wait_for, wait_status
 
 pytestmark = pytest.mark.timeout(180)
 GRACE = 15  # seconds: ample for the looks below on a loaded machine, short for the suite
-# The first test's: it looks at the headless job with three commands (each a new Python
-# process) before the grace runs out; two suites at once on two cores took over 15 s.
-LOOKS_GRACE = 40
+# Where nothing is looked at before the grace runs out (the looks are made under a
+# grace of 600 s, then a stop: two suites at once on two cores took over 15 s for them).
+SHORT_GRACE = 4
 
 
 def ticker_job(tmp_path, grace):
@@ -52,9 +52,11 @@ def count(out) -> int:
         return 0
 
 
-def test_a_killed_head_leaves_the_job_serving_for_head_grace_then_nothing(
+def test_a_killed_head_leaves_the_job_serving_and_mwrun_stop_ends_it_at_once(
         procs, home, tmp_path):
-    path, out = ticker_job(tmp_path, LOOKS_GRACE)
+    """Looked at while the head is away (a grace nothing here runs out: only the stop
+    ends it), then stopped by hand."""
+    path, out = ticker_job(tmp_path, 600)
     job = launch(procs, home, path)
     doc = healthy(home)
     pids = {p["name"]: p["pid"] for p in doc["processes"]}
@@ -71,9 +73,10 @@ def test_a_killed_head_leaves_the_job_serving_for_head_grace_then_nothing(
     seen = count(out)
     wait_for(lambda: count(out) > seen + 10, 10, "counts after the head died")
     assert all(psutil.pid_exists(pid) for pid in pids.values())
-    away = status(home)
-    assert away["state"] == R.RUNNING and away["head"]["state"] == HeadState.AWAY, away
-    assert away["head"]["why"] == "its link closed" and away["head"]["grace_s"] == LOOKS_GRACE
+    away = wait_status(home, lambda d: (d.get("head") or {}).get("state") == HeadState.AWAY,
+                       "the head away")
+    assert away["state"] == R.RUNNING, away
+    assert away["head"]["why"] == "its link closed" and away["head"]["grace_s"] == 600
     assert {p["name"]: p["pid"] for p in away["processes"]} == pids, away["processes"]
     shown = cli(home, "status")
     assert shown.returncode == 0 and "head: away for" in shown.stdout, shown.stdout
@@ -81,15 +84,31 @@ def test_a_killed_head_leaves_the_job_serving_for_head_grace_then_nothing(
     assert refused.returncode != 0 and "head is away (its link closed" in refused.stderr
     assert "Traceback" not in refused.stderr
     assert all(psutil.pid_exists(pid) for pid in pids.values())  # that touched nothing
+    assert len(leftovers(home)) >= 4  # its agent, zygote, keeper, the pair: all going on
 
-    # No head within the grace: nothing of the job is left, and the run says why.
-    wait_gone(home, timeout=LOOKS_GRACE + 30)
+    stopped = cli(home, "stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert "every process of" in stopped.stdout and "on this machine has ended" in stopped.stdout
+    wait_gone(home)  # the keeper too: no head would ever close it
+    after = status(home)
+    assert after["state"] == R.LOST and "was told to end (SIGTERM" in after["lost"]
+
+
+def test_no_head_within_head_grace_and_nothing_of_the_job_is_left(procs, home, tmp_path):
+    path, out = ticker_job(tmp_path, SHORT_GRACE)
+    job = launch(procs, home, path)
+    healthy(home)
+    run_dir = next((home / "runs").iterdir())
+    wait_for(lambda: count(out) > 0, 60, "the first count")
+    job.signal(signal.SIGKILL)
+    job.wait(30)
+    wait_gone(home, timeout=SHORT_GRACE + 30)
     after = status(home)
     assert after["state"] == R.LOST and "head" not in after
-    assert after["lost"] == (f"no head came back within head_grace ({LOOKS_GRACE}s) after its link"
-                             " closed: every process stopped"), after["lost"]
-    note = json.loads((home / "runs" / doc["run_id"] / "head-away.json").read_text())
-    assert note["stopped"] >= note["since"] + LOOKS_GRACE - 1
+    assert after["lost"] == (f"no head came back within head_grace ({SHORT_GRACE}s) after"
+                             " its link closed: every process stopped"), after["lost"]
+    note = json.loads((run_dir / "head-away.json").read_text())
+    assert note["stopped"] >= note["since"] + SHORT_GRACE - 1
 
 
 def test_without_head_grace_a_killed_head_ends_everything_at_once(procs, home, tmp_path):
@@ -102,23 +121,6 @@ def test_without_head_grace_a_killed_head_ends_everything_at_once(procs, home, t
     wait_gone(home)
     assert status(home)["state"] == R.LOST and not (run_dir / "head-away.json").exists()
     assert not leftovers(home)
-
-
-def test_mwrun_stop_ends_a_job_whose_head_is_away_at_once(procs, home, tmp_path):
-    path, out = ticker_job(tmp_path, 600)  # only the stop can end it within this test
-    job = launch(procs, home, path)
-    wait_for(lambda: count(out) > 0, 120, "the first count")
-    job.signal(signal.SIGKILL)
-    job.wait(30)
-    wait_for(lambda: (status(home).get("head") or {}).get("state") == HeadState.AWAY, 30,
-             "the head away")
-    assert len(leftovers(home)) >= 4  # its agent, zygote, keeper, the pair: all going on
-    stopped = cli(home, "stop")
-    assert stopped.returncode == 0, stopped.stderr
-    assert "every process of" in stopped.stdout and "on this machine has ended" in stopped.stdout
-    wait_gone(home)  # the keeper too: no head would ever close it
-    after = status(home)
-    assert after["state"] == R.LOST and "was told to end (SIGTERM" in after["lost"]
 
 
 @pytest.mark.skipif(testbed.missing() is not None, reason=testbed.missing() or "")
