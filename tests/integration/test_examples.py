@@ -199,10 +199,18 @@ def test_resnet_pipelines_serve_through_a_drill(procs, home, tmp_path):
     # Both of its stages were killed: the generation opened after the first death
     # counted on the second as it was, so it is spent too (fencing) and the next forms.
     line_of(job, "leader", r"^world1 re-formed \(generation [12]\)")
-    line_of(job, "leader", r"^batch \d+ served by world1")
     summary = line_of(job, "leader", r"^served \d+ of 200 batches")
     assert summary.startswith("served 200 of 200 batches")
     assert job.wait() == 0, job.output()
+    # Pipeline 1 serves again once re-formed, if batches were left for it: its thread
+    # takes the next from the queue right after saying so, so three more served by
+    # pipeline 2 (one in flight, one taken meanwhile, then one more) mean one was
+    # there for it. (On a loaded machine its stages' restart took 30 s, and pipeline 2
+    # had served every batch by then.)
+    said = lines_of(job, "leader")
+    after = said[next(i for i, x in enumerate(said) if x.startswith("world1 re-formed")):]
+    if len([x for x in after if " served by world2" in x]) >= 3:
+        assert any(" served by world1" in x for x in after), after
     # Pipeline 2 carried on after the break (before or after pipeline 1 re-formed).
     assert served_after(job, "leader", r"^world1 broke", r"^batch \d+ served by world2")
     served = [x for x in lines_of(job, "leader") if " served by " in x]
