@@ -28,7 +28,6 @@ import socket
 import sys
 import time
 
-from mwrun import __version__, machine
 from mwrun.host import breaks, frames
 from mwrun.host.absence import Absence
 from mwrun.host.asks import Asks
@@ -37,6 +36,7 @@ from mwrun.host.frames import Kind
 from mwrun.host.hands import Hands
 from mwrun.host.headlink import HeadLink
 from mwrun.host.headrestart import HeadRestart
+from mwrun.host.headship import Headship
 from mwrun.host.recall import Recall
 from mwrun.host.relay import Relay
 from mwrun.host.spy import Spies
@@ -51,7 +51,7 @@ class Agent:
     """The agent's link to the head and its loop: frames in (each request done by its
     ``Asks``), what the hands tell back to the head, beats and silence either way; the
     libraries' messages go through its ``Relay``. With the run's ``secret`` a new head
-    can take the link over at its door (host/door.py), told what runs here (``Recall``)."""
+    can take the link over at its door (host/door.py; ``Headship``: which head it serves)."""
 
     def __init__(self, link_in: int, link_out: int, control_path: str, *,
                  silence: float = frames.SILENCE, clock=time.monotonic, wall=time.time,
@@ -67,11 +67,7 @@ class Agent:
         self.beat_due = 0.0
         self.done = False
         self.stopping = False  # the job is stopping (the head said): no start waits on
-        self.host = ""  # as its hello says
-        self.placed: dict[str, str] = {}  # under Slurm: its node and job (hello)
-        self.said: list[dict] = []  # the libraries' state when the head went (recall.py)
         self.absence = Absence(grace, away_note, clock, wall, restart)  # the head gone, a while
-        self.on_away = on_away  # once the head went and the job goes on (main: _quiet)
         # The zygotes' log: the run folder's on the head's machine (kept), else beside
         # the socket (removed with it).
         self.keep_log = zygote_log is not None
@@ -83,6 +79,7 @@ class Agent:
             Kind.CAPTURED, key=key, pid=pid, result=result))  # read for the head's bundles
         self.breaks = breaks.on(self.hands, self.zygote_log)  # headless, exits break here
         self.recall = Recall()  # what a new head is told runs here
+        self.headship = Headship(self.link, self.absence, self.recall, control_path, on_away)
         # Where a new head takes over (mwrun adopt, restart-head), proving the secret.
         self.door = Door(door_path(control_path), secret, self.selector, self._adopted,
                          epoch, clock)
@@ -108,37 +105,19 @@ class Agent:
 
     def _lost(self, why: str) -> None:
         """The head went (``why``): the job goes on for its grace, else ends now."""
-        if not self.absence.begin(why):
+        if not self.headship.lost(why):
             self.done = True
-            return
-        self.link.unwatch()
-        self.said = self.recall.replay()  # the libraries' state now: the rest is kept
-        self.on_away()
 
     def _adopted(self, sock: socket.socket, epoch: int) -> None:
-        """A head of a newer epoch took the job (host/door.py): its link replaces the
-        old one (a stale head reads its end), and it hears first what runs here and
-        what each library said, then what was kept for it."""
-        hello = hello_frame(self.host, self.control_path, **self.placed, adopted={
-            "epoch": epoch, "processes": self.recall.report(), "dropped": self.absence.dropped})
-        # What each library had said when the head went; what it said since is kept
-        # (absence.ALWAYS), in order, behind. Taken from a head that lives: all of it.
-        said = [{"kind": Kind.CONTROL, "request": r}
-                for r in (self.said if self.absence.away else self.recall.replay())]
-        self.recall.told()
-        self.absence.back()
-        self.link.replace(sock.detach(), [hello, *said])
+        """A head of a newer epoch took the job at the door (``Headship.adopted``)."""
+        self.headship.adopted(sock, epoch)
         self.beat_due = self.clock() + frames.BEAT
 
     def _stop(self) -> None:
         self.done = True  # the head's stop: everything is ended on the way out
 
     def hello(self, host: str, **more) -> None:
-        self.host = host
-        # Where Slurm runs us: said again to a head that adopts the run, which notes it
-        # for the head after it (the run folder's AGENTS).
-        self.placed = {k: more[k] for k in ("node", "jobid") if more.get(k)}
-        frame = hello_frame(host, self.control_path, **more)
+        frame = self.headship.hello(host, **more)
         self.send(frame.pop("kind"), **frame)
 
     def _from_head(self, _) -> None:
@@ -247,13 +226,6 @@ class Agent:
         _leave(self.control_path, None if self.keep_log else self.zygote_log)
         if not self.absence.away:  # else nobody reads the link any more
             self.link.last_words()
-
-
-def hello_frame(host: str, control_path: str, **more) -> dict:
-    """An agent's hello: who it is and what its host has (frames.py)."""
-    return {"kind": Kind.HELLO, "protocol": frames.PROTOCOL, "version": __version__,
-            "host": host, "pid": os.getpid(), "control": control_path,
-            "inventory": machine.facts(), **more}
 
 
 def next_due(grace_ends: float | None, beat_due: float, silent_at: float | None,
