@@ -178,6 +178,11 @@ def test_a_knock_is_never_waited_for_and_one_left_unanswered_is_closed(tmp_path)
     try:
         turn(selector, 0)  # nothing to read: nothing waited for
         assert len(door.knocks) == 2 and not taken
+        odd, _ = knock(door, selector)  # a proof compare_digest cannot take: dropped
+        odd.sendall(frames.encode({"kind": Kind.ADOPT, "epoch": 2, "proof": "é"}))
+        turn(selector, 5)
+        assert odd.recv(4096) == b"" and len(door.knocks) == 2
+        odd.close()
         late.sendall(frames.encode({"kind": Kind.ADOPT, "epoch": 2,
                                     "proof": frames.adoption_proof("s3cret", nonce, 2)}))
         turn(selector, 5)
