@@ -129,7 +129,7 @@ def procs(request):
     yield started
     if not _passed(request):  # what each said, in the failure's report (CI shows no more)
         for proc in started:
-            print(f"--- {' '.join(proc.popen.args)[:200]} (pid {proc.pid}), last lines:\n"
+            print(f"--- {' '.join(map(str, proc.popen.args))[:200]} (pid {proc.pid}), last lines:\n"
                   + "\n".join(proc.lines[-40:]))
     ended = [p.pid for p in started if p.popen.poll() is not None]
     leaked = settle(lambda: [s for pid in ended for s in session_survivors(pid)],
