@@ -447,10 +447,7 @@ class RaySide:
 def measure_ray(work: Path, opts) -> dict:
     side, out = RaySide(work), {"windows": {}}
     try:
-        out["cold"] = side.start()
-        common_steady(side, opts, out)
-        common_scale(side, opts, out)
-        common_replica_kill(side, opts, out)
+        common(side, opts, out)
 
         # The Serve controller: Ray restarts it (a detached actor, max_restarts=-1).
         # "Back" is the driver's serve.status() returning: the new controller answers.
@@ -634,10 +631,7 @@ worlds:
 def measure_mwrun(work: Path, opts) -> dict:
     side, out = MwrunSide(work), {"windows": {}}
     try:
-        out["cold"] = side.start()
-        common_steady(side, opts, out)
-        common_scale(side, opts, out)
-        common_replica_kill(side, opts, out)
+        common(side, opts, out)
 
         # The head: SIGKILL, then until a head of the next epoch answers on the run's
         # control socket (head_restart starts it at once). One kill beside both of Ray's.
@@ -677,6 +671,15 @@ def steady_again(side, opts, out: dict | None = None) -> None:
             raise
         out.setdefault("notes", []).append(str(exc))
     time.sleep(opts.settle)
+
+
+def common(side, opts, out: dict) -> None:
+    """What both sides are measured on alike, in the same order: cold launch, steady
+    serving, a scale up and down, a replica SIGKILLed. Then each its control plane."""
+    out["cold"] = side.start()
+    common_steady(side, opts, out)
+    common_scale(side, opts, out)
+    common_replica_kill(side, opts, out)
 
 
 def common_steady(side, opts, out: dict) -> None:

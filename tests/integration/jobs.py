@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+from mwrun.schema import ProcessState, WorldState
 from tests.helpers import BIN, prefixed
 
 
@@ -89,3 +90,35 @@ def write_star(tmp_path, workers=2, spoke="", restart="on-failure", max_restarts
                     f"    cmd: {sys.executable} {BIN / 'hub.py'} {numel}\n{procs}\n"
                     f"worlds:\n{worlds}\n")
     return path
+
+
+# A pair that counts over its world (tests/bin/pair.py): the job the tests of a head
+# that dies (test_headless, test_adopt, test_drill_head) kill heads under.
+
+def ticker_job(tmp_path, grace=600, restart=False):
+    out = tmp_path / "count"
+    cmd = f"{sys.executable} {BIN / 'pair.py'} --interval 0.05 --out {out}"
+    path = tmp_path / "ticks.yaml"
+    path.write_text(f"version: 1\nname: ticks\nhead_grace: {grace}\n"
+                    f"head_restart: {str(restart).lower()}\nprocesses:\n"
+                    f"  a: {{cmd: {cmd}, restart: on-failure}}\n"
+                    f"  b: {{cmd: {cmd}, restart: on-failure}}\n"
+                    f"worlds:\n  w: {{members: [a, b]}}\n")
+    return path, out
+
+
+def count(out) -> int:
+    try:
+        return int(out.read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+def healthy(home, epoch=None) -> dict:
+    """The run's status once its world is healthy and every process runs (under the
+    head of ``epoch``, if given)."""
+    wait_for(lambda: list((home / "runs").glob("*/state.json")), 60, "the run")
+    return wait_status(home, lambda d: all(w["state"] == WorldState.HEALTHY for w in d["worlds"])
+                       and all(p["state"] == ProcessState.RUNNING for p in d["processes"])
+                       and epoch in (None, d.get("epoch")) and "head" not in d,
+                       "the world healthy", timeout=120)

@@ -18,38 +18,18 @@ from mwrun.schema import RunState as R
 from mwrun.schema import WorldState as W
 from tests.helpers import BIN, leftovers, wait_gone
 from tests.integration import testbed
-from tests.integration.jobs import cli, launch, status, wait_for, wait_status
+from tests.integration.jobs import (
+    cli,
+    count,
+    healthy,
+    launch,
+    status,
+    ticker_job,
+    wait_for,
+    wait_status,
+)
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def ticker_job(tmp_path, grace=600, restart=False):
-    out = tmp_path / "count"
-    cmd = f"{sys.executable} {BIN / 'pair.py'} --interval 0.05 --out {out}"
-    path = tmp_path / "ticks.yaml"
-    path.write_text(f"version: 1\nname: ticks\nhead_grace: {grace}\n"
-                    f"head_restart: {str(restart).lower()}\nprocesses:\n"
-                    f"  a: {{cmd: {cmd}, restart: on-failure}}\n"
-                    f"  b: {{cmd: {cmd}, restart: on-failure}}\n"
-                    f"worlds:\n  w: {{members: [a, b]}}\n")
-    return path, out
-
-
-def count(out) -> int:
-    try:
-        return int(out.read_text())
-    except (OSError, ValueError):
-        return 0
-
-
-def healthy(home, epoch=None) -> dict:
-    """The run's status once its world is healthy and every process runs (under the
-    head of ``epoch``, if given)."""
-    wait_for(lambda: list((home / "runs").glob("*/state.json")), 60, "the run")
-    return wait_status(home, lambda d: all(w["state"] == W.HEALTHY for w in d["worlds"])
-                       and all(p["state"] == P.RUNNING for p in d["processes"])
-                       and epoch in (None, d.get("epoch")) and "head" not in d,
-                       "the world healthy", timeout=120)
 
 
 def pids_of(doc) -> dict:

@@ -8,8 +8,7 @@ import json
 import pytest
 
 from tests.helpers import wait_gone
-from tests.integration.jobs import cli, launch, status, wait_for
-from tests.integration.test_adopt import count, healthy, ticker_job
+from tests.integration.jobs import cli, count, healthy, launch, status, ticker_job, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -12,44 +12,25 @@ import psutil
 import pytest
 
 from mwrun.schema import HeadState
-from mwrun.schema import ProcessState as P
 from mwrun.schema import RunState as R
-from mwrun.schema import WorldState as W
 from tests.helpers import BIN, leftovers, wait_gone
 from tests.integration import testbed
-from tests.integration.jobs import cli, launch, status, wait_for, wait_status
+from tests.integration.jobs import (
+    cli,
+    count,
+    healthy,
+    launch,
+    status,
+    ticker_job,
+    wait_for,
+    wait_status,
+)
 
 pytestmark = pytest.mark.timeout(180)
 GRACE = 15  # seconds: ample for the looks below on a loaded machine, short for the suite
 # Where nothing is looked at before the grace runs out (the looks are made under a
 # grace of 600 s, then a stop: two suites at once on two cores took over 15 s for them).
 SHORT_GRACE = 4
-
-
-def ticker_job(tmp_path, grace):
-    out = tmp_path / "count"
-    cmd = f"{sys.executable} {BIN / 'pair.py'} --interval 0.05 --out {out}"
-    path = tmp_path / "ticks.yaml"
-    path.write_text(f"version: 1\nname: ticks\nhead_grace: {grace}\nhead_restart: false\n"
-                    f"processes:\n"
-                    f"  a: {{cmd: {cmd}}}\n  b: {{cmd: {cmd}}}\nworlds:\n"
-                    f"  w: {{members: [a, b]}}\n")
-    return path, out
-
-
-def healthy(home) -> dict:
-    """The run's status once its world is healthy and every process runs."""
-    wait_for(lambda: list((home / "runs").glob("*/state.json")), 60, "the run")
-    return wait_status(home, lambda d: all(w["state"] == W.HEALTHY for w in d["worlds"])
-                       and all(p["state"] == P.RUNNING for p in d["processes"]),
-                       "the world healthy", timeout=120)
-
-
-def count(out) -> int:
-    try:
-        return int(out.read_text())
-    except (OSError, ValueError):
-        return 0
 
 
 def test_a_killed_head_leaves_the_job_serving_and_mwrun_stop_ends_it_at_once(
